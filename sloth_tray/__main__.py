@@ -1,0 +1,3 @@
+from sloth_tray.cli import main
+
+raise SystemExit(main())
