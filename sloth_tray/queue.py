@@ -156,11 +156,15 @@ def _seconds(value: float) -> str:
     return "".join(parts) or "0s"
 
 
-def _create_private(path: Path) -> None:
-    """Create the database file 0600 before SQLite does (it would use the umask)."""
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _prepare_file(path: Path) -> None:
+    """Create the database file 0600 (SQLite would use the umask), or vet an existing one."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
+        _vet_existing(path)
         return
     except FileNotFoundError:
         raise DatabaseProblem(
@@ -169,6 +173,21 @@ def _create_private(path: Path) -> None:
     except PermissionError:
         raise DatabaseProblem(f"cannot create the queue at {path}: permission denied") from None
     os.close(fd)
+
+
+def _vet_existing(path: Path) -> None:
+    """SQLite takes a file too short to hold its header for an empty database and
+    writes over it; a damaged or truncated queue must be refused instead."""
+    try:
+        with open(path, "rb") as existing:
+            head = existing.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise DatabaseProblem(f"cannot read the queue {path}: {exc.strerror}") from None
+    if head and head != SQLITE_MAGIC:
+        raise DatabaseProblem(
+            f"{path} is damaged or is not a sloth-tray queue (it does not start like an "
+            "SQLite file); it was left as it is"
+        )
 
 
 class Queue:
@@ -196,7 +215,7 @@ class Queue:
         self.backoff_cap = float(backoff_cap)
         self.busy_timeout = float(busy_timeout)
         self._lock = threading.Lock()
-        _create_private(self.path)
+        _prepare_file(self.path)
         try:
             self._db = sqlite3.connect(
                 self.path,
@@ -535,7 +554,7 @@ class Queue:
         """The full id of the one job whose id starts with `prefix`."""
         prefix = prefix.strip().lower()
         if not prefix or any(c not in "0123456789abcdef" for c in prefix):
-            raise UnknownJob(prefix, f"{prefix!r} is not a job id (ids are 12 hex characters)")
+            raise UnknownJob(prefix, f"no job with id {prefix!r} (ids are 12 hex characters)")
         with self._reading() as db:
             rows = db.execute(
                 "SELECT id FROM jobs WHERE id >= ? AND id < ? ORDER BY id LIMIT 2",

@@ -244,7 +244,7 @@ def test_resolve_accepts_a_unique_prefix(queue):
     job_id = queue.push("job")
     assert queue.resolve(job_id[:5]) == job_id
     assert queue.resolve(job_id.upper()) == job_id
-    with pytest.raises(UnknownJob, match="not a job id"):
+    with pytest.raises(UnknownJob, match="no job with id 'zz-top'"):
         queue.resolve("zz-top")
     with pytest.raises(UnknownJob):
         queue.resolve("0" * 12 if not job_id.startswith("0") else "f" * 12)
@@ -311,6 +311,15 @@ def test_a_corrupt_file_is_refused_and_left_untouched(tmp_path):
         Queue(path)
     assert path.read_bytes() == garbage
     assert sorted(p.name for p in tmp_path.iterdir()) == ["q.db"]
+
+
+@pytest.mark.parametrize("content", [b"x", b"\n", b"SQLite format 2\x00" + b"\x00" * 100])
+def test_a_file_too_short_or_wrong_to_be_a_database_is_not_written_over(tmp_path, content):
+    path = tmp_path / "q.db"
+    path.write_bytes(content)
+    with pytest.raises(DatabaseProblem, match="it was left as it is"):
+        Queue(path)
+    assert path.read_bytes() == content
 
 
 def test_someone_elses_sqlite_file_is_refused(tmp_path):

@@ -1,0 +1,237 @@
+"""The command line: parse, call the queue (or the daemon), print. Nothing else lives here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sloth_tray import __version__
+from sloth_tray.errors import SlothError
+from sloth_tray.paths import Home, locate
+from sloth_tray.queue import Job, Queue, State
+from sloth_tray.timefmt import clock_time, parse_duration, relative
+
+Command = Callable[[argparse.Namespace, Home], int]
+COMMANDS: dict[str, Command] = {}
+
+
+def command(function: Command) -> Command:
+    COMMANDS[function.__name__.removeprefix("cmd_")] = function
+    return function
+
+
+def open_queue(home: Home) -> Queue:
+    home.ensure()
+    return Queue(home.db)
+
+
+def emit_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def table(rows: Sequence[Sequence[str]]) -> str:
+    """Columns padded to their widest cell; the last column is left ragged."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join(
+        "  ".join([cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+                  + [row[-1]]).rstrip()
+        for row in rows
+    )
+
+
+def when(job: Job, now: float) -> str:
+    if job.state == State.PENDING:
+        return "due now" if job.not_before <= now else f"due {relative(job.not_before, now)}"
+    if job.state == State.RUNNING:
+        return f"started {relative(job.updated_at, now)}"
+    return relative(job.updated_at, now)
+
+
+# -- commands -------------------------------------------------------------
+
+
+@command
+def cmd_paths(args: argparse.Namespace, home: Home) -> int:
+    places = {"home": home.root, "db": home.db, "jobs": home.jobs, "logs": home.logs}
+    if args.json:
+        emit_json({key: str(path) for key, path in places.items()})
+    else:
+        print(table([(key, str(path)) for key, path in places.items()]))
+    return 0
+
+
+@command
+def cmd_status(args: argparse.Namespace, home: Home) -> int:
+    with open_queue(home) as queue:
+        counts = queue.status()
+    if args.json:
+        emit_json(counts)
+    else:
+        print(table([(state, str(counts[state])) for state in counts]))
+    return 0
+
+
+@command
+def cmd_list(args: argparse.Namespace, home: Home) -> int:
+    with open_queue(home) as queue:
+        limit = args.limit or None
+        jobs = queue.jobs(args.state, limit=limit + 1 if limit else None)
+        more = limit is not None and len(jobs) > limit
+        jobs = jobs[:limit]
+        if args.json:
+            emit_json([job.as_dict() for job in jobs])
+            return 0
+        if not jobs:
+            print(f"no {args.state} jobs" if args.state else "no jobs yet")
+            return 0
+        now = queue.clock()
+        rows = [("ID", "NAME", "STATE", "TRIES", "WHEN", "NOTE")]
+        for job in jobs:
+            note = job.last_error if job.state in (State.FAILED, State.PENDING) else job.result
+            rows.append((queue.shortest_unique_prefix(job.id), job.name, job.state.value,
+                         f"{job.attempts}/{job.max_attempts}", when(job, now),
+                         (note or "").replace("\n", " ")[:80]))
+    print(table(rows))
+    if more:
+        print(f"(the newest {limit}; --limit 0 shows all)")
+    return 0
+
+
+@command
+def cmd_show(args: argparse.Namespace, home: Home) -> int:
+    with open_queue(home) as queue:
+        job = queue.get(queue.resolve(args.id))
+        history = queue.history(job.id)
+        now = queue.clock()
+    logs = home.job_logs(job.id)
+    if args.json:
+        emit_json(job.as_dict() | {"history": [event.as_dict() for event in history],
+                                   "logs": str(logs)})
+        return 0
+    state = job.state.value
+    if job.state in (State.PENDING, State.RUNNING):
+        state += f" ({when(job, now)})"
+    fields = [
+        ("id", job.id), ("name", job.name), ("state", state),
+        ("attempts", f"{job.attempts} of {job.max_attempts}"),
+        ("script", job.script or "-"),
+        ("options", " ".join(f"{k}={v}" for k, v in job.options.items()) or "-"),
+        ("last error", job.last_error or "-"), ("result", job.result or "-"),
+        ("created", f"{clock_time(job.created_at)} ({relative(job.created_at, now)})"),
+        ("logs", str(logs)),
+    ]
+    print(table(fields))
+    print("\nhistory")
+    print(table([("  " + clock_time(e.at), e.kind, e.detail) for e in history]))
+    return 0
+
+
+def _each_job(home: Home, ids: Sequence[str], act: Callable[[Queue, str], bool],
+              verb: str, done: str) -> int:
+    """Apply `act` to each id; one line per job; non-zero if any could not be done."""
+    status = 0
+    with open_queue(home) as queue:
+        for given in ids:
+            try:
+                job = queue.get(queue.resolve(given))
+                if act(queue, job.id):
+                    print(f"{done:<9} {job.name} ({job.id})")
+                else:
+                    print(f"sloth-tray: {job.name} ({job.id}) is {job.state.value}; "
+                          f"nothing to {verb}", file=sys.stderr)
+                    status = 1
+            except SlothError as exc:
+                print(f"sloth-tray: {exc}", file=sys.stderr)
+                status = 1
+    home.ring_doorbell()
+    return status
+
+
+@command
+def cmd_retry(args: argparse.Namespace, home: Home) -> int:
+    if args.all_failed == bool(args.ids):
+        raise SlothError("give job ids to retry, or --all-failed (not both)")
+    ids = args.ids
+    if args.all_failed:
+        with open_queue(home) as queue:
+            ids = [job.id for job in queue.jobs(State.FAILED)]
+        if not ids:
+            print("no failed jobs")
+            return 0
+    return _each_job(home, ids, Queue.retry, "retry", "retried")
+
+
+@command
+def cmd_cancel(args: argparse.Namespace, home: Home) -> int:
+    return _each_job(home, args.ids, Queue.cancel, "cancel", "cancelled")
+
+
+@command
+def cmd_prune(args: argparse.Namespace, home: Home) -> int:
+    with open_queue(home) as queue:
+        removed = queue.prune(before=queue.clock() - args.older_than)
+    print(f"removed {removed} finished job{'' if removed == 1 else 's'}")
+    return 0
+
+
+# -- parsing --------------------------------------------------------------
+
+
+def duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--home", default=argparse.SUPPRESS, metavar="DIR",
+                        help="the app's folder (default: $SLOTH_TRAY_HOME or the "
+                             "platform's data dir)")
+    json_flag = argparse.ArgumentParser(add_help=False)
+    json_flag.add_argument("--json", action="store_true", help="machine-readable output")
+
+    parser = argparse.ArgumentParser(
+        prog="sloth-tray", parents=[common],
+        description="Run the scripts you drop in a folder, one at a time, under leases.")
+    parser.add_argument("--version", action="version", version=f"sloth-tray {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def add(name: str, help: str, *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=help, parents=[common, *parents])
+
+    add("paths", "where the app keeps its files", json_flag)
+    add("status", "how many jobs are in each state", json_flag)
+    p = add("list", "the jobs, newest first", json_flag)
+    p.add_argument("--state", choices=[s.value for s in State])
+    p.add_argument("--limit", type=int, default=50, help="at most N jobs (0: all; default 50)")
+    p = add("show", "one job: its fields, history and logs", json_flag)
+    p.add_argument("id", help="a job id, or enough of its start to be unique")
+    p = add("retry", "put failed or cancelled jobs back in line, due now")
+    p.add_argument("ids", nargs="*", metavar="ID")
+    p.add_argument("--all-failed", action="store_true", help="every failed job")
+    p = add("cancel", "cancel pending, running or failed jobs")
+    p.add_argument("ids", nargs="+", metavar="ID")
+    p = add("prune", "delete finished (done or cancelled) jobs and their history")
+    p.add_argument("--older-than", type=duration, default=7 * 86400, metavar="AGE",
+                   help="age such as 7d, 12h, 30m (default 7d)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command is None:
+        build_parser().print_help()
+        return 0
+    try:
+        home = locate(getattr(args, "home", None))
+        return COMMANDS[args.command](args, home)
+    except SlothError as exc:
+        print(f"sloth-tray: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,144 @@
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from sloth_tray import __version__
+from sloth_tray.cli import main
+from sloth_tray.paths import locate
+from sloth_tray.queue import Queue
+
+
+@pytest.fixture
+def home(tmp_path):
+    return tmp_path / "home"
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def sloth(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The real entry point, in a child process, as a user's shell would run it."""
+    return subprocess.run([sys.executable, "-m", "sloth_tray", *argv], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, **(env or {})})
+
+
+def test_version_and_module_entry_point():
+    done = sloth("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"sloth-tray {__version__}"
+
+
+def test_status_json_on_a_brand_new_home_is_all_zero_and_creates_it_private(home):
+    done = sloth("status", "--json", "--home", str(home))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "pending": 0, "running": 0, "done": 0, "failed": 0, "cancelled": 0, "due_now": 0}
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    assert stat.S_IMODE((home / "queue.db").stat().st_mode) == 0o600
+
+
+def test_home_comes_from_the_environment_too(home):
+    done = sloth("paths", "--json", env={"SLOTH_TRAY_HOME": str(home)})
+    assert json.loads(done.stdout) == {
+        "home": str(home), "db": str(home / "queue.db"), "jobs": str(home / "jobs"),
+        "logs": str(home / "logs")}
+
+
+def test_show_of_an_unknown_id_is_one_line_and_non_zero(home):
+    done = sloth("show", "nosuchid", "--home", str(home))
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr == "sloth-tray: no job with id 'nosuchid' (ids are 12 hex characters)\n"
+
+
+@pytest.mark.parametrize("content", [b"garbage, not a database\n" * 50, b"\n"])
+def test_a_corrupt_database_is_one_line_and_left_untouched(home, content):
+    home.mkdir()
+    (home / "queue.db").write_bytes(content)
+    done = sloth("status", "--home", str(home))
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "damaged or is not a sloth-tray queue" in done.stderr
+    assert (home / "queue.db").read_bytes() == content
+
+
+def test_a_home_whose_parent_is_missing_is_refused(tmp_path):
+    done = sloth("status", "--home", str(tmp_path / "no" / "such"))
+    assert done.returncode == 1
+    assert done.stderr.startswith("sloth-tray: no such folder:")
+    assert not (tmp_path / "no").exists()
+
+
+def seed(home) -> dict[str, str]:
+    locate(home).ensure()
+    with Queue(home / "queue.db") as q:
+        ids = {"ok": q.push("tidy_downloads"), "bad": q.push("disk_check", max_attempts=1),
+               "later": q.push("later", delay=300)}
+        q.claim("me")
+        q.complete(ids["ok"], "me", "tidy: moved 4 files")
+        q.claim("me")
+        q.fail(ids["bad"], "me", "disk check: 82% full")
+    return ids
+
+
+def test_list_is_newest_first_in_aligned_columns(home, capsys):
+    ids = seed(home)
+    code, out, _ = run(capsys, "list", "--home", str(home))
+    lines = out.splitlines()
+    assert code == 0
+    assert lines[0].split() == ["ID", "NAME", "STATE", "TRIES", "WHEN", "NOTE"]
+    assert [line.split()[1] for line in lines[1:]] == ["later", "disk_check", "tidy_downloads"]
+    assert lines[1].index("pending") == lines[0].index("STATE")
+    assert "due in 4m" in lines[1] or "due in 5m" in lines[1]
+    assert "disk check: 82% full" in lines[2]
+    assert lines[2].split()[0] == ids["bad"][: len(lines[2].split()[0])]
+
+
+def test_list_json_filters_by_state(home, capsys):
+    ids = seed(home)
+    code, out, _ = run(capsys, "list", "--state", "failed", "--json", "--home", str(home))
+    jobs = json.loads(out)
+    assert [job["id"] for job in jobs] == [ids["bad"]]
+    assert jobs[0]["state"] == "failed" and jobs[0]["last_error"] == "disk check: 82% full"
+
+
+def test_show_json_has_the_fields_history_and_logs(home, capsys):
+    ids = seed(home)
+    code, out, _ = run(capsys, "show", ids["ok"][:8], "--json", "--home", str(home))
+    shown = json.loads(out)
+    assert shown["id"] == ids["ok"] and shown["result"] == "tidy: moved 4 files"
+    assert [event["kind"] for event in shown["history"]] == ["pushed", "claimed", "completed"]
+    assert shown["logs"] == str(home / "logs" / ids["ok"])
+
+
+def test_retry_all_failed_then_cancel_and_the_doorbell_rings(home, capsys):
+    ids = seed(home)
+    code, out, _ = run(capsys, "retry", "--all-failed", "--home", str(home))
+    assert code == 0 and out.startswith("retried   disk_check")
+    assert (home / "doorbell").exists()
+    code, out, err = run(capsys, "cancel", ids["bad"], ids["ok"], "--home", str(home))
+    assert code == 1  # the done job cannot be cancelled
+    assert out.startswith("cancelled disk_check")
+    assert err == f"sloth-tray: tidy_downloads ({ids['ok']}) is done; nothing to cancel\n"
+
+
+def test_retry_needs_ids_or_all_failed(home, capsys):
+    code, _, err = run(capsys, "retry", "--home", str(home))
+    assert code == 1 and "give job ids to retry, or --all-failed" in err
+
+
+def test_prune_parses_ages(home, capsys):
+    seed(home)
+    code, out, _ = run(capsys, "prune", "--older-than", "0s", "--home", str(home))
+    assert (code, out) == (0, "removed 1 finished job\n")
+    with pytest.raises(SystemExit):
+        main(["prune", "--older-than", "soon", "--home", str(home)])
+    assert "'soon' is not a duration" in capsys.readouterr().err
