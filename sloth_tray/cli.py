@@ -6,12 +6,15 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-from sloth_tray import __version__
+from sloth_tray import __version__, spool
+from sloth_tray.app import Daemon, log, setup_logging
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home, locate
 from sloth_tray.queue import Job, Queue, State
+from sloth_tray.runner import Outcome, Result
 from sloth_tray.timefmt import clock_time, parse_duration, relative
 
 Command = Callable[[argparse.Namespace, Home], int]
@@ -177,6 +180,46 @@ def cmd_prune(args: argparse.Namespace, home: Home) -> int:
     return 0
 
 
+@command
+def cmd_add(args: argparse.Namespace, home: Home) -> int:
+    home.ensure()
+    job_id = spool.add(home, Path(args.path), name=args.name, delay=args.delay,
+                       max_attempts=args.max_attempts)
+    home.ring_doorbell()
+    print(job_id)
+    return 0
+
+
+@command
+def cmd_run(args: argparse.Namespace, home: Home) -> int:
+    with Daemon(home, **queue_settings(args)) as daemon:
+        setup_logging(home, to_stderr=True)
+        log.info("sloth-tray %s running headless; home %s", __version__, home.root)
+        daemon.run_until_stopped()
+        log.info("stopped")
+    return 0
+
+
+@command
+def cmd_work(args: argparse.Namespace, home: Home) -> int:
+    with Daemon(home, watch=not args.once, **queue_settings(args)) as daemon:
+        setup_logging(home, to_stderr=False)
+        daemon.engine.on_result(print_result)
+        daemon.run_until_stopped(drain=args.once)
+    return 0
+
+
+def queue_settings(args: argparse.Namespace) -> dict[str, Any]:
+    return {"lease_seconds": args.lease} if args.lease else {}
+
+
+def print_result(job: Job, result: Result) -> None:
+    label = {Outcome.DONE: "ok", Outcome.RELEASED: "stop", Outcome.LOST: "lost"}.get(
+        result.outcome, "fail")
+    where = f"-> {result.outcome.value.replace('retrying', 'pending')}: " if label == "fail" else ""
+    print(f"{label:<5} {job.name} ({job.id}) {where}{result.detail}".rstrip(), flush=True)
+
+
 # -- parsing --------------------------------------------------------------
 
 
@@ -216,6 +259,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all-failed", action="store_true", help="every failed job")
     p = add("cancel", "cancel pending, running or failed jobs")
     p.add_argument("ids", nargs="+", metavar="ID")
+    p = add("add", "queue a script (a copy of it: later edits change nothing)")
+    p.add_argument("path", help="the script")
+    p.add_argument("--delay", type=duration, default=0.0, metavar="SECONDS",
+                   help="wait this long before the first run (90, 90s, 10m, 2h, 1d)")
+    p.add_argument("--max-attempts", type=int, metavar="N", help="tries before giving up")
+    p.add_argument("--name", help="the job's name (default: the file's name without extension)")
+    daemon = argparse.ArgumentParser(add_help=False)
+    daemon.add_argument("--lease", type=duration, metavar="SECONDS",
+                        help="how long a job's lease lasts between heartbeats (default 60s)")
+    p = add("run", "the daemon: run due jobs as they come", daemon)
+    p.add_argument("--headless", action="store_true", help="no tray icon")
+    p = add("work", "run due jobs in the foreground, one line per job", daemon)
+    p.add_argument("--once", action="store_true", help="run every job due now, then exit")
     p = add("prune", "delete finished (done or cancelled) jobs and their history")
     p.add_argument("--older-than", type=duration, default=7 * 86400, metavar="AGE",
                    help="age such as 7d, 12h, 30m (default 7d)")

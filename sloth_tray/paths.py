@@ -37,8 +37,9 @@ class Home:
 
     @property
     def doorbell(self) -> Path:
-        """Touched by the CLI after it changes the queue; the daemon watches it."""
-        return self.root / "doorbell"
+        """Touched by the CLI after it changes the queue; the daemon watches its folder
+        (a folder of its own: the database's writes next to it would wake the watcher)."""
+        return self.root / "doorbell" / "ring"
 
     @property
     def lock(self) -> Path:
@@ -49,7 +50,7 @@ class Home:
 
     def ensure(self) -> Home:
         """Create the folders the app needs, private to the user (0700)."""
-        for folder in (self.root, self.spool, self.logs, self.jobs):
+        for folder in (self.root, self.spool, self.logs, self.doorbell.parent, self.jobs):
             try:
                 folder.mkdir(mode=0o700, parents=folder is not self.root, exist_ok=True)
             except FileExistsError:

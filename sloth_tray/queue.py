@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import sqlite3
 import threading
@@ -58,6 +59,15 @@ class Job:
     options: dict[str, Any] = field(hash=False)
     created_at: float
     updated_at: float
+    # The running attempt's process (pid, pgid, start time, run token), so a
+    # later start-up can stop an orphan without ever killing a reused pid.
+    child: dict[str, Any] | None = field(default=None, hash=False)
+
+    @property
+    def lease_seconds(self) -> float | None:
+        """The job's own lease (its `lease=` option), if it has one."""
+        lease = self.options.get("lease")
+        return float(lease) if lease else None
 
     def as_dict(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -93,6 +103,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             result       TEXT,
             script       TEXT,
             options      TEXT NOT NULL DEFAULT '{}',
+            child        TEXT,
             created_at   REAL NOT NULL,
             updated_at   REAL NOT NULL
         )""",
@@ -132,18 +143,19 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 JOB_COLUMNS = (
     "id, name, state, attempts, max_attempts, not_before, lease_owner, lease_until, "
-    "last_error, result, script, options, created_at, updated_at"
+    "last_error, result, script, options, created_at, updated_at, child"
 )
 
 
 def _job(row: tuple) -> Job:
     (id_, name, state, attempts, max_attempts, not_before, lease_owner, lease_until,
-     last_error, result, script, options, created_at, updated_at) = row
+     last_error, result, script, options, created_at, updated_at, child) = row
     return Job(
         id=id_, name=name, state=State(state), attempts=attempts, max_attempts=max_attempts,
         not_before=not_before, lease_owner=lease_owner, lease_until=lease_until,
         last_error=last_error, result=result, script=script, options=json.loads(options),
         created_at=created_at, updated_at=updated_at,
+        child=json.loads(child) if child else None,
     )
 
 
@@ -154,6 +166,13 @@ def _seconds(value: float) -> str:
     minutes, seconds = divmod(rest, 60)
     parts = [f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (seconds, "s")) if n]
     return "".join(parts) or "0s"
+
+
+VALID_ID = re.compile(r"[0-9a-f]{12}")
+
+
+def new_job_id() -> str:
+    return secrets.token_hex(6)
 
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -337,24 +356,35 @@ class Queue:
         delay: float = 0.0,
         max_attempts: int | None = None,
         options: dict[str, Any] | None = None,
+        job_id: str | None = None,
     ) -> str:
-        """Add a pending job due `delay` seconds from now; returns its 12-hex id."""
+        """Add a pending job due `delay` seconds from now; returns its 12-hex id.
+
+        `job_id` (from new_job_id()) lets a caller name the job's spool folder
+        before the job exists, so a crash in between can be reconciled.
+        """
         attempts_allowed = self.max_attempts if max_attempts is None else int(max_attempts)
         if attempts_allowed < 1:
             raise SlothError("max_attempts must be at least 1")
         now = self.clock()
         encoded = json.dumps(options or {}, sort_keys=True)
+        chosen = job_id
+        if chosen is not None and not VALID_ID.fullmatch(chosen):
+            raise SlothError(f"{chosen!r} is not a job id (12 lowercase hex characters)")
         with self._transaction() as db:
             while True:
-                job_id = secrets.token_hex(6)
+                job_id = chosen or new_job_id()
                 try:
                     db.execute(
-                        f"INSERT INTO jobs({JOB_COLUMNS}) "
-                        "VALUES (?, ?, 'pending', 0, ?, ?, NULL, NULL, NULL, NULL, ?, ?, ?, ?)",
+                        "INSERT INTO jobs(id, name, state, max_attempts, not_before, script, "
+                        "options, created_at, updated_at) "
+                        "VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?)",
                         (job_id, name, attempts_allowed, now + delay, script, encoded, now, now),
                     )
-                except sqlite3.IntegrityError:  # 1 in 2**48: draw again
-                    continue
+                except sqlite3.IntegrityError:
+                    if chosen:
+                        raise SlothError(f"there is already a job with id {chosen}") from None
+                    continue  # 1 in 2**48: draw again
                 break
             self._event(db, job_id, now, "pushed", f"due in {_seconds(delay)}" if delay else "")
         return job_id
@@ -389,18 +419,18 @@ class Queue:
                         continue  # that used its last attempt; look again
                 else:
                     job = _job(pending)
-                lease_until = now + self.lease_seconds
+                lease_until = now + (job.lease_seconds or self.lease_seconds)
                 attempt = job.attempts + 1
                 db.execute(
                     "UPDATE jobs SET state = 'running', lease_owner = ?, lease_until = ?, "
-                    "attempts = ?, updated_at = ? WHERE id = ?",
+                    "attempts = ?, updated_at = ?, child = NULL WHERE id = ?",
                     (owner, lease_until, attempt, now, job.id),
                 )
                 self._event(db, job.id, now, "claimed",
                             f"attempt {attempt} of {job.max_attempts} by {owner}")
                 return Job(**{**job.__dict__, "state": State.RUNNING, "lease_owner": owner,
                               "lease_until": lease_until, "attempts": attempt,
-                              "updated_at": now})
+                              "updated_at": now, "child": None})
 
     def _reclaim(self, db: sqlite3.Connection, job: Job, now: float) -> bool:
         """Take back an expired lease. False when that used up the last attempt."""
@@ -424,14 +454,17 @@ class Queue:
                     f"lease of {job.lease_owner} expired {_seconds(now - job.lease_until)} ago")
         return True
 
-    def heartbeat(self, job_id: str, owner: str) -> bool:
-        """Extend the lease; False means `owner` no longer holds it (stop the work)."""
+    def heartbeat(self, job_id: str, owner: str, lease: float | None = None) -> bool:
+        """Extend the lease; False means `owner` no longer holds it (stop the work).
+
+        `lease` is the job's own lease length, when it has one.
+        """
         now = self.clock()
         with self._reading() as db:  # one UPDATE: autocommit is its transaction
             changed = db.execute(
                 "UPDATE jobs SET lease_until = ? "
                 "WHERE id = ? AND state = 'running' AND lease_owner = ?",
-                (now + self.lease_seconds, job_id, owner),
+                (now + (lease or self.lease_seconds), job_id, owner),
             ).rowcount
         return changed == 1
 
@@ -448,11 +481,13 @@ class Queue:
                 self._event(db, job_id, now, "completed", result)
         return changed == 1
 
-    def fail(self, job_id: str, owner: str, error: str) -> str | None:
+    def fail(self, job_id: str, owner: str, error: str, *, permanent: bool = False) -> str | None:
         """Record a failed attempt: back off and retry, or give up at max_attempts.
 
-        Returns the new state ('pending' or 'failed'), or None when `owner`
-        does not hold the lease (then nothing changes).
+        `permanent` gives up at once: trying again cannot help (a script
+        nothing knows how to run, a bad header). Returns the new state
+        ('pending' or 'failed'), or None when `owner` does not hold the lease
+        (then nothing changes).
         """
         now = self.clock()
         error = error[:ERROR_LIMIT]
@@ -465,7 +500,7 @@ class Queue:
             if row is None:
                 return None
             attempts, max_attempts = row
-            if attempts < max_attempts:
+            if attempts < max_attempts and not permanent:
                 delay = min(2.0**attempts, self.backoff_cap)
                 db.execute(
                     "UPDATE jobs SET state = 'pending', not_before = ?, last_error = ?, "
@@ -483,6 +518,38 @@ class Queue:
             )
             self._event(db, job_id, now, "failed", error)
             return State.FAILED.value
+
+    def started(self, job_id: str, owner: str, child: dict[str, Any]) -> bool:
+        """Remember the attempt's process; owner-checked like a heartbeat."""
+        now = self.clock()
+        with self._transaction() as db:
+            changed = db.execute(
+                "UPDATE jobs SET child = ? WHERE id = ? AND state = 'running' AND lease_owner = ?",
+                (json.dumps(child), job_id, owner),
+            ).rowcount
+            if changed:
+                self._event(db, job_id, now, "started", f"pid {child.get('pid')}")
+        return changed == 1
+
+    def note(self, job_id: str, kind: str, detail: str) -> None:
+        """Add an event to a job's history (e.g. 'slept': the computer was suspended)."""
+        with self._transaction() as db:
+            if db.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is None:
+                raise UnknownJob(job_id)
+            self._event(db, job_id, self.clock(), kind, detail)
+
+    def expire_leases(self) -> int:
+        """End every running lease now, so the next claims reclaim those jobs.
+
+        Only for the one process that holds the home's instance lock: it
+        knows any job still marked running was left by a process that died.
+        """
+        now = self.clock()
+        with self._transaction() as db:
+            return db.execute(
+                "UPDATE jobs SET lease_until = ? WHERE state = 'running' AND lease_until > ?",
+                (now, now),
+            ).rowcount
 
     def retry(self, job_id: str) -> bool:
         """A failed or cancelled job becomes due now, with a fresh set of attempts."""
@@ -592,6 +659,16 @@ class Queue:
             params.append(limit)
         with self._reading() as db:
             return [_job(row) for row in db.execute(sql, params)]
+
+    def upcoming(self, limit: int) -> list[Job]:
+        """Pending jobs, soonest due first."""
+        with self._reading() as db:
+            rows = db.execute(
+                f"SELECT {JOB_COLUMNS} FROM jobs WHERE state = 'pending' "
+                "ORDER BY not_before, rowid LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [_job(row) for row in rows]
 
     def history(self, job_id: str) -> list[Event]:
         """The job's events, oldest first."""

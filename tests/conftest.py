@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import time
+
 import pytest
 
 from sloth_tray.queue import Queue
@@ -29,3 +34,61 @@ def queue(tmp_path, clock):
               backoff_cap=6)
     yield q
     q.close()
+
+
+def wait_for(predicate, timeout: float = 15.0, what: str = "the condition"):
+    """Wait until predicate() is truthy, at most `timeout` seconds; returns its value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class Pids:
+    """Every process a test started or learned of; all are killed at teardown."""
+
+    def __init__(self) -> None:
+        self.pids: list[int] = []
+        self.procs: list[subprocess.Popen] = []
+
+    def add(self, pid: int) -> int:
+        self.pids.append(pid)
+        return pid
+
+    def popen(self, *args, **kwargs) -> subprocess.Popen:
+        proc = subprocess.Popen(*args, **kwargs)
+        self.procs.append(proc)
+        self.pids.append(proc.pid)
+        return proc
+
+    def cleanup(self) -> None:
+        for pid in self.pids:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.kill(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for proc in self.procs:
+            proc.wait(timeout=10)
+
+
+@pytest.fixture
+def pids():
+    tracker = Pids()
+    try:
+        yield tracker
+    finally:
+        tracker.cleanup()

@@ -123,7 +123,7 @@ def test_retry_all_failed_then_cancel_and_the_doorbell_rings(home, capsys):
     ids = seed(home)
     code, out, _ = run(capsys, "retry", "--all-failed", "--home", str(home))
     assert code == 0 and out.startswith("retried   disk_check")
-    assert (home / "doorbell").exists()
+    assert (home / "doorbell" / "ring").exists()
     code, out, err = run(capsys, "cancel", ids["bad"], ids["ok"], "--home", str(home))
     assert code == 1  # the done job cannot be cancelled
     assert out.startswith("cancelled disk_check")

@@ -1,0 +1,240 @@
+"""The daemon loop: wait (no polling) -> claim -> run -> repeat.
+
+With nothing due, the loop blocks in its Alarm until something rings it (a new
+job, a retry, the CLI's doorbell, pause, quit) or until the queue's next
+wake-up time. After every change it publishes an immutable Snapshot to its
+listeners, so a UI never has to touch SQLite.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sloth_tray import procs
+from sloth_tray.alarm import Alarm, make_alarm
+from sloth_tray.errors import DatabaseProblem, SlothError
+from sloth_tray.paths import Home
+from sloth_tray.queue import Job, Queue, State
+from sloth_tray.runner import Result, Runner
+
+log = logging.getLogger("sloth_tray")
+
+SHOWN_FAILED = 50  # failed jobs carried in a snapshot (the tray lists them)
+SHOWN_WAITING = 10  # next pending jobs carried in a snapshot
+PROBLEM_RETRY = 30.0  # seconds before trying the database again after an error
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    id: str
+    name: str
+    attempt: int
+    max_attempts: int
+    started_at: float
+
+
+@dataclass(frozen=True)
+class FailedJob:
+    id: str
+    name: str
+    error: str
+
+
+@dataclass(frozen=True)
+class WaitingJob:
+    id: str
+    name: str
+    due: float
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the engine looks like right now. Listeners may keep it: it never changes."""
+
+    pending: int = 0
+    done: int = 0
+    failed_count: int = 0
+    due_now: int = 0
+    running: RunningJob | None = None
+    failed: tuple[FailedJob, ...] = ()
+    waiting: tuple[WaitingJob, ...] = ()
+    next_wakeup: float | None = None
+    paused: bool = False
+    problem: str | None = None  # a sentence for the user: the database is locked, ...
+    stopped: bool = False
+
+
+Listener = Callable[[Snapshot], None]
+ResultListener = Callable[[Job, Result], None]
+
+
+class Engine:
+    """Runs the queue's due jobs one at a time, for one owner."""
+
+    def __init__(
+        self,
+        queue: Queue,
+        home: Home,
+        *,
+        owner: str | None = None,
+        runner: Runner | None = None,
+        alarm: Alarm | None = None,
+    ) -> None:
+        self.queue = queue
+        self.home = home
+        self.owner = owner or default_owner()
+        self.runner = runner or Runner(queue, home, self.owner)
+        self.alarm = alarm or make_alarm(queue.clock)
+        self._listeners: list[Listener] = []
+        self._result_listeners: list[ResultListener] = []
+        self._stopping = False
+        self._paused = False
+        self._problem: str | None = None
+        self._running: RunningJob | None = None
+        self._last: Snapshot | None = None
+        self._lock = threading.Lock()
+
+    # -- the API other threads call -------------------------------------------
+
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def on_result(self, listener: ResultListener) -> None:
+        self._result_listeners.append(listener)
+
+    def wake(self) -> None:
+        """The queue changed: look again (and let a running job check its lease)."""
+        self.runner.nudge()
+        self.alarm.ring()
+
+    def pause(self) -> None:
+        """Claim nothing new; a running job finishes."""
+        self._paused = True
+        self.alarm.ring()
+
+    def resume(self) -> None:
+        self._paused = False
+        self.alarm.ring()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def stop(self) -> None:
+        """Quit cleanly: a running job is stopped and its lease released."""
+        self._stopping = True
+        self.runner.stop()
+        self.alarm.ring()
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._last or Snapshot()
+
+    # -- the loop -------------------------------------------------------------
+
+    def recover(self) -> None:
+        """At start-up, under the instance lock: every running job is an orphan.
+
+        Kill what is left of its process, then end its lease now so the next
+        claim reclaims it (attempt counted, max_attempts honoured) instead of
+        waiting out the lease.
+        """
+        for job in self.queue.jobs(State.RUNNING):
+            if job.child:
+                killed = procs.kill_orphan(job.child)
+                if killed:
+                    log.info("stopped %d leftover process(es) of %s (%s)", killed, job.name,
+                             job.id)
+        expired = self.queue.expire_leases()
+        if expired:
+            log.info("taking back %d job(s) left running by a previous run", expired)
+
+    def run(self, *, drain: bool = False) -> None:
+        """Run jobs until stop(); with `drain`, return once nothing is due now."""
+        try:
+            while not self._stopping:
+                try:
+                    if self._step():
+                        continue
+                    self._problem = None
+                    self._publish()
+                    if drain:
+                        return
+                    self.alarm.wait(None if self._paused else self.queue.next_wakeup())
+                except DatabaseProblem as exc:
+                    self._report(exc)
+                    if drain:
+                        raise
+                    self.alarm.wait(self.queue.clock() + PROBLEM_RETRY)
+        finally:
+            self._stopping = True
+            self._publish(stopped=True)
+
+    def _step(self) -> bool:
+        """Claim and run one job. False when nothing could be claimed."""
+        if self._paused:
+            return False
+        job = self.queue.claim(self.owner)
+        if job is None:
+            return False
+        self._running = RunningJob(job.id, job.name, job.attempts, job.max_attempts,
+                                   self.queue.clock())
+        self._publish()
+        try:
+            result = self.runner.run(job)
+        except SlothError:
+            raise  # the database's trouble: the loop reports it and waits
+        except Exception as exc:  # a bug of ours must not take the daemon down
+            log.exception("running %s (%s) failed", job.name, job.id)
+            result = self.runner.record_failure(job, f"sloth-tray could not run it: {exc}")
+        finally:
+            self._running = None
+        log.info("%s %s (%s): %s", result.outcome, job.name, job.id, result.detail)
+        for listener in self._result_listeners:
+            listener(job, result)
+        self._publish()
+        return True
+
+    def _report(self, exc: SlothError) -> None:
+        if str(exc) != self._problem:
+            log.error("%s", exc)
+        self._problem = str(exc)
+        self._publish()
+
+    def _publish(self, *, stopped: bool = False) -> None:
+        try:
+            snapshot = self._read(stopped)
+        except SlothError as exc:
+            snapshot = Snapshot(running=self._running, paused=self._paused,
+                                problem=str(exc), stopped=stopped)
+        with self._lock:
+            if snapshot == self._last:
+                return
+            self._last = snapshot
+        for listener in self._listeners:
+            try:
+                listener(snapshot)
+            except Exception:  # a listener's bug is its own
+                log.exception("snapshot listener failed")
+
+    def _read(self, stopped: bool) -> Snapshot:
+        counts = self.queue.status()
+        failed = tuple(FailedJob(j.id, j.name, j.last_error or "")
+                       for j in self.queue.jobs(State.FAILED, limit=SHOWN_FAILED))
+        waiting = tuple(WaitingJob(j.id, j.name, j.not_before)
+                        for j in self.queue.upcoming(SHOWN_WAITING))
+        return Snapshot(
+            pending=counts["pending"], done=counts["done"], failed_count=counts["failed"],
+            due_now=counts["due_now"], running=self._running, failed=failed, waiting=waiting,
+            next_wakeup=self.queue.next_wakeup(), paused=self._paused, problem=self._problem,
+            stopped=stopped,
+        )

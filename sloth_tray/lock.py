@@ -1,0 +1,88 @@
+"""One daemon per home: an OS file lock, released by the kernel when the process dies."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sloth_tray.errors import SlothError
+
+if os.name == "nt":
+    import msvcrt
+
+    def _try_lock(fd: int) -> bool:
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+
+    def _unlock(fd: int) -> None:
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+else:
+    import fcntl
+
+    def _try_lock(fd: int) -> bool:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    def _unlock(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+class AlreadyRunning(SlothError):
+    def __init__(self, pid: int | None) -> None:
+        super().__init__(f"sloth-tray is already running (pid {pid})" if pid
+                         else "sloth-tray is already running")
+        self.pid = pid
+
+
+class InstanceLock:
+    """Held for the life of the daemon (or of `sloth-tray work`). The pid written
+    inside is only for messages: the lock itself is what counts."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self) -> InstanceLock:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        if not _try_lock(fd):
+            os.close(fd)
+            raise AlreadyRunning(holder(self.path))
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            _unlock(self._fd)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> InstanceLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def holder(path: Path) -> int | None:
+    """The pid of the process holding the lock, or None when nobody holds it."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        if _try_lock(fd):
+            _unlock(fd)
+            return None
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        return int(text) if text.isdigit() else None
+    finally:
+        os.close(fd)

@@ -1,0 +1,103 @@
+"""Process groups, per OS: start a child in its own group, stop the whole group,
+and recognise a child of ours later without trusting a possibly reused pid.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+WINDOWS = os.name == "nt"
+RUN_TOKEN_ENV = "SLOTH_RUN_TOKEN"  # in every process of a run; names them after a crash
+
+
+def spawn_options() -> dict[str, Any]:
+    """Popen keyword arguments that put the child in a new group of its own."""
+    if WINDOWS:
+        return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
+    return {"start_new_session": True}  # new session, so pgid == pid
+
+
+def start_time(pid: int) -> str | None:
+    """A token that differs between two processes that had the same pid."""
+    if sys.platform.startswith("linux"):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return None
+        return stat.rsplit(")", 1)[1].split()[19]  # field 22: starttime, in clock ticks
+    if WINDOWS:
+        return None
+    try:
+        out = subprocess.run(["ps", "-o", "lstart=", "-p", str(pid)], capture_output=True,
+                             text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out or None
+
+
+def describe(proc: subprocess.Popen, token: str) -> dict[str, Any]:
+    """What to remember about a just-started child."""
+    return {"pid": proc.pid, "pgid": proc.pid, "start": start_time(proc.pid), "token": token}
+
+
+def terminate_group(proc: subprocess.Popen) -> None:
+    """Ask the child's whole group (grandchildren too) to stop: SIGTERM."""
+    if WINDOWS:
+        proc.send_signal(signal.CTRL_BREAK_EVENT)
+    else:
+        _signal_group(proc.pid, signal.SIGTERM)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """Stop the child's whole group now: SIGKILL."""
+    if WINDOWS:
+        subprocess.run(["taskkill", "/T", "/F", "/PID", str(proc.pid)], capture_output=True)
+    else:
+        _signal_group(proc.pid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is already gone
+
+
+def kill_orphan(child: dict[str, Any]) -> int:
+    """Kill what is left of a run whose daemon died. Returns how many were signalled.
+
+    On Linux, any process that carries the run's token in its environment is
+    ours (grandchildren included, whatever group they moved to). Elsewhere,
+    the group is killed only if its leader is the very process we started
+    (same pid and same start time).
+    """
+    killed = 0
+    if sys.platform.startswith("linux") and child.get("token"):
+        needle = f"{RUN_TOKEN_ENV}={child['token']}".encode()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                environ = (entry / "environ").read_bytes()
+            except OSError:
+                continue
+            if needle in environ.split(b"\0"):
+                try:
+                    os.kill(int(entry.name), signal.SIGKILL)
+                    killed += 1
+                except ProcessLookupError:
+                    pass
+        return killed
+    pid = child.get("pid")
+    if not WINDOWS and pid and child.get("start") and start_time(pid) == child["start"]:
+        try:
+            os.killpg(child.get("pgid", pid), signal.SIGKILL)
+            killed += 1
+        except ProcessLookupError:
+            pass
+    return killed

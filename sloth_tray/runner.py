@@ -1,0 +1,321 @@
+"""Run ONE claimed job: a child process in its own group, its output in a capped
+log, heartbeats while it lives, a timeout, and a kill the moment the lease is lost.
+
+The runner never blocks on a timer tick: it waits on one Event that the child's
+exit, a stop request or a nudge sets, with a timeout that is the next thing it
+has to do (renew the lease, or end a timed-out attempt).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import BinaryIO
+
+from sloth_tray import procs
+from sloth_tray.jobfile import BadJobFile, command_for
+from sloth_tray.paths import Home
+from sloth_tray.queue import Job, Queue
+from sloth_tray.timefmt import format_duration
+
+LOG_CAP = 10 * 1024 * 1024
+RESULT_LIMIT = 200
+CHUNK = 64 * 1024
+SLEEP_THRESHOLD = 5.0  # wall time running this far ahead of monotonic time = a suspend
+
+
+class Outcome(StrEnum):
+    DONE = "done"  # exit 0, completed
+    RETRYING = "retrying"  # failed; the queue will try again later
+    FAILED = "failed"  # failed for good
+    LOST = "lost"  # another owner holds the job now; we recorded nothing
+    RELEASED = "released"  # stopped for a clean quit; due again at the next start
+
+
+@dataclass(frozen=True)
+class Result:
+    outcome: Outcome
+    detail: str
+
+
+class LastLine:
+    """The last non-empty line of a stream, kept to `limit` characters, in O(limit) memory."""
+
+    def __init__(self, limit: int = RESULT_LIMIT) -> None:
+        self.limit = limit
+        self._current = bytearray()
+        self._last = b""
+
+    def feed(self, chunk: bytes) -> None:
+        *finished, rest = chunk.replace(b"\r", b"\n").split(b"\n")
+        for piece in finished:
+            self._append(piece)
+            if self._current.strip():
+                self._last = bytes(self._current)
+            self._current.clear()
+        self._append(rest)
+
+    def _append(self, piece: bytes) -> None:
+        room = self.limit * 4 - len(self._current)  # bytes: up to 4 per character
+        if room > 0:
+            self._current += piece[:room]
+
+    def text(self) -> str:
+        line = self._current if self._current.strip() else self._last
+        return bytes(line).decode("utf-8", "replace").strip()[: self.limit]
+
+
+class CappedLog:
+    """The attempt's log file; past `cap` bytes the rest is counted, not written."""
+
+    def __init__(self, path: Path, cap: int) -> None:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.path = path
+        self.cap = cap
+        self.written = 0
+        self.dropped = 0
+        self.error: str | None = None
+        self._lock = threading.Lock()
+        self._file: BinaryIO | None = open(path, "ab")  # noqa: SIM115 (closed in close())
+
+    def write(self, chunk: bytes) -> None:
+        with self._lock:
+            room = self.cap - self.written
+            keep = chunk[: max(room, 0)]
+            self.dropped += len(chunk) - len(keep)
+            if keep and self._file is not None:
+                try:
+                    self._file.write(keep)
+                    self._file.flush()
+                except OSError as exc:  # e.g. the disk is full: the job goes on
+                    self.error = f"log writing stopped: {exc.strerror}"
+                    self._close_file()
+            self.written += len(keep)
+
+    def close(self) -> None:
+        with self._lock:
+            if self.dropped and self._file is not None:
+                try:
+                    self._file.write(
+                        f"\n[sloth-tray: output past {self.cap} bytes was dropped: "
+                        f"{self.dropped} bytes]\n".encode())
+                except OSError:
+                    pass
+            self._close_file()
+
+    def _close_file(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:
+                pass
+            self._file = None
+
+
+class Runner:
+    """Runs claimed jobs for one owner, one at a time."""
+
+    def __init__(
+        self,
+        queue: Queue,
+        home: Home,
+        owner: str,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        log_cap: int = LOG_CAP,
+        grace: float = 5.0,
+    ) -> None:
+        self.queue = queue
+        self.home = home
+        self.owner = owner
+        self.monotonic = monotonic
+        self.log_cap = log_cap
+        self.grace = grace
+        self._attention = threading.Event()
+        self._stopping = False
+
+    # -- called from other threads -----------------------------------------
+
+    def stop(self) -> None:
+        """Clean quit: end the running attempt and give its lease back."""
+        self._stopping = True
+        self._attention.set()
+
+    def nudge(self) -> None:
+        """Check the lease now (the queue changed: the job may have been cancelled)."""
+        self._attention.set()
+
+    # -- the work -------------------------------------------------------------
+
+    def run(self, job: Job) -> Result:
+        try:
+            command = command_for(Path(job.script or ""))
+        except BadJobFile as exc:
+            return self.record_failure(job, str(exc), permanent=True)
+        log = CappedLog(self.home.job_logs(job.id) / f"{job.attempts}.log", self.log_cap)
+        token = secrets.token_hex(8)
+        env = os.environ | {
+            "SLOTH_JOB_ID": job.id, "SLOTH_JOB_NAME": job.name,
+            "SLOTH_ATTEMPT": str(job.attempts), "SLOTH_HOME": str(self.home.root),
+            procs.RUN_TOKEN_ENV: token,
+        }
+        try:
+            child = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, cwd=Path.home(), env=env, **procs.spawn_options())
+        except OSError as exc:
+            log.close()
+            return self.record_failure(job, spawn_error(command[0], exc), permanent=True)
+        try:
+            return self._supervise(job, child, log, token)
+        finally:
+            log.close()
+
+    def _supervise(self, job: Job, child: subprocess.Popen, log: CappedLog, token: str) -> Result:
+        self._attention.clear()
+        if not self.queue.started(job.id, self.owner, procs.describe(child, token)):
+            procs.kill_group(child)
+            child.wait()
+            return Result(Outcome.LOST, "the job was taken before it started")
+        out, err = LastLine(), LastLine()
+        readers = [threading.Thread(target=pump, args=(child.stdout, out, log), daemon=True),
+                   threading.Thread(target=pump, args=(child.stderr, err, log), daemon=True)]
+        waiter = threading.Thread(target=self._wait_for_exit, args=(child,), daemon=True)
+        for thread in (*readers, waiter):
+            thread.start()
+
+        lease = job.lease_seconds or self.queue.lease_seconds
+        beat_every = lease / 3
+        timeout = job.options.get("timeout")
+        started = self.monotonic()
+        sleep_watch = SleepWatch(self.queue.clock, self.monotonic)
+        lease_until = self.queue.clock() + lease  # our own estimate, to notice a lapse
+        next_beat = started + beat_every
+        while child.returncode is None:
+            now = self.monotonic()
+            deadline = next_beat if timeout is None else min(next_beat, started + timeout)
+            self._attention.wait(max(0.0, deadline - now))
+            self._attention.clear()
+            if child.returncode is not None:
+                break
+            if self._stopping:
+                self._end(child, readers, token)
+                self.queue.release(job.id, self.owner)
+                return Result(Outcome.RELEASED, "stopped for quit; due again at the next start")
+            now = self.monotonic()
+            if timeout is not None and now >= started + timeout:
+                self._end(child, readers, token)
+                return self.record_failure(job, f"timed out after {format_duration(timeout)}")
+            slept, lapsed = sleep_watch.gap(), self.queue.clock() - lease_until
+            if not self.queue.heartbeat(job.id, self.owner, lease):
+                procs.kill_group(child)
+                child.wait()
+                return Result(Outcome.LOST, "another worker holds the job now")
+            lease_until = self.queue.clock() + lease
+            if slept or lapsed > 0:
+                self._note_renewal(job, slept, lapsed)
+            next_beat = self.monotonic() + beat_every
+
+        self._reap_group(child, readers, token)
+        if child.returncode == 0:
+            result = out.text()
+            if self.queue.complete(job.id, self.owner, result):
+                return Result(Outcome.DONE, result)
+            return Result(Outcome.LOST, "another worker holds the job now")
+        error = err.text() or out.text() or exit_description(child.returncode)
+        if log.error:
+            error = f"{error} ({log.error})"
+        return self.record_failure(job, error)
+
+    def _note_renewal(self, job: Job, slept: float, lapsed: float) -> None:
+        renewed = "nobody took the job meanwhile, so its lease was renewed"
+        if slept:
+            self.queue.note(job.id, "slept",
+                            f"the computer slept about {format_duration(round(slept))}; {renewed}")
+        else:
+            self.queue.note(job.id, "renewed",
+                            f"the lease had lapsed {format_duration(lapsed)} ago; {renewed}")
+
+    def _wait_for_exit(self, child: subprocess.Popen) -> None:
+        child.wait()  # a blocking waitpid: no polling
+        self._attention.set()
+
+    def _end(self, child: subprocess.Popen, readers: list[threading.Thread], token: str) -> None:
+        """SIGTERM to the group, a grace period, then SIGKILL."""
+        procs.terminate_group(child)
+        try:
+            child.wait(timeout=self.grace)
+        except subprocess.TimeoutExpired:
+            pass
+        self._reap_group(child, readers, token)
+
+    def _reap_group(self, child: subprocess.Popen, readers: list[threading.Thread],
+                    token: str) -> None:
+        """The main process is done: whatever it left behind goes too (like
+        systemd's control-group kill), and the output pipes are drained."""
+        procs.kill_group(child)
+        child.wait()
+        procs.kill_orphan({"token": token})  # strays that left the group (Linux)
+        for reader in readers:
+            reader.join(timeout=self.grace)
+
+    def record_failure(self, job: Job, error: str, *, permanent: bool = False) -> Result:
+        state = self.queue.fail(job.id, self.owner, error, permanent=permanent)
+        if state is None:
+            return Result(Outcome.LOST, "another worker holds the job now")
+        return Result(Outcome.FAILED if state == "failed" else Outcome.RETRYING, error)
+
+
+class SleepWatch:
+    """Notices a suspend: wall time that ran ahead of monotonic time.
+
+    Linux and macOS stop the monotonic clock while the machine sleeps; the
+    wall clock keeps counting. The difference between the two is the nap.
+    """
+
+    def __init__(self, wall: Callable[[], float], monotonic: Callable[[], float]) -> None:
+        self.wall = wall
+        self.monotonic = monotonic
+        self._offset = wall() - monotonic()
+
+    def gap(self) -> float:
+        """Seconds slept since the last call (0.0 if none)."""
+        offset = self.wall() - self.monotonic()
+        gap, self._offset = offset - self._offset, offset
+        return gap if gap > SLEEP_THRESHOLD else 0.0
+
+
+def pump(stream: BinaryIO, tail: LastLine, log: CappedLog) -> None:
+    """Copy a child's pipe into the log, keeping its last line; memory stays flat."""
+    with stream:
+        while chunk := stream.read1(CHUNK):
+            tail.feed(chunk)
+            log.write(chunk)
+
+
+def exit_description(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+def spawn_error(program: str, exc: OSError) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return f"cannot start the job: {program} was not found (is it installed?)"
+    if isinstance(exc, PermissionError):
+        return f"cannot start the job: permission denied running {program}"
+    if exc.errno == 8:  # ENOEXEC
+        return f"cannot start the job: {program} is not a program this system can run"
+    return f"cannot start the job: {exc.strerror or exc}"
+

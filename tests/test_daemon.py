@@ -1,0 +1,153 @@
+"""The daemon as a user runs it: a real `sloth-tray run` process, killed, stopped, quit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import alive, wait_for
+
+from sloth_tray.paths import locate
+from sloth_tray.queue import Queue, State
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
+
+
+@pytest.fixture
+def home(tmp_path):
+    return locate(tmp_path / "home").ensure()
+
+
+def start_daemon(pids, home, *extra: str) -> subprocess.Popen:
+    proc = pids.popen([sys.executable, "-m", "sloth_tray", "run", "--headless",
+                       "--home", str(home.root), *extra],
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: home.lock.exists() and home.lock.read_text().strip() == str(proc.pid)
+             or proc.poll() is not None, what="the daemon to take its lock")
+    assert proc.poll() is None, proc.communicate()
+    return proc
+
+
+def add(home, name: str, text: str, *extra: str) -> str:
+    path = home.root.parent / name
+    path.write_text(text)
+    done = subprocess.run([sys.executable, "-m", "sloth_tray", "add", str(path),
+                           "--home", str(home.root), *extra],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def job(home, job_id: str):
+    with Queue(home.db) as queue:
+        return queue.get(job_id), [e.kind for e in queue.history(job_id)]
+
+
+def test_kill_9_mid_job_then_restart_reruns_it_and_kills_the_orphan(home, tmp_path, pids):
+    marks = tmp_path / "marks"
+    job_id = add(home, "work.sh", f"""echo "$SLOTH_ATTEMPT $$" >> {marks}
+if [ "$SLOTH_ATTEMPT" = 1 ]; then sleep 300; fi
+echo finished
+""")
+    first = start_daemon(pids, home, "--lease", "60")
+    wait_for(lambda: marks.exists() and marks.read_text(), what="the first attempt")
+    orphan = pids.add(int(marks.read_text().split()[1]))
+    first.kill()
+    first.wait(timeout=10)
+    assert alive(orphan), "the child should outlive a kill -9 of the daemon (own session)"
+
+    # The lease has 60 s left, yet the restarted daemon must not wait for it.
+    start_daemon(pids, home, "--lease", "60")
+    wait_for(lambda: job(home, job_id)[0].state == State.DONE, what="the job to be rerun")
+    done, kinds = job(home, job_id)
+    assert done.attempts == 2
+    assert kinds == ["pushed", "claimed", "started", "reclaimed", "claimed", "started",
+                     "completed"]
+    assert not alive(orphan), "the orphan of the first attempt must be killed"
+
+
+def test_sigstop_past_the_lease_then_sigcont_finishes_once_without_reclaim(home, tmp_path, pids):
+    effects, go = tmp_path / "effects", tmp_path / "go"
+    job_id = add(home, "once.sh", f"""echo "side effect $SLOTH_ATTEMPT $$" >> {effects}
+while [ ! -e {go} ]; do sleep 0.05; done
+echo finished
+""")
+    daemon = start_daemon(pids, home, "--lease", "1")
+    wait_for(lambda: effects.exists() and effects.read_text(), what="the job to start")
+    child = pids.add(int(effects.read_text().split()[-1]))
+    os.kill(daemon.pid, signal.SIGSTOP)
+    os.killpg(child, signal.SIGSTOP)
+    try:
+        time.sleep(2.5)  # the scenario itself: the lease (1 s) runs out while all are frozen
+    finally:
+        os.killpg(child, signal.SIGCONT)
+        os.kill(daemon.pid, signal.SIGCONT)
+    wait_for(lambda: "renewed" in job(home, job_id)[1], what="the lapsed lease to be renewed")
+    go.touch()
+    wait_for(lambda: job(home, job_id)[0].state == State.DONE, what="the job to finish")
+    done, kinds = job(home, job_id)
+    assert effects.read_text().count("side effect") == 1
+    assert "reclaimed" not in kinds and done.attempts == 1
+
+
+def test_a_second_daemon_is_refused_and_work_too(home, pids):
+    first = start_daemon(pids, home)
+    for command in (["run", "--headless"], ["work", "--once"]):
+        second = subprocess.run([sys.executable, "-m", "sloth_tray", *command,
+                                 "--home", str(home.root)],
+                                capture_output=True, text=True, timeout=30)
+        assert second.returncode == 1
+        assert second.stderr == f"sloth-tray: sloth-tray is already running (pid {first.pid})\n"
+
+
+def test_quit_mid_job_releases_it_pending_with_attempts_unchanged(home, tmp_path, pids):
+    started = tmp_path / "started"
+    job_id = add(home, "long.sh", f"echo $$ > {started}; sleep 300")
+    daemon = start_daemon(pids, home)
+    child = pids.add(int(wait_for(lambda: started.exists() and started.read_text().strip(),
+                                  what="the job to start")))
+    daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(timeout=20) == 0
+    released, kinds = job(home, job_id)
+    assert (released.state, released.attempts) == (State.PENDING, 0)
+    assert kinds[-1] == "released"
+    assert not alive(child)
+    assert "Traceback" not in daemon.stderr.read()
+
+
+def test_bad_scripts_fail_with_a_sentence_and_the_next_job_still_runs(home, pids):
+    bad = {
+        add(home, "report.xyz", "stuff"): "don't know how to run report.xyz",
+        add(home, "noshebang", "echo hi"): "add a #! line",
+        add(home, "garbage.dat", "\x00\x7fELF\x01\x02"): "don't know how to run garbage.dat",
+        add(home, "py9.sh", "#!/usr/bin/python9\n"): "/usr/bin/python9 was not found",
+    }
+    good = add(home, "fine.sh", "echo all good")
+    daemon = start_daemon(pids, home)
+    wait_for(lambda: job(home, good)[0].state == State.DONE, what="the good job to run")
+    for job_id, sentence in bad.items():
+        failed, _ = job(home, job_id)
+        assert failed.state == State.FAILED and sentence in failed.last_error
+    assert daemon.poll() is None
+
+
+def test_the_cli_doorbell_wakes_an_idle_daemon_at_once(home, pids):
+    daemon = start_daemon(pids, home)
+    ran = home.root.parent / "ran"
+    job_id = add(home, "hello.sh", f"touch {ran}")
+    wait_for(lambda: job(home, job_id)[0].state == State.DONE, timeout=5,
+             what="the job to run after the doorbell")
+    assert ran.exists() and daemon.poll() is None
+
+
+def test_a_delayed_job_starts_when_due_and_not_before(home, tmp_path, pids):
+    start_daemon(pids, home)
+    ran = tmp_path / "ran"
+    job_id = add(home, "later.sh", f"date +%s.%N > {ran}", "--delay", "1.5")
+    pushed_at = job(home, job_id)[0].created_at
+    wait_for(ran.exists, timeout=10, what="the delayed job to run")
+    assert float(ran.read_text()) >= pushed_at + 1.5

@@ -1,0 +1,241 @@
+"""One claimed job, run for real: child processes, logs, heartbeats, timeouts."""
+
+from __future__ import annotations
+
+import resource
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import alive, wait_for
+
+from sloth_tray.paths import locate
+from sloth_tray.queue import Queue, State
+from sloth_tray.runner import LastLine, Outcome, Runner
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
+
+
+@pytest.fixture
+def home(tmp_path):
+    return locate(tmp_path / "home").ensure()
+
+
+def script(home, name: str, text: str, mode: int = 0o600) -> Path:
+    path = home.spool / name
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def start(queue: Queue, path: Path, owner: str = "me", **push):
+    job_id = queue.push(path.stem, script=str(path), **push)
+    job = queue.claim(owner)
+    assert job.id == job_id
+    return job
+
+
+def test_exit_0_completes_with_the_last_stdout_line_and_logs_both_streams(home):
+    queue = Queue(home.db)
+    path = script(home, "tidy.sh", 'echo "moving"\necho oops >&2\necho "tidy: moved 4 files"\n'
+                                   'echo\n')
+    job = start(queue, path)
+    result = Runner(queue, home, "me").run(job)
+    assert (result.outcome, result.detail) == (Outcome.DONE, "tidy: moved 4 files")
+    assert queue.get(job.id).result == "tidy: moved 4 files"
+    log = (home.logs / job.id / "1.log").read_text()
+    assert "moving" in log and "oops" in log
+    assert [e.kind for e in queue.history(job.id)] == ["pushed", "claimed", "started", "completed"]
+
+
+def test_the_child_gets_its_environment_home_dir_and_no_stdin(home, tmp_path):
+    queue = Queue(home.db)
+    out = tmp_path / "env.txt"
+    path = script(home, "env.py", "import os, sys\n"
+                  f"open({str(out)!r}, 'w').write(repr((os.environ['SLOTH_JOB_ID'], "
+                  "os.environ['SLOTH_JOB_NAME'], os.environ['SLOTH_ATTEMPT'], "
+                  "os.environ['SLOTH_HOME'], os.getcwd(), sys.stdin.read(), "
+                  "os.getpgid(0) == os.getpid())))\n")
+    job = start(queue, path)
+    assert Runner(queue, home, "me").run(job).outcome == Outcome.DONE
+    assert eval(out.read_text()) == (job.id, "env", "1", str(home.root), str(Path.home()), "",
+                                     True)
+
+
+def test_a_failure_uses_the_last_stderr_line_then_stdout_then_the_exit_code(home):
+    queue = Queue(home.db)
+    runner = Runner(queue, home, "me")
+    cases = {
+        "err.sh": ('echo out; echo "disk check: 82% full" >&2; exit 3', "disk check: 82% full"),
+        "out.sh": ("echo 'only stdout'; exit 2", "only stdout"),
+        "silent.sh": ("exit 7", "exit code 7"),
+        "killed.sh": ("kill -9 $$", "killed by SIGKILL"),
+    }
+    for name, (text, error) in cases.items():
+        job = start(queue, script(home, name, text))
+        result = runner.run(job)
+        assert (result.outcome, result.detail) == (Outcome.RETRYING, error), name
+        assert queue.get(job.id).last_error == error
+
+
+@pytest.mark.parametrize("name, text, error", [
+    ("report.xyz", "whatever", "don't know how to run report.xyz: add a #! line or name it "
+                               ".py or .sh"),
+    ("noshebang", "echo hi", "don't know how to run noshebang: add a #! line"),
+    ("garbage.bin", "\x00\x01\x02\xff" * 10, "don't know how to run garbage.bin"),
+    ("missing.sh", "#!/usr/bin/no-such-interpreter\necho hi",
+     "/usr/bin/no-such-interpreter was not found"),
+])
+def test_unrunnable_scripts_fail_at_once_with_a_sentence(home, name, text, error):
+    queue = Queue(home.db)
+    job = start(queue, script(home, name, text))
+    result = Runner(queue, home, "me").run(job)
+    assert result.outcome == Outcome.FAILED  # for good: retrying cannot help
+    assert error in result.detail
+    assert queue.get(job.id).state == State.FAILED
+
+
+def test_a_lost_lease_kills_the_child_at_once(home, tmp_path, pids):
+    queue = Queue(home.db, lease_seconds=0.6)
+    pidfile = tmp_path / "pid"
+    path = script(home, "hang.sh", f"echo $$ > {pidfile}; sleep 300; echo 'side effect'")
+    job = start(queue, path, owner="A")
+    results = []
+    thread = threading.Thread(target=lambda: results.append(Runner(queue, home, "A").run(job)))
+    thread.start()
+    child = pids.add(int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(),
+                                  what="the child to start")))
+    # Another worker whose clock says A's lease ran out takes the job over.
+    later = Queue(home.db, clock=lambda: time.time() + 1.0, lease_seconds=600)
+    assert later.claim("B").lease_owner == "B"
+    thread.join(timeout=10)
+    assert results and results[0].outcome == Outcome.LOST
+    wait_for(lambda: not alive(child), timeout=2, what="the child to die")
+    kinds = [e.kind for e in queue.history(job.id)]
+    assert kinds[-2:] == ["reclaimed", "claimed"], "A must record nothing after losing"
+    assert queue.get(job.id).lease_owner == "B"
+
+
+def test_a_cancelled_running_job_is_stopped_at_the_next_nudge(home, tmp_path, pids):
+    queue = Queue(home.db, lease_seconds=600)  # heartbeats far apart: the nudge must do it
+    pidfile = tmp_path / "pid"
+    job = start(queue, script(home, "hang.sh", f"echo $$ > {pidfile}; sleep 300"))
+    runner = Runner(queue, home, "me")
+    results = []
+    thread = threading.Thread(target=lambda: results.append(runner.run(job)))
+    thread.start()
+    child = pids.add(int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip())))
+    assert queue.cancel(job.id)
+    runner.nudge()
+    thread.join(timeout=10)
+    assert results[0].outcome == Outcome.LOST
+    wait_for(lambda: not alive(child), timeout=2, what="the child to die")
+    assert queue.get(job.id).state == State.CANCELLED
+
+
+def test_a_timeout_kills_a_child_that_ignores_sigterm_and_its_grandchild(home, tmp_path, pids):
+    queue = Queue(home.db)
+    child_pid, grandchild_pid = tmp_path / "child", tmp_path / "grandchild"
+    path = script(home, "stubborn.sh", f"""trap '' TERM
+sleep 300 &
+echo $! > {grandchild_pid}
+echo $$ > {child_pid}
+while true; do wait; done
+""")
+    job = start(queue, path, options={"timeout": 1.0})
+    started = time.monotonic()
+    result = Runner(queue, home, "me", grace=0.5).run(job)
+    for pidfile in (child_pid, grandchild_pid):
+        pids.add(int(pidfile.read_text()))
+    assert (result.outcome, result.detail) == (Outcome.RETRYING, "timed out after 1s")
+    assert time.monotonic() - started < 10
+    assert not alive(int(child_pid.read_text()))
+    wait_for(lambda: not alive(int(grandchild_pid.read_text())), timeout=2,
+             what="the grandchild to die")
+
+
+def test_a_fork_that_outlives_its_parent_is_stopped_when_the_job_ends(home, tmp_path, pids):
+    queue = Queue(home.db)
+    stray = tmp_path / "stray"
+    path = script(home, "fork.sh", f"(setsid sleep 300 & echo $! > {stray}) ; echo parent done")
+    job = start(queue, path)
+    result = Runner(queue, home, "me").run(job)
+    pids.add(int(stray.read_text()))
+    assert (result.outcome, result.detail) == (Outcome.DONE, "parent done")
+    wait_for(lambda: not alive(int(stray.read_text())), timeout=2, what="the stray to die")
+
+
+def test_200_mb_of_output_is_capped_and_memory_stays_flat(home):
+    queue = Queue(home.db)
+    path = script(home, "noisy.py", "import sys\nchunk = b'x' * 1023 + b'\\n'\n"
+                  "for _ in range(200 * 1024):\n    sys.stdout.buffer.write(chunk)\n"
+                  "print('the end')\n")
+    job = start(queue, path)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result = Runner(queue, home, "me", log_cap=1024 * 1024).run(job)
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert (result.outcome, result.detail) == (Outcome.DONE, "the end")
+    log = home.logs / job.id / "1.log"
+    assert 1024 * 1024 < log.stat().st_size < 1024 * 1024 + 200
+    total = 200 * 1024 * 1024 + len(b"the end\n")
+    assert log.read_bytes().endswith(f"was dropped: {total - 1024 * 1024} bytes]\n".encode())
+    assert grown_kib < 20 * 1024, f"the runner's memory grew by {grown_kib} KiB"
+
+
+def test_a_wall_clock_jump_is_recorded_as_sleep_and_the_lease_renewed(home, tmp_path, clock):
+    queue = Queue(home.db, clock=clock, lease_seconds=0.6)
+    go, started = tmp_path / "go", tmp_path / "started"
+    path = script(home, "nap.sh", f"touch {started}; while [ ! -e {go} ]; do sleep 0.05; done;"
+                                  "echo finished")
+    job = start(queue, path)
+    results = []
+    thread = threading.Thread(target=lambda: results.append(Runner(queue, home, "me").run(job)))
+    thread.start()
+    try:
+        wait_for(started.exists, what="the job to start")
+        clock.advance(7200)  # the lid was closed for two hours: wall time moved, monotonic not
+        wait_for(lambda: "slept" in [e.kind for e in queue.history(job.id)],
+                 what="the sleep to be noticed")
+    finally:
+        go.touch()
+        thread.join(timeout=10)
+    assert results[0].outcome == Outcome.DONE
+    history = queue.history(job.id)
+    kinds = [e.kind for e in history]
+    assert kinds.count("completed") == 1 and "reclaimed" not in kinds
+    assert "slept about 2h" in next(e.detail for e in history if e.kind == "slept")
+
+
+def test_a_stop_request_releases_the_lease_without_counting_the_attempt(home, tmp_path, pids):
+    queue = Queue(home.db)
+    pidfile = tmp_path / "pid"
+    job = start(queue, script(home, "hang.sh", f"echo $$ > {pidfile}; sleep 300"))
+    runner = Runner(queue, home, "me", grace=1)
+    results = []
+    thread = threading.Thread(target=lambda: results.append(runner.run(job)))
+    thread.start()
+    child = pids.add(int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip())))
+    runner.stop()
+    thread.join(timeout=10)
+    assert results[0].outcome == Outcome.RELEASED
+    assert not alive(child)
+    after = queue.get(job.id)
+    assert (after.state, after.attempts) == (State.PENDING, 0)
+
+
+@pytest.mark.parametrize("chunks, expected", [
+    ([b"one\ntwo\n\n  \n"], "two"),
+    ([b"par", b"tial line"], "partial line"),
+    ([b"progress 10%\rprogress 100%\r"], "progress 100%"),
+    ([b"x" * 10_000 + b"\n"], "x" * 200),
+    ([b"caf\xc3", b"\xa9\n"], "caf\u00e9"),
+    ([], ""),
+])
+def test_last_line_keeps_only_the_last_non_empty_line(chunks, expected):
+    tail = LastLine()
+    for chunk in chunks:
+        tail.feed(chunk)
+    assert tail.text() == expected
+
