@@ -1,0 +1,112 @@
+"""The loop, in-process: snapshots, pause, drain, recovery, trouble with the database."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+import threading
+
+import pytest
+from conftest import wait_for
+
+from sloth_tray.engine import Engine, Snapshot
+from sloth_tray.paths import locate
+from sloth_tray.queue import Queue, State
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /bin/sh")
+
+
+@pytest.fixture
+def home(tmp_path):
+    return locate(tmp_path / "home").ensure()
+
+
+def push_script(queue: Queue, home, name: str, text: str, **push) -> str:
+    path = home.spool / name
+    path.write_text(text)
+    return queue.push(path.stem, script=str(path), **push)
+
+
+def test_owner_is_host_and_pid(home):
+    engine = Engine(Queue(home.db), home)
+    host, pid = engine.owner.rsplit(":", 1)
+    assert host and int(pid) > 0
+
+
+def test_drain_runs_every_due_job_and_publishes_what_happened(home):
+    queue = Queue(home.db, max_attempts=1)
+    ok = push_script(queue, home, "ok.sh", "echo fine")
+    bad = push_script(queue, home, "bad.sh", "echo 'disk check: 82% full' >&2; exit 1")
+    later = push_script(queue, home, "later.sh", "echo later", delay=3600)
+    engine = Engine(queue, home)
+    seen: list[Snapshot] = []
+    results = []
+    engine.subscribe(seen.append)
+    engine.on_result(lambda job, result: results.append((job.name, result.outcome.value)))
+    engine.run(drain=True)
+    assert results == [("ok", "done"), ("bad", "failed")]
+    assert {s.running.name for s in seen if s.running} == {"ok", "bad"}
+    final = seen[-1]
+    assert final.stopped and final.running is None
+    assert (final.done, final.failed_count, final.pending) == (1, 1, 1)
+    assert [(f.id, f.error) for f in final.failed] == [(bad, "disk check: 82% full")]
+    assert [w.id for w in final.waiting] == [later]
+    assert final.next_wakeup == queue.get(later).not_before
+    assert queue.get(ok).state == State.DONE
+
+
+def test_paused_claims_nothing_and_resume_goes_on(home, tmp_path):
+    queue = Queue(home.db)
+    engine = Engine(queue, home)
+    engine.pause()
+    seen: list[Snapshot] = []
+    engine.subscribe(seen.append)
+    thread = threading.Thread(target=engine.run)
+    thread.start()
+    try:
+        job_id = push_script(queue, home, "a.sh", "echo a")
+        engine.wake()
+        wait_for(lambda: seen and seen[-1].paused and seen[-1].pending == 1,
+                 what="a paused snapshot with the job waiting")
+        assert queue.get(job_id).state == State.PENDING
+        engine.resume()
+        wait_for(lambda: queue.get(job_id).state == State.DONE, what="the job to run")
+    finally:
+        engine.stop()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+
+
+def test_recover_takes_back_jobs_left_running_at_once(home):
+    queue = Queue(home.db, lease_seconds=3600)
+    job_id = push_script(queue, home, "a.sh", "echo again")
+    queue.claim("dead-host:1")
+    engine = Engine(queue, home)
+    engine.recover()
+    engine.run(drain=True)
+    job = queue.get(job_id)
+    assert (job.state, job.attempts) == (State.DONE, 2)
+    assert "reclaimed" in [e.kind for e in queue.history(job_id)]
+
+
+def test_a_locked_database_is_reported_in_the_snapshot_and_nothing_is_lost(home):
+    queue = Queue(home.db, busy_timeout=0.05)
+    job_id = push_script(queue, home, "a.sh", "echo ok")
+    engine = Engine(queue, home)
+    seen: list[Snapshot] = []
+    engine.subscribe(seen.append)
+    blocker = sqlite3.connect(home.db, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    thread = threading.Thread(target=engine.run)
+    thread.start()
+    try:
+        wait_for(lambda: seen and seen[-1].problem, what="the problem to be published")
+        assert "locked by another program" in seen[-1].problem
+        blocker.execute("ROLLBACK")
+        engine.wake()
+        wait_for(lambda: queue.get(job_id).state == State.DONE, what="the job to run after")
+        wait_for(lambda: seen[-1].problem is None, what="the problem to clear")
+    finally:
+        blocker.close()
+        engine.stop()
+        thread.join(timeout=10)
