@@ -107,20 +107,23 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             created_at   REAL NOT NULL,
             updated_at   REAL NOT NULL
         )""",
+        # One B-tree keyed by job: a job's history is one range, and each
+        # event costs a single insert (no separate index to keep).
         """CREATE TABLE events (
-            seq    INTEGER PRIMARY KEY,
             job_id TEXT NOT NULL,
+            seq    INTEGER NOT NULL,
             at     REAL NOT NULL,
             kind   TEXT NOT NULL,
-            detail TEXT NOT NULL DEFAULT ''
-        )""",
-        "CREATE INDEX events_by_job ON events(job_id, seq)",
-        # Partial indexes: claim and next_wakeup only ever look at the few
-        # pending or running rows, however many finished ones pile up.
+            detail TEXT NOT NULL DEFAULT '',
+            PRIMARY KEY (job_id, seq)
+        ) WITHOUT ROWID""",
+        # Partial indexes hold only the few rows that are waiting, leased or
+        # failed, however many finished ones pile up; each costs a write only
+        # when a job enters or leaves that state. (No index on state itself:
+        # the planner would prefer it to these, and every write would pay.)
         "CREATE INDEX jobs_due ON jobs(not_before) WHERE state = 'pending'",
         "CREATE INDEX jobs_leased ON jobs(lease_until) WHERE state = 'running'",
-        # Listing by state, newest first (rowid grows with each push).
-        "CREATE INDEX jobs_by_state ON jobs(state)",
+        "CREATE INDEX jobs_failed ON jobs(updated_at) WHERE state = 'failed'",
         # status() reads counts kept by triggers instead of counting a
         # million done rows on every call.
         "CREATE TABLE counts (state TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID",
@@ -342,7 +345,8 @@ class Queue:
     @staticmethod
     def _event(db: sqlite3.Connection, job_id: str, at: float, kind: str, detail: str = "") -> None:
         db.execute(
-            "INSERT INTO events(job_id, at, kind, detail) VALUES (?, ?, ?, ?)",
+            "INSERT INTO events(job_id, seq, at, kind, detail) VALUES (?1, "
+            "(SELECT coalesce(max(seq), 0) + 1 FROM events WHERE job_id = ?1), ?2, ?3, ?4)",
             (job_id, at, kind, detail),
         )
 
@@ -399,59 +403,61 @@ class Queue:
         now = self.clock()
         with self._transaction() as db:
             while True:
+                # Cheap look-ups on the partial indexes first; the full row
+                # comes back from the UPDATE itself.
                 pending = db.execute(
-                    f"SELECT {JOB_COLUMNS} FROM jobs WHERE state = 'pending' "
+                    "SELECT id, not_before FROM jobs WHERE state = 'pending' "
                     "AND not_before <= ? ORDER BY not_before, rowid LIMIT 1",
                     (now,),
                 ).fetchone()
                 expired = db.execute(
-                    f"SELECT {JOB_COLUMNS} FROM jobs WHERE state = 'running' "
+                    "SELECT id, lease_until FROM jobs WHERE state = 'running' "
                     "AND lease_until <= ? ORDER BY lease_until, rowid LIMIT 1",
                     (now,),
                 ).fetchone()
                 if pending is None and expired is None:
                     return None
-                if expired is not None:
-                    job = _job(expired)
-                    if pending is not None and _job(pending).not_before < job.lease_until:
-                        job = _job(pending)
-                    elif not self._reclaim(db, job, now):
+                if expired is not None and (pending is None or expired[1] <= pending[1]):
+                    if not self._reclaim(db, expired[0], now):
                         continue  # that used its last attempt; look again
+                    job_id = expired[0]
                 else:
-                    job = _job(pending)
-                lease_until = now + (job.lease_seconds or self.lease_seconds)
-                attempt = job.attempts + 1
-                db.execute(
-                    "UPDATE jobs SET state = 'running', lease_owner = ?, lease_until = ?, "
-                    "attempts = ?, updated_at = ?, child = NULL WHERE id = ?",
-                    (owner, lease_until, attempt, now, job.id),
-                )
+                    job_id = pending[0]
+                row = db.execute(
+                    "UPDATE jobs SET state = 'running', lease_owner = :owner, "
+                    "lease_until = :now + coalesce(json_extract(options, '$.lease'), :lease), "
+                    "attempts = attempts + 1, updated_at = :now, child = NULL "
+                    f"WHERE id = :id RETURNING {JOB_COLUMNS}",
+                    {"owner": owner, "now": now, "lease": self.lease_seconds, "id": job_id},
+                ).fetchone()
+                job = _job(row)
                 self._event(db, job.id, now, "claimed",
-                            f"attempt {attempt} of {job.max_attempts} by {owner}")
-                return Job(**{**job.__dict__, "state": State.RUNNING, "lease_owner": owner,
-                              "lease_until": lease_until, "attempts": attempt,
-                              "updated_at": now, "child": None})
+                            f"attempt {job.attempts} of {job.max_attempts} by {owner}")
+                return job
 
-    def _reclaim(self, db: sqlite3.Connection, job: Job, now: float) -> bool:
+    def _reclaim(self, db: sqlite3.Connection, job_id: str, now: float) -> bool:
         """Take back an expired lease. False when that used up the last attempt."""
+        attempts, max_attempts, owner, lease_until = db.execute(
+            "SELECT attempts, max_attempts, lease_owner, lease_until FROM jobs WHERE id = ?",
+            (job_id,),
+        ).fetchone()
         expiries = 1 + db.execute(
-            "SELECT count(*) FROM events WHERE job_id = ? AND kind = 'reclaimed'", (job.id,)
+            "SELECT count(*) FROM events WHERE job_id = ? AND kind = 'reclaimed'", (job_id,)
         ).fetchone()[0]
-        if job.attempts >= job.max_attempts:
+        if attempts >= max_attempts:
             error = (
                 f"its lease expired {expiries} time{'s' if expiries > 1 else ''} without it "
-                f"finishing (last holder {job.lease_owner}); gave up after "
-                f"{job.attempts} attempts"
+                f"finishing (last holder {owner}); gave up after {attempts} attempts"
             )
             db.execute(
                 "UPDATE jobs SET state = 'failed', last_error = ?, lease_owner = NULL, "
                 "lease_until = NULL, updated_at = ? WHERE id = ?",
-                (error, now, job.id),
+                (error, now, job_id),
             )
-            self._event(db, job.id, now, "failed", error)
+            self._event(db, job_id, now, "failed", error)
             return False
-        self._event(db, job.id, now, "reclaimed",
-                    f"lease of {job.lease_owner} expired {_seconds(now - job.lease_until)} ago")
+        self._event(db, job_id, now, "reclaimed",
+                    f"lease of {owner} expired {_seconds(now - lease_until)} ago")
         return True
 
     def heartbeat(self, job_id: str, owner: str, lease: float | None = None) -> bool:
@@ -651,8 +657,9 @@ class Queue:
         sql = f"SELECT {JOB_COLUMNS} FROM jobs"
         params: list[Any] = []
         if state is not None:
-            sql += " WHERE state = ?"
-            params.append(State(state).value)
+            # A literal, not a parameter: only then can SQLite use the partial
+            # index of that state. (State() has vetted the value.)
+            sql += f" WHERE state = '{State(state).value}'"
         sql += " ORDER BY rowid DESC"
         if limit is not None:
             sql += " LIMIT ?"

@@ -1,9 +1,11 @@
 """Run ONE claimed job: a child process in its own group, its output in a capped
 log, heartbeats while it lives, a timeout, and a kill the moment the lease is lost.
 
-The runner never blocks on a timer tick: it waits on one Event that the child's
-exit, a stop request or a nudge sets, with a timeout that is the next thing it
-has to do (renew the lease, or end a timed-out attempt).
+The runner never blocks on a timer tick: it waits on one Alarm that the child's
+exit, a stop request or a nudge rings, until the next thing it has to do (renew
+the lease, or end a timed-out attempt). The Alarm keeps wall-clock time, so the
+first heartbeat after a suspend or a SIGSTOP happens at once. (A plain timed
+Event.wait was seen to hang far past its timeout after SIGSTOP/SIGCONT here.)
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from sloth_tray import procs
+from sloth_tray.alarm import Alarm, make_alarm
 from sloth_tray.jobfile import BadJobFile, command_for
 from sloth_tray.paths import Home
 from sloth_tray.queue import Job, Queue
@@ -132,6 +135,7 @@ class Runner:
         monotonic: Callable[[], float] = time.monotonic,
         log_cap: int = LOG_CAP,
         grace: float = 5.0,
+        alarm: Alarm | None = None,
     ) -> None:
         self.queue = queue
         self.home = home
@@ -139,7 +143,7 @@ class Runner:
         self.monotonic = monotonic
         self.log_cap = log_cap
         self.grace = grace
-        self._attention = threading.Event()
+        self.alarm = alarm or make_alarm(queue.clock)
         self._stopping = False
 
     # -- called from other threads -----------------------------------------
@@ -147,11 +151,11 @@ class Runner:
     def stop(self) -> None:
         """Clean quit: end the running attempt and give its lease back."""
         self._stopping = True
-        self._attention.set()
+        self.alarm.ring()
 
     def nudge(self) -> None:
         """Check the lease now (the queue changed: the job may have been cancelled)."""
-        self._attention.set()
+        self.alarm.ring()
 
     # -- the work -------------------------------------------------------------
 
@@ -180,7 +184,6 @@ class Runner:
             log.close()
 
     def _supervise(self, job: Job, child: subprocess.Popen, log: CappedLog, token: str) -> Result:
-        self._attention.clear()
         if not self.queue.started(job.id, self.owner, procs.describe(child, token)):
             procs.kill_group(child)
             child.wait()
@@ -195,15 +198,15 @@ class Runner:
         lease = job.lease_seconds or self.queue.lease_seconds
         beat_every = lease / 3
         timeout = job.options.get("timeout")
-        started = self.monotonic()
+        started = self.monotonic()  # the timeout counts time awake, not time asleep
         sleep_watch = SleepWatch(self.queue.clock, self.monotonic)
-        lease_until = self.queue.clock() + lease  # our own estimate, to notice a lapse
-        next_beat = started + beat_every
+        lease_until = job.lease_until  # as claimed; tracked to notice a lapse
+        next_beat = self.queue.clock() + beat_every
         while child.returncode is None:
-            now = self.monotonic()
-            deadline = next_beat if timeout is None else min(next_beat, started + timeout)
-            self._attention.wait(max(0.0, deadline - now))
-            self._attention.clear()
+            deadline = next_beat
+            if timeout is not None:
+                deadline = min(deadline, self.queue.clock() + started + timeout - self.monotonic())
+            self.alarm.wait(deadline)
             if child.returncode is not None:
                 break
             if self._stopping:
@@ -222,7 +225,7 @@ class Runner:
             lease_until = self.queue.clock() + lease
             if slept or lapsed > 0:
                 self._note_renewal(job, slept, lapsed)
-            next_beat = self.monotonic() + beat_every
+            next_beat = self.queue.clock() + beat_every
 
         self._reap_group(child, readers, token)
         if child.returncode == 0:
@@ -246,7 +249,7 @@ class Runner:
 
     def _wait_for_exit(self, child: subprocess.Popen) -> None:
         child.wait()  # a blocking waitpid: no polling
-        self._attention.set()
+        self.alarm.ring()
 
     def _end(self, child: subprocess.Popen, readers: list[threading.Thread], token: str) -> None:
         """SIGTERM to the group, a grace period, then SIGKILL."""

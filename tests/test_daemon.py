@@ -86,7 +86,8 @@ echo finished
     finally:
         os.killpg(child, signal.SIGCONT)
         os.kill(daemon.pid, signal.SIGCONT)
-    wait_for(lambda: "renewed" in job(home, job_id)[1], what="the lapsed lease to be renewed")
+    wait_for(lambda: "renewed" in job(home, job_id)[1],
+             what=f"the lapsed lease to be renewed {job(home, job_id)}")
     go.touch()
     wait_for(lambda: job(home, job_id)[0].state == State.DONE, what="the job to finish")
     done, kinds = job(home, job_id)
@@ -149,5 +150,6 @@ def test_a_delayed_job_starts_when_due_and_not_before(home, tmp_path, pids):
     ran = tmp_path / "ran"
     job_id = add(home, "later.sh", f"date +%s.%N > {ran}", "--delay", "1.5")
     pushed_at = job(home, job_id)[0].created_at
-    wait_for(ran.exists, timeout=10, what="the delayed job to run")
-    assert float(ran.read_text()) >= pushed_at + 1.5
+    started = wait_for(lambda: ran.exists() and ran.read_text().strip(), timeout=10,
+                       what="the delayed job to run")
+    assert float(started) >= pushed_at + 1.5
