@@ -6,8 +6,10 @@ A running job is a lease, not a flag. `claim` hands a job out until
 WHERE clause). A worker that dies or sleeps simply stops renewing, and the
 next `claim` after `lease_until` takes the job back. Nothing needs a reaper.
 
-Each public method is one statement or one short transaction. Wall time comes
-from the injected `clock`, so tests move time instead of sleeping.
+Each public method is one statement or one short transaction. A job's history
+lives in its own row, appended by the same UPDATE that changes its state, so a
+transition and its event can never part. Wall time comes from the injected
+`clock`, so tests move time instead of sleeping.
 """
 
 from __future__ import annotations
@@ -104,19 +106,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             script       TEXT,
             options      TEXT NOT NULL DEFAULT '{}',
             child        TEXT,
+            -- The job's events, oldest first: a JSON array of [at, kind, detail].
+            -- Kept in the row so each transition and its event are one write.
+            history      TEXT NOT NULL DEFAULT '[]',
             created_at   REAL NOT NULL,
             updated_at   REAL NOT NULL
         )""",
-        # One B-tree keyed by job: a job's history is one range, and each
-        # event costs a single insert (no separate index to keep).
-        """CREATE TABLE events (
-            job_id TEXT NOT NULL,
-            seq    INTEGER NOT NULL,
-            at     REAL NOT NULL,
-            kind   TEXT NOT NULL,
-            detail TEXT NOT NULL DEFAULT '',
-            PRIMARY KEY (job_id, seq)
-        ) WITHOUT ROWID""",
         # Partial indexes hold only the few rows that are waiting, leased or
         # failed, however many finished ones pile up; each costs a write only
         # when a job enters or leaves that state. (No index on state itself:
@@ -124,25 +119,32 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX jobs_due ON jobs(not_before) WHERE state = 'pending'",
         "CREATE INDEX jobs_leased ON jobs(lease_until) WHERE state = 'running'",
         "CREATE INDEX jobs_failed ON jobs(updated_at) WHERE state = 'failed'",
-        # status() reads counts kept by triggers instead of counting a
-        # million done rows on every call.
+        # Done and cancelled jobs pile up: status() reads their numbers from
+        # counts kept by triggers instead of counting a million rows. The
+        # other states are few and counted on their partial indexes; the
+        # WHEN clauses keep claim's writes free of trigger work.
         "CREATE TABLE counts (state TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID",
-        """INSERT INTO counts(state, n) VALUES
-            ('pending', 0), ('running', 0), ('done', 0), ('failed', 0), ('cancelled', 0)""",
-        """CREATE TRIGGER count_insert AFTER INSERT ON jobs BEGIN
+        "INSERT INTO counts(state, n) VALUES ('done', 0), ('cancelled', 0)",
+        """CREATE TRIGGER count_insert AFTER INSERT ON jobs
+            WHEN NEW.state IN ('done', 'cancelled') BEGIN
             UPDATE counts SET n = n + 1 WHERE state = NEW.state;
         END""",
-        """CREATE TRIGGER count_delete AFTER DELETE ON jobs BEGIN
+        """CREATE TRIGGER count_delete AFTER DELETE ON jobs
+            WHEN OLD.state IN ('done', 'cancelled') BEGIN
             UPDATE counts SET n = n - 1 WHERE state = OLD.state;
         END""",
         """CREATE TRIGGER count_update AFTER UPDATE OF state ON jobs
-            WHEN OLD.state IS NOT NEW.state BEGIN
+            WHEN OLD.state IS NOT NEW.state
+             AND (OLD.state IN ('done', 'cancelled') OR NEW.state IN ('done', 'cancelled'))
+            BEGIN
             UPDATE counts SET n = n - 1 WHERE state = OLD.state;
             UPDATE counts SET n = n + 1 WHERE state = NEW.state;
         END""",
     ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
+PARTIAL_INDEX = {State.PENDING: "jobs_due", State.RUNNING: "jobs_leased",
+                 State.FAILED: "jobs_failed"}
 
 JOB_COLUMNS = (
     "id, name, state, attempts, max_attempts, not_before, lease_owner, lease_until, "
@@ -160,6 +162,16 @@ def _job(row: tuple) -> Job:
         created_at=created_at, updated_at=updated_at,
         child=json.loads(child) if child else None,
     )
+
+
+def _history(*events: tuple[str, str]) -> tuple[str, dict[str, str]]:
+    """An assignment that appends (kind, detail) events, stamped :now, to `history`,
+    and the parameters it binds."""
+    parts, params = [], {}
+    for i, (kind, detail) in enumerate(events):
+        parts.append(f"'$[#]', json_array(:now, :kind{i}, :detail{i})")
+        params[f"kind{i}"], params[f"detail{i}"] = kind, detail
+    return f"history = json_insert(history, {', '.join(parts)})", params
 
 
 def _seconds(value: float) -> str:
@@ -309,8 +321,8 @@ class Queue:
         """Turn SQLite's exceptions into one sentence that names the file."""
         try:
             yield
-        except SlothError:
-            raise
+        except (SlothError, sqlite3.IntegrityError):
+            raise  # ours already, or the caller's to handle (a duplicate id)
         except sqlite3.OperationalError as exc:
             text = str(exc)
             if "locked" in text or "busy" in text:
@@ -339,16 +351,12 @@ class Queue:
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
+        """Reads, or one write statement in autocommit: a single statement is its
+        own transaction, so a lone UPDATE needs no BEGIN/COMMIT round trips."""
         with self._lock, self._translated_errors():
             yield self._db
 
-    @staticmethod
-    def _event(db: sqlite3.Connection, job_id: str, at: float, kind: str, detail: str = "") -> None:
-        db.execute(
-            "INSERT INTO events(job_id, seq, at, kind, detail) VALUES (?1, "
-            "(SELECT coalesce(max(seq), 0) + 1 FROM events WHERE job_id = ?1), ?2, ?3, ?4)",
-            (job_id, at, kind, detail),
-        )
+    _writing = _reading
 
     # -- writes --------------------------------------------------------------
 
@@ -370,28 +378,26 @@ class Queue:
         attempts_allowed = self.max_attempts if max_attempts is None else int(max_attempts)
         if attempts_allowed < 1:
             raise SlothError("max_attempts must be at least 1")
+        if job_id is not None and not VALID_ID.fullmatch(job_id):
+            raise SlothError(f"{job_id!r} is not a job id (12 lowercase hex characters)")
         now = self.clock()
-        encoded = json.dumps(options or {}, sort_keys=True)
-        chosen = job_id
-        if chosen is not None and not VALID_ID.fullmatch(chosen):
-            raise SlothError(f"{chosen!r} is not a job id (12 lowercase hex characters)")
-        with self._transaction() as db:
-            while True:
-                job_id = chosen or new_job_id()
-                try:
+        history = json.dumps([[now, "pushed", f"due in {_seconds(delay)}" if delay else ""]])
+        while True:
+            chosen = job_id or new_job_id()
+            try:
+                with self._writing() as db:
                     db.execute(
                         "INSERT INTO jobs(id, name, state, max_attempts, not_before, script, "
-                        "options, created_at, updated_at) "
-                        "VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?)",
-                        (job_id, name, attempts_allowed, now + delay, script, encoded, now, now),
+                        "options, created_at, updated_at, history) "
+                        "VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)",
+                        (chosen, name, attempts_allowed, now + delay, script,
+                         json.dumps(options or {}, sort_keys=True), now, now, history),
                     )
-                except sqlite3.IntegrityError:
-                    if chosen:
-                        raise SlothError(f"there is already a job with id {chosen}") from None
-                    continue  # 1 in 2**48: draw again
-                break
-            self._event(db, job_id, now, "pushed", f"due in {_seconds(delay)}" if delay else "")
-        return job_id
+                return chosen
+            except sqlite3.IntegrityError:
+                if job_id:
+                    raise SlothError(f"there is already a job with id {job_id}") from None
+                # else: 1 in 2**48; draw again
 
     def claim(self, owner: str) -> Job | None:
         """Lease the oldest due job to `owner`, or return None when nothing is due.
@@ -401,72 +407,106 @@ class Queue:
         job as failed instead of handing it out again.
         """
         now = self.clock()
+        with self._reading() as db:
+            expired = db.execute(
+                "SELECT 1 FROM jobs WHERE state = 'running' AND lease_until <= ? LIMIT 1", (now,)
+            ).fetchone()
+        if expired is None:
+            return self._claim_pending(owner, now)
         with self._transaction() as db:
             while True:
-                # Cheap look-ups on the partial indexes first; the full row
-                # comes back from the UPDATE itself.
+                # Cheap look-ups on the partial indexes; the full row comes
+                # back from the UPDATE itself.
                 pending = db.execute(
-                    "SELECT id, not_before FROM jobs WHERE state = 'pending' "
+                    "SELECT id, not_before, attempts, max_attempts FROM jobs "
+                    "WHERE state = 'pending' "
                     "AND not_before <= ? ORDER BY not_before, rowid LIMIT 1",
                     (now,),
                 ).fetchone()
                 expired = db.execute(
-                    "SELECT id, lease_until FROM jobs WHERE state = 'running' "
+                    "SELECT id, lease_until, attempts, max_attempts FROM jobs "
+                    "WHERE state = 'running' "
                     "AND lease_until <= ? ORDER BY lease_until, rowid LIMIT 1",
                     (now,),
                 ).fetchone()
                 if pending is None and expired is None:
                     return None
+                events: list[tuple[str, str]] = []
                 if expired is not None and (pending is None or expired[1] <= pending[1]):
-                    if not self._reclaim(db, expired[0], now):
+                    job_id, _, attempts, max_attempts = expired
+                    reclaimed = self._reclaim(db, job_id, now)
+                    if reclaimed is None:
                         continue  # that used its last attempt; look again
-                    job_id = expired[0]
+                    events.append(("reclaimed", reclaimed))
                 else:
-                    job_id = pending[0]
+                    job_id, _, attempts, max_attempts = pending
+                events.append(("claimed", f"attempt {attempts + 1} of {max_attempts} by {owner}"))
+                history, params = _history(*events)
                 row = db.execute(
                     "UPDATE jobs SET state = 'running', lease_owner = :owner, "
                     "lease_until = :now + coalesce(json_extract(options, '$.lease'), :lease), "
-                    "attempts = attempts + 1, updated_at = :now, child = NULL "
+                    f"attempts = attempts + 1, updated_at = :now, child = NULL, {history} "
                     f"WHERE id = :id RETURNING {JOB_COLUMNS}",
-                    {"owner": owner, "now": now, "lease": self.lease_seconds, "id": job_id},
+                    {"owner": owner, "now": now, "lease": self.lease_seconds, "id": job_id,
+                     **params},
                 ).fetchone()
-                job = _job(row)
-                self._event(db, job.id, now, "claimed",
-                            f"attempt {job.attempts} of {job.max_attempts} by {owner}")
-                return job
+                return _job(row)
 
-    def _reclaim(self, db: sqlite3.Connection, job_id: str, now: float) -> bool:
-        """Take back an expired lease. False when that used up the last attempt."""
-        attempts, max_attempts, owner, lease_until = db.execute(
-            "SELECT attempts, max_attempts, lease_owner, lease_until FROM jobs WHERE id = ?",
+    def _claim_pending(self, owner: str, now: float) -> Job | None:
+        """The usual claim, when no lease has expired: one UPDATE picks the oldest
+        due pending job and leases it. A single statement is atomic on its own
+        (SQLite takes the write lock before it reads), so no BEGIN is needed."""
+        with self._writing() as db:
+            rows = db.execute(
+                "UPDATE jobs SET state = 'running', lease_owner = :owner, "
+                "lease_until = :now + coalesce(json_extract(options, '$.lease'), :lease), "
+                "attempts = attempts + 1, updated_at = :now, child = NULL, "
+                "history = json_insert(history, '$[#]', json_array(:now, 'claimed', "
+                "'attempt ' || (attempts + 1) || ' of ' || max_attempts || ' by ' || :owner)) "
+                "WHERE id = (SELECT id FROM jobs WHERE state = 'pending' AND not_before <= :now "
+                f"ORDER BY not_before, rowid LIMIT 1) RETURNING {JOB_COLUMNS}",
+                {"owner": owner, "now": now, "lease": self.lease_seconds},
+            ).fetchall()  # all: the statement must run to its end to commit
+        return _job(rows[0]) if rows else None
+
+    def _reclaim(self, db: sqlite3.Connection, job_id: str, now: float) -> str | None:
+        """Take back an expired lease: the `reclaimed` event's detail, or None when
+        that was the last attempt (then the job is failed for good instead)."""
+        attempts, max_attempts, owner, lease_until, history = db.execute(
+            "SELECT attempts, max_attempts, lease_owner, lease_until, history FROM jobs "
+            "WHERE id = ?",
             (job_id,),
         ).fetchone()
-        expiries = 1 + db.execute(
-            "SELECT count(*) FROM events WHERE job_id = ? AND kind = 'reclaimed'", (job_id,)
-        ).fetchone()[0]
-        if attempts >= max_attempts:
-            error = (
-                f"its lease expired {expiries} time{'s' if expiries > 1 else ''} without it "
-                f"finishing (last holder {owner}); gave up after {attempts} attempts"
-            )
-            db.execute(
-                "UPDATE jobs SET state = 'failed', last_error = ?, lease_owner = NULL, "
-                "lease_until = NULL, updated_at = ? WHERE id = ?",
-                (error, now, job_id),
-            )
-            self._event(db, job_id, now, "failed", error)
-            return False
-        self._event(db, job_id, now, "reclaimed",
-                    f"lease of {owner} expired {_seconds(now - lease_until)} ago")
-        return True
+        if attempts < max_attempts:
+            return f"lease of {owner} expired {_seconds(now - lease_until)} ago"
+        expiries = 1 + sum(1 for _, kind, _ in json.loads(history) if kind == "reclaimed")
+        error = (
+            f"its lease expired {expiries} time{'s' if expiries > 1 else ''} without it "
+            f"finishing (last holder {owner}); gave up after {attempts} attempts"
+        )
+        self._finish(db, job_id, now, "failed", ("failed", error), last_error=error)
+        return None
+
+    @staticmethod
+    def _finish(db: sqlite3.Connection, job_id: str, now: float, state: str,
+                event: tuple[str, str], **columns: Any) -> None:
+        """Move a job out of running and record why (the caller checked the owner)."""
+        history, params = _history(event)
+        sets = "".join(f", {name} = :{name}" for name in columns)
+        db.execute(
+            "UPDATE jobs SET state = :state, lease_owner = NULL, lease_until = NULL, "
+            f"updated_at = :now{sets}, {history} WHERE id = :id",
+            {"state": state, "now": now, "id": job_id, **columns, **params},
+        )
 
     def heartbeat(self, job_id: str, owner: str, lease: float | None = None) -> bool:
         """Extend the lease; False means `owner` no longer holds it (stop the work).
 
-        `lease` is the job's own lease length, when it has one.
+        `lease` is the job's own lease length, when it has one. Not an event:
+        it would flood the history.
         """
         now = self.clock()
-        with self._reading() as db:  # one UPDATE: autocommit is its transaction
+        with self._writing() as db:
             changed = db.execute(
                 "UPDATE jobs SET lease_until = ? "
                 "WHERE id = ? AND state = 'running' AND lease_owner = ?",
@@ -474,18 +514,35 @@ class Queue:
             ).rowcount
         return changed == 1
 
-    def complete(self, job_id: str, owner: str, result: str = "") -> bool:
-        now = self.clock()
-        with self._transaction() as db:
+    def _owned_update(self, job_id: str, owner: str, assignments: str,
+                      event: tuple[str, str], **params: Any) -> bool:
+        """One owner-checked UPDATE that also records `event`."""
+        history, event_params = _history(event)
+        with self._writing() as db:
             changed = db.execute(
-                "UPDATE jobs SET state = 'done', result = ?, lease_owner = NULL, "
-                "lease_until = NULL, updated_at = ? "
-                "WHERE id = ? AND state = 'running' AND lease_owner = ?",
-                (result, now, job_id, owner),
+                f"UPDATE jobs SET {assignments}, {history} "
+                "WHERE id = :id AND state = 'running' AND lease_owner = :owner",
+                {"id": job_id, "owner": owner, "now": self.clock(), **params, **event_params},
             ).rowcount
-            if changed:
-                self._event(db, job_id, now, "completed", result)
         return changed == 1
+
+    def complete(self, job_id: str, owner: str, result: str = "") -> bool:
+        return self._owned_update(
+            job_id, owner, "state = 'done', result = :result, lease_owner = NULL, "
+            "lease_until = NULL, updated_at = :now", ("completed", result), result=result)
+
+    def started(self, job_id: str, owner: str, child: dict[str, Any]) -> bool:
+        """Remember the attempt's process; owner-checked like a heartbeat."""
+        return self._owned_update(job_id, owner, "child = :child",
+                                  ("started", f"pid {child.get('pid')}"),
+                                  child=json.dumps(child))
+
+    def release(self, job_id: str, owner: str) -> bool:
+        """Clean shutdown: give the lease back; the attempt does not count."""
+        return self._owned_update(
+            job_id, owner, "state = 'pending', not_before = :now, "
+            "attempts = max(attempts - 1, 0), lease_owner = NULL, lease_until = NULL, "
+            "updated_at = :now", ("released", f"by {owner}"))
 
     def fail(self, job_id: str, owner: str, error: str, *, permanent: bool = False) -> str | None:
         """Record a failed attempt: back off and retry, or give up at max_attempts.
@@ -506,43 +563,24 @@ class Queue:
             if row is None:
                 return None
             attempts, max_attempts = row
-            if attempts < max_attempts and not permanent:
-                delay = min(2.0**attempts, self.backoff_cap)
-                db.execute(
-                    "UPDATE jobs SET state = 'pending', not_before = ?, last_error = ?, "
-                    "lease_owner = NULL, lease_until = NULL, updated_at = ? WHERE id = ?",
-                    (now + delay, error, now, job_id),
-                )
-                self._event(db, job_id, now, "backoff",
-                            f"attempt {attempts} of {max_attempts} failed: {error}; "
-                            f"next try in {_seconds(delay)}")
-                return State.PENDING.value
-            db.execute(
-                "UPDATE jobs SET state = 'failed', last_error = ?, lease_owner = NULL, "
-                "lease_until = NULL, updated_at = ? WHERE id = ?",
-                (error, now, job_id),
-            )
-            self._event(db, job_id, now, "failed", error)
-            return State.FAILED.value
-
-    def started(self, job_id: str, owner: str, child: dict[str, Any]) -> bool:
-        """Remember the attempt's process; owner-checked like a heartbeat."""
-        now = self.clock()
-        with self._transaction() as db:
-            changed = db.execute(
-                "UPDATE jobs SET child = ? WHERE id = ? AND state = 'running' AND lease_owner = ?",
-                (json.dumps(child), job_id, owner),
-            ).rowcount
-            if changed:
-                self._event(db, job_id, now, "started", f"pid {child.get('pid')}")
-        return changed == 1
+            if attempts >= max_attempts or permanent:
+                self._finish(db, job_id, now, "failed", ("failed", error), last_error=error)
+                return State.FAILED.value
+            delay = min(2.0**attempts, self.backoff_cap)
+            self._finish(db, job_id, now, "pending",
+                         ("backoff", f"attempt {attempts} of {max_attempts} failed: {error}; "
+                                     f"next try in {_seconds(delay)}"),
+                         last_error=error, not_before=now + delay)
+            return State.PENDING.value
 
     def note(self, job_id: str, kind: str, detail: str) -> None:
         """Add an event to a job's history (e.g. 'slept': the computer was suspended)."""
-        with self._transaction() as db:
-            if db.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is None:
-                raise UnknownJob(job_id)
-            self._event(db, job_id, self.clock(), kind, detail)
+        history, params = _history((kind, detail))
+        with self._writing() as db:
+            changed = db.execute(f"UPDATE jobs SET {history} WHERE id = :id",
+                                 {"id": job_id, "now": self.clock(), **params}).rowcount
+        if not changed:
+            raise UnknownJob(job_id)
 
     def expire_leases(self) -> int:
         """End every running lease now, so the next claims reclaim those jobs.
@@ -551,7 +589,7 @@ class Queue:
         knows any job still marked running was left by a process that died.
         """
         now = self.clock()
-        with self._transaction() as db:
+        with self._writing() as db:
             return db.execute(
                 "UPDATE jobs SET lease_until = ? WHERE state = 'running' AND lease_until > ?",
                 (now, now),
@@ -562,21 +600,6 @@ class Queue:
         return self._change(job_id, ("failed", "cancelled"), "retried",
                             "state = 'pending', not_before = :now, attempts = 0, "
                             "last_error = NULL")
-
-    def release(self, job_id: str, owner: str) -> bool:
-        """Clean shutdown: give the lease back; the attempt does not count."""
-        now = self.clock()
-        with self._transaction() as db:
-            changed = db.execute(
-                "UPDATE jobs SET state = 'pending', not_before = ?, "
-                "attempts = max(attempts - 1, 0), lease_owner = NULL, lease_until = NULL, "
-                "updated_at = ? "
-                "WHERE id = ? AND state = 'running' AND lease_owner = ?",
-                (now, now, job_id, owner),
-            ).rowcount
-            if changed:
-                self._event(db, job_id, now, "released", f"by {owner}")
-        return changed == 1
 
     def cancel(self, job_id: str) -> bool:
         """Pending, failed or running -> cancelled.
@@ -597,18 +620,14 @@ class Queue:
                 raise UnknownJob(job_id)
             if row[0] not in from_states:
                 return False
-            db.execute(f"UPDATE jobs SET {assignments}, updated_at = :now WHERE id = :id",
-                       {"now": now, "id": job_id})
-            self._event(db, job_id, now, kind, f"was {row[0]}")
+            history, params = _history((kind, f"was {row[0]}"))
+            db.execute(f"UPDATE jobs SET {assignments}, updated_at = :now, {history} "
+                       "WHERE id = :id", {"now": now, "id": job_id, **params})
         return True
 
     def prune(self, before: float) -> int:
-        """Delete done and cancelled jobs that ended before `before`, with their events."""
-        with self._transaction() as db:
-            finished = (
-                "SELECT id FROM jobs WHERE state IN ('done', 'cancelled') AND updated_at < ?"
-            )
-            db.execute(f"DELETE FROM events WHERE job_id IN ({finished})", (before,))
+        """Delete done and cancelled jobs that ended before `before`, with their history."""
+        with self._writing() as db:
             return db.execute(
                 "DELETE FROM jobs WHERE state IN ('done', 'cancelled') AND updated_at < ?",
                 (before,),
@@ -657,9 +676,12 @@ class Queue:
         sql = f"SELECT {JOB_COLUMNS} FROM jobs"
         params: list[Any] = []
         if state is not None:
-            # A literal, not a parameter: only then can SQLite use the partial
-            # index of that state. (State() has vetted the value.)
-            sql += f" WHERE state = '{State(state).value}'"
+            state = State(state)
+            # The few waiting, leased or failed rows sit in a partial index; left
+            # alone, the planner would walk the whole table in rowid order.
+            if state in PARTIAL_INDEX:
+                sql += f" INDEXED BY {PARTIAL_INDEX[state]}"
+            sql += f" WHERE state = '{state.value}'"  # a literal: State() vetted it
         sql += " ORDER BY rowid DESC"
         if limit is not None:
             sql += " LIMIT ?"
@@ -680,18 +702,19 @@ class Queue:
     def history(self, job_id: str) -> list[Event]:
         """The job's events, oldest first."""
         with self._reading() as db:
-            rows = db.execute(
-                "SELECT at, kind, detail FROM events WHERE job_id = ? ORDER BY seq", (job_id,)
-            ).fetchall()
-            known = rows or db.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if not known:
+            row = db.execute("SELECT history FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
             raise UnknownJob(job_id)
-        return [Event(*row) for row in rows]
+        return [Event(at, kind, detail) for at, kind, detail in json.loads(row[0])]
 
     def status(self) -> dict[str, int]:
         now = self.clock()
         with self._reading() as db:
             counts = dict(db.execute("SELECT state, n FROM counts"))
+            counts.update(db.execute(
+                "SELECT 'pending', count(*) FROM jobs WHERE state = 'pending' UNION ALL "
+                "SELECT 'running', count(*) FROM jobs WHERE state = 'running' UNION ALL "
+                "SELECT 'failed', count(*) FROM jobs WHERE state = 'failed'"))
             due_now = db.execute(
                 "SELECT (SELECT count(*) FROM jobs WHERE state = 'pending' AND not_before <= :now)"
                 " + (SELECT count(*) FROM jobs WHERE state = 'running' AND lease_until <= :now)",

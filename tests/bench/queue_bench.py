@@ -1,0 +1,405 @@
+"""Benchmark sloth_tray's Queue: full cycle throughput and latency at scale.
+
+Run it by hand from the repository root (pytest does not collect tests/bench):
+
+    python tests/bench/queue_bench.py                  # full run, a minute or two
+    python tests/bench/queue_bench.py --quick          # fewer rounds, no 1M size
+    python tests/bench/queue_bench.py --json out.json  # also write every number as JSON
+    python tests/bench/queue_bench.py --dir /some/disk # put the temp databases there
+
+What it measures:
+
+1. Full cycle throughput: push + claim + complete per second, for Queue and
+   for a bare SQLite lease loop written here (same PRAGMAs, one INSERT and two
+   UPDATEs per job, each in autocommit, no events, no counts). Both run at
+   synchronous=FULL (the Queue default) and NORMAL, in rounds, each round on a
+   fresh temp database, the two implementations interleaved so machine noise
+   hits both. Reported: the median cycles/s of each and the ratio queue/bare.
+2. Scale: with 10k, 100k and 1M done jobs in the table (plus a few pending
+   ones not yet due), the median latency of claim() (at FULL and at NORMAL),
+   status() and next_wakeup(). Only the call itself is timed.
+
+Fsync cost depends on the disk under the temp directory, so the machine
+summary names that directory and its file system. Nothing is cached between
+runs: every database lives in a temp directory that is deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from sloth_tray.queue import Queue
+
+SYNCHRONOUS = ("FULL", "NORMAL")
+OWNER = "bench"
+LEASE_SECONDS = 60.0
+BUSY_TIMEOUT = 5.0  # seconds; the Queue default
+PENDING_LATER = 5  # pending jobs due in an hour, present during the scale runs
+
+
+@dataclass(frozen=True)
+class Settings:
+    rounds: int  # full cycle rounds per implementation and synchronous setting
+    jobs: int  # jobs per full cycle round
+    sizes: tuple[int, ...]  # done jobs in the table for the scale runs
+    claims: int  # timed claims per scale size and synchronous setting
+    reads: int  # timed status() and next_wakeup() calls per scale size
+
+
+FULL_RUN = Settings(rounds=5, jobs=2000, sizes=(10_000, 100_000, 1_000_000), claims=200,
+                    reads=1000)
+QUICK_RUN = Settings(rounds=3, jobs=300, sizes=(10_000, 100_000), claims=100, reads=300)
+
+
+def log(message: str) -> None:
+    """Progress goes to stderr, so stdout holds only the report."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def temp_dir(base: str | None) -> tempfile.TemporaryDirectory[str]:
+    return tempfile.TemporaryDirectory(prefix="sloth-bench-", dir=base)
+
+
+# -- the bare SQLite lease loop ----------------------------------------------
+
+BARE_SCHEMA = (
+    """CREATE TABLE jobs (
+        id          INTEGER PRIMARY KEY,
+        name        TEXT NOT NULL,
+        state       TEXT NOT NULL,
+        attempts    INTEGER NOT NULL DEFAULT 0,
+        not_before  REAL NOT NULL,
+        lease_owner TEXT,
+        lease_until REAL
+    )""",
+    "CREATE INDEX jobs_due ON jobs(not_before) WHERE state = 'pending'",
+)
+
+
+class BareLoop:
+    """The least a lease queue can do: one INSERT and two UPDATEs per job, autocommit."""
+
+    def __init__(self, path: Path, synchronous: str) -> None:
+        self.db = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT)
+        self.db.execute("PRAGMA journal_mode = WAL")
+        self.db.execute(f"PRAGMA synchronous = {synchronous}")
+        for statement in BARE_SCHEMA:
+            self.db.execute(statement)
+
+    def push(self, name: str) -> int:
+        cursor = self.db.execute(
+            "INSERT INTO jobs(name, state, not_before) VALUES (?, 'pending', ?)",
+            (name, time.time()),
+        )
+        return int(cursor.lastrowid or 0)
+
+    def claim(self, owner: str) -> int | None:
+        now = time.time()
+        # fetchall() runs the statement to the end, so autocommit commits here.
+        rows = self.db.execute(
+            "UPDATE jobs SET state = 'running', lease_owner = ?, lease_until = ?, "
+            "attempts = attempts + 1 "
+            "WHERE id = (SELECT id FROM jobs WHERE state = 'pending' AND not_before <= ? "
+            "ORDER BY not_before LIMIT 1) RETURNING id",
+            (owner, now + LEASE_SECONDS, now),
+        ).fetchall()
+        return rows[0][0] if rows else None
+
+    def complete(self, job_id: int, owner: str) -> bool:
+        changed = self.db.execute(
+            "UPDATE jobs SET state = 'done', lease_owner = NULL, lease_until = NULL "
+            "WHERE id = ? AND lease_owner = ?",
+            (job_id, owner),
+        ).rowcount
+        return changed == 1
+
+    def close(self) -> None:
+        self.db.close()
+
+
+# -- full cycle throughput ---------------------------------------------------
+
+
+def queue_cycles(path: Path, synchronous: str, jobs: int) -> float:
+    """Seconds for `jobs` push + claim + complete cycles through Queue."""
+    with Queue(path, synchronous=synchronous, lease_seconds=LEASE_SECONDS) as queue:
+        start = time.perf_counter()
+        for i in range(jobs):
+            job_id = queue.push(f"job-{i}")
+            job = queue.claim(OWNER)
+            if job is None or job.id != job_id or not queue.complete(job.id, OWNER):
+                raise RuntimeError(f"Queue lost job {job_id}")
+        return time.perf_counter() - start
+
+
+def bare_cycles(path: Path, synchronous: str, jobs: int) -> float:
+    """Seconds for `jobs` push + claim + complete cycles through the bare loop."""
+    bare = BareLoop(path, synchronous)
+    try:
+        start = time.perf_counter()
+        for i in range(jobs):
+            job_id = bare.push(f"job-{i}")
+            if bare.claim(OWNER) != job_id or not bare.complete(job_id, OWNER):
+                raise RuntimeError(f"bare loop lost job {job_id}")
+        return time.perf_counter() - start
+    finally:
+        bare.close()
+
+
+CycleRunner = Callable[[Path, str, int], float]
+IMPLEMENTATIONS: dict[str, CycleRunner] = {"queue": queue_cycles, "bare": bare_cycles}
+
+
+def cycles_per_second(run: CycleRunner, synchronous: str, jobs: int, base: str | None) -> float:
+    with temp_dir(base) as tmp:
+        return jobs / run(Path(tmp) / "bench.db", synchronous, jobs)
+
+
+def measure_cycles(synchronous: str, settings: Settings, base: str | None) -> dict[str, Any]:
+    rates: dict[str, list[float]] = {name: [] for name in IMPLEMENTATIONS}
+    names = list(IMPLEMENTATIONS)
+    for round_no in range(settings.rounds):
+        # Alternate who goes first, so neither always runs on a warmer machine.
+        order = names if round_no % 2 == 0 else names[::-1]
+        for name in order:
+            rate = cycles_per_second(IMPLEMENTATIONS[name], synchronous, settings.jobs, base)
+            rates[name].append(rate)
+            log(f"  cycle {synchronous:6} round {round_no + 1}/{settings.rounds} "
+                f"{name:5} {rate:9.0f} cycles/s")
+    queue_median = median(rates["queue"])
+    bare_median = median(rates["bare"])
+    return {
+        "synchronous": synchronous,
+        "jobs_per_round": settings.jobs,
+        "queue_cycles_per_s": rates["queue"],
+        "bare_cycles_per_s": rates["bare"],
+        "queue_median": queue_median,
+        "bare_median": bare_median,
+        "ratio": queue_median / bare_median,
+    }
+
+
+# -- latency at scale --------------------------------------------------------
+
+
+# The columns a finished job has filled in; the others keep their defaults (NULL).
+DONE_COLUMNS = ("id", "name", "state", "attempts", "max_attempts", "not_before", "result",
+                "created_at", "updated_at")
+
+
+def done_rows(count: int, now: float) -> Iterator[tuple[Any, ...]]:
+    """Finished jobs, as claim() and complete() would have left them.
+
+    Ids are distinct 12-hex strings spread like random ones: i times an odd
+    constant is a bijection modulo 2**48.
+    """
+    for i in range(count):
+        job_id = f"{(i * 0x9E3779B97F4A7C15) % 2**48:012x}"
+        at = now - count + i
+        yield (job_id, f"old-{i}", "done", 1, 5, at, "", at, at)
+
+
+def fill_done(path: Path, count: int) -> None:
+    """Bulk insert `count` done jobs in one transaction; the triggers keep counts right."""
+    columns = ", ".join(DONE_COLUMNS)
+    placeholders = ", ".join("?" * len(DONE_COLUMNS))
+    db = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT)
+    try:
+        # A big page cache for this connection only: the random ids make the
+        # primary key index too large for the default 2 MB cache at 1M rows.
+        db.execute("PRAGMA cache_size = -262144")  # KiB, so 256 MB
+        db.execute("BEGIN IMMEDIATE")
+        db.executemany(f"INSERT INTO jobs({columns}) VALUES ({placeholders})",
+                       done_rows(count, time.time()))
+        db.execute("COMMIT")
+    finally:
+        db.close()
+
+
+def check_done(queue: Queue, expected: int) -> None:
+    done = queue.status()["done"]
+    if done != expected:
+        raise RuntimeError(f"status() says {done} done jobs, expected {expected}")
+
+
+def claim_latencies(queue: Queue, claims: int) -> list[float]:
+    """Push one due job, time claim() alone, complete it; microseconds per claim."""
+    latencies = []
+    for i in range(claims):
+        job_id = queue.push(f"now-{i}")
+        start = time.perf_counter()
+        job = queue.claim(OWNER)
+        latencies.append((time.perf_counter() - start) * 1e6)
+        if job is None or job.id != job_id or not queue.complete(job.id, OWNER):
+            raise RuntimeError(f"claim did not hand out the due job {job_id}")
+    return latencies
+
+
+def call_latencies(call: Callable[[], object], calls: int) -> list[float]:
+    latencies = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        call()
+        latencies.append((time.perf_counter() - start) * 1e6)
+    return latencies
+
+
+def measure_scale(done: int, settings: Settings, base: str | None) -> dict[str, Any]:
+    with temp_dir(base) as tmp:
+        path = Path(tmp) / "scale.db"
+        Queue(path).close()  # schema, indexes and triggers, exactly as the app makes them
+        start = time.perf_counter()
+        fill_done(path, done)
+        fill_seconds = time.perf_counter() - start
+        log(f"  scale {done:>9,} done jobs: filled in {fill_seconds:.1f} s")
+
+        result: dict[str, Any] = {"done": done, "fill_seconds": fill_seconds, "claim_us": {}}
+        expected = done
+        for synchronous in SYNCHRONOUS:
+            with Queue(path, synchronous=synchronous) as queue:
+                check_done(queue, expected)
+                if synchronous == SYNCHRONOUS[0]:
+                    for i in range(PENDING_LATER):
+                        queue.push(f"later-{i}", delay=3600)
+                claims = claim_latencies(queue, settings.claims)
+                expected += settings.claims
+                check_done(queue, expected)
+            result["claim_us"][synchronous] = median(claims)
+            log(f"  scale {done:>9,} claim at {synchronous}: {median(claims):.0f} us")
+
+        with Queue(path) as queue:
+            result["status_us"] = median(call_latencies(queue.status, settings.reads))
+            result["next_wakeup_us"] = median(call_latencies(queue.next_wakeup, settings.reads))
+        return result
+
+
+# -- machine and report ------------------------------------------------------
+
+
+def file_system(path: str) -> str:
+    """The file system type holding `path` (Linux only; '?' elsewhere)."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return "?"
+    best, kind = "", "?"
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1]
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > len(best):
+            best, kind = point, fields[2]
+    return kind
+
+
+def machine(base: str | None) -> dict[str, Any]:
+    directory = os.path.realpath(base or tempfile.gettempdir())
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "cpu_count": os.cpu_count(),
+        "temp_dir": directory,
+        "temp_dir_fs": file_system(directory),
+    }
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """Plain text: first column left aligned, the others right aligned."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = (cell.rjust(width) for cell, width in zip(cells[1:], widths[1:], strict=True))
+        return "  ".join([first, *rest])
+
+    rule = "  ".join("-" * width for width in widths)
+    return "\n".join([line(header), rule, *(line(row) for row in rows)])
+
+
+def report(results: dict[str, Any]) -> str:
+    info = results["machine"]
+    settings = results["settings"]
+    lines = [
+        f"Machine: {info['platform']} ({info['processor']}), {info['cpu_count']} CPUs, "
+        f"Python {info['python']}, SQLite {info['sqlite']}",
+        f"Temp databases in {info['temp_dir']} ({info['temp_dir_fs']})",
+        "",
+        f"Full cycle: push + claim + complete, median of {settings['rounds']} rounds "
+        f"x {settings['jobs']} jobs",
+    ]
+    rows = [
+        [c["synchronous"], f"{c['queue_median']:,.0f}", f"{c['bare_median']:,.0f}",
+         f"{c['ratio']:.3f}"]
+        for c in results["cycle"]
+    ]
+    lines.append(table(["synchronous", "queue cycles/s", "bare cycles/s", "queue/bare"], rows))
+    lines.append("")
+    for c in results["cycle"]:
+        lines.append(f"queue/bare ratio at {c['synchronous']}: {c['ratio']:.3f}")
+    lines += [
+        "",
+        f"Scale: median latency in microseconds ({settings['claims']} claims per setting, "
+        f"{settings['reads']} reads)",
+    ]
+    rows = [
+        [f"{s['done']:,}", f"{s['fill_seconds']:.1f}",
+         *(f"{s['claim_us'][sync]:,.0f}" for sync in SYNCHRONOUS),
+         f"{s['status_us']:,.1f}", f"{s['next_wakeup_us']:,.1f}"]
+        for s in results["scale"]
+    ]
+    header = ["done jobs", "fill s", *(f"claim {sync}" for sync in SYNCHRONOUS), "status",
+              "next_wakeup"]
+    lines.append(table(header, rows))
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer rounds and claims, and skip the 1M size")
+    parser.add_argument("--json", metavar="OUT", type=Path, help="write all numbers here")
+    parser.add_argument("--dir", metavar="DIR",
+                        help="where the temp databases go (default: the system temp dir)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    settings = QUICK_RUN if args.quick else FULL_RUN
+    results: dict[str, Any] = {
+        "machine": machine(args.dir),
+        "settings": {**asdict(settings), "quick": args.quick},
+        "cycle": [],
+        "scale": [],
+    }
+    started = time.perf_counter()
+    for synchronous in SYNCHRONOUS:
+        results["cycle"].append(measure_cycles(synchronous, settings, args.dir))
+    for done in settings.sizes:
+        results["scale"].append(measure_scale(done, settings, args.dir))
+    results["seconds"] = time.perf_counter() - started
+
+    print(report(results))
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"\nJSON written to {args.json}")
+
+
+if __name__ == "__main__":
+    main()
