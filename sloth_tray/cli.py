@@ -279,10 +279,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command is None:
-        build_parser().print_help()
-        return 0
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # plain `sloth-tray` starts the app
+        args = parser.parse_args([*(argv or sys.argv[1:]), "run"])
     try:
         home = locate(getattr(args, "home", None))
         return COMMANDS[args.command](args, home)

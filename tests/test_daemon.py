@@ -153,3 +153,14 @@ def test_a_delayed_job_starts_when_due_and_not_before(home, tmp_path, pids):
     started = wait_for(lambda: ran.exists() and ran.read_text().strip(), timeout=10,
                        what="the delayed job to run")
     assert float(started) >= pushed_at + 1.5
+
+
+def test_the_daemon_refuses_to_start_on_a_damaged_database(home):
+    damaged = b"SQLite format 3\x00" + b"\xff" * 4000
+    home.db.write_bytes(damaged)
+    done = subprocess.run([sys.executable, "-m", "sloth_tray", "run", "--headless",
+                           "--home", str(home.root)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1
+    assert done.stderr.startswith("sloth-tray: ") and done.stderr.count("\n") == 1
+    assert "Traceback" not in done.stderr
+    assert home.db.read_bytes() == damaged
