@@ -140,6 +140,25 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             UPDATE counts SET n = n - 1 WHERE state = OLD.state;
             UPDATE counts SET n = n + 1 WHERE state = NEW.state;
         END""",
+        # A recurring job (options.every) is followed by its next run in the
+        # very statement that ends it, done or failed for good: a crash can
+        # never end a series. The next run is due one period after this one
+        # was scheduled; runs missed while the machine slept or the app was
+        # off coalesce into one run, due at once.
+        """CREATE TRIGGER recur AFTER UPDATE OF state ON jobs
+            WHEN OLD.state = 'running' AND NEW.state IN ('done', 'failed')
+             AND json_extract(NEW.options, '$.every') > 0
+            BEGIN
+            INSERT INTO jobs(id, name, state, max_attempts, not_before, script, options,
+                             created_at, updated_at, history)
+            SELECT lower(hex(randomblob(6))), NEW.name, 'pending', NEW.max_attempts, due,
+                   NEW.script, json_set(NEW.options, '$.scheduled', due),
+                   NEW.updated_at, NEW.updated_at,
+                   json_array(json_array(NEW.updated_at, 'pushed', 'the next run after '
+                                         || NEW.id))
+            FROM (SELECT max(json_extract(NEW.options, '$.scheduled')
+                             + json_extract(NEW.options, '$.every'), NEW.updated_at) AS due);
+        END""",
     ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -369,11 +388,14 @@ class Queue:
         max_attempts: int | None = None,
         options: dict[str, Any] | None = None,
         job_id: str | None = None,
+        error: str | None = None,
     ) -> str:
         """Add a pending job due `delay` seconds from now; returns its 12-hex id.
 
         `job_id` (from new_job_id()) lets a caller name the job's spool folder
         before the job exists, so a crash in between can be reconciled.
+        `error` makes the job born failed (a refused drop): the user sees it
+        with the failures, and it never runs.
         """
         attempts_allowed = self.max_attempts if max_attempts is None else int(max_attempts)
         if attempts_allowed < 1:
@@ -381,17 +403,24 @@ class Queue:
         if job_id is not None and not VALID_ID.fullmatch(job_id):
             raise SlothError(f"{job_id!r} is not a job id (12 lowercase hex characters)")
         now = self.clock()
-        history = json.dumps([[now, "pushed", f"due in {_seconds(delay)}" if delay else ""]])
+        options = dict(options or {})
+        if options.get("every"):
+            options.setdefault("scheduled", now + delay)  # the series' clock
+        events = [[now, "pushed", f"due in {_seconds(delay)}" if delay else ""]]
+        if error is not None:
+            events.append([now, "failed", error])
         while True:
             chosen = job_id or new_job_id()
             try:
                 with self._writing() as db:
                     db.execute(
                         "INSERT INTO jobs(id, name, state, max_attempts, not_before, script, "
-                        "options, created_at, updated_at, history) "
-                        "VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)",
-                        (chosen, name, attempts_allowed, now + delay, script,
-                         json.dumps(options or {}, sort_keys=True), now, now, history),
+                        "options, created_at, updated_at, history, last_error) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (chosen, name, "pending" if error is None else "failed",
+                         attempts_allowed, now + delay, script,
+                         json.dumps(options, sort_keys=True), now, now, json.dumps(events),
+                         error),
                     )
                 return chosen
             except sqlite3.IntegrityError:
@@ -573,6 +602,11 @@ class Queue:
                          last_error=error, not_before=now + delay)
             return State.PENDING.value
 
+    def refuse(self, job_id: str, error: str) -> bool:
+        """A pending job that can never run (its script vanished) -> failed."""
+        return self._change(job_id, ("pending",), "failed",
+                            "state = 'failed', last_error = :error", error=error)
+
     def note(self, job_id: str, kind: str, detail: str) -> None:
         """Add an event to a job's history (e.g. 'slept': the computer was suspended)."""
         history, params = _history((kind, detail))
@@ -611,7 +645,8 @@ class Queue:
                             "state = 'cancelled', lease_owner = NULL, lease_until = NULL")
 
     def _change(
-        self, job_id: str, from_states: tuple[str, ...], kind: str, assignments: str
+        self, job_id: str, from_states: tuple[str, ...], kind: str, assignments: str,
+        error: str | None = None,
     ) -> bool:
         now = self.clock()
         with self._transaction() as db:
@@ -620,9 +655,9 @@ class Queue:
                 raise UnknownJob(job_id)
             if row[0] not in from_states:
                 return False
-            history, params = _history((kind, f"was {row[0]}"))
+            history, params = _history((kind, error or f"was {row[0]}"))
             db.execute(f"UPDATE jobs SET {assignments}, updated_at = :now, {history} "
-                       "WHERE id = :id", {"now": now, "id": job_id, **params})
+                       "WHERE id = :id", {"now": now, "id": job_id, "error": error, **params})
         return True
 
     def prune(self, before: float) -> int:

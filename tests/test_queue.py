@@ -345,3 +345,69 @@ def test_a_database_locked_past_the_busy_timeout_is_one_sentence(tmp_path):
         blocker.execute("ROLLBACK")
         blocker.close()
     assert q.push("job")  # once the lock is gone, work goes on
+
+
+def test_a_recurring_job_is_followed_by_its_next_run_one_period_after_it_was_due(queue, clock):
+    first = queue.push("hourly", script="/spool/x/hourly.sh", options={"every": 3600})
+    start = clock.now
+    queue.claim("w")
+    clock.advance(30)
+    assert queue.complete(first, "w", "ok")
+    (after,) = queue.jobs(State.PENDING)
+    assert after.not_before == start + 3600  # on the schedule, not 30 s late
+    assert (after.name, after.script, after.options["every"]) == (
+        "hourly", "/spool/x/hourly.sh", 3600)
+    assert queue.history(after.id)[0].detail == f"the next run after {first}"
+
+
+def test_missed_runs_of_a_recurring_job_coalesce_into_one_prompt_run(queue, clock):
+    queue.push("hourly", options={"every": 3600})
+    job = queue.claim("w")
+    queue.complete(job.id, "w")
+    clock.advance(10 * 3600)  # the lid was closed all night
+    due = [j for j in queue.jobs(State.PENDING) if j.not_before <= clock.now]
+    assert len(due) == 1, "one catch-up run, not ten"
+    job = queue.claim("w")
+    assert queue.claim("w") is None
+    queue.complete(job.id, "w")
+    (following,) = queue.jobs(State.PENDING)
+    assert following.not_before == clock.now  # due at once: it was scheduled in the past
+    clock.advance(1)
+    job = queue.claim("w")
+    queue.complete(job.id, "w")
+    (then,) = queue.jobs(State.PENDING)
+    assert then.not_before == following.not_before + 3600
+
+
+def test_a_recurring_job_that_fails_for_good_still_schedules_the_next_run(queue, clock):
+    job_id = queue.push("flaky", max_attempts=1, options={"every": 60})
+    queue.claim("w")
+    assert queue.fail(job_id, "w", "boom") == "failed"
+    assert len(queue.jobs(State.PENDING)) == 1
+
+
+def test_cancelling_a_recurring_job_ends_the_series(queue, clock):
+    job_id = queue.push("hourly", options={"every": 3600})
+    assert queue.cancel(job_id)
+    assert queue.jobs(State.PENDING) == []
+    job_id = queue.push("hourly", options={"every": 3600})
+    queue.claim("w")
+    queue.cancel(job_id)  # while running: the worker loses its lease, nothing follows
+    assert queue.complete(job_id, "w") is False
+    assert queue.jobs(State.PENDING) == []
+
+
+def test_a_refused_push_is_born_failed_and_never_claimed(queue):
+    job_id = queue.push("evil", error="refused: not owned by you")
+    job = queue.get(job_id)
+    assert (job.state, job.last_error) == (State.FAILED, "refused: not owned by you")
+    assert kinds(queue, job_id) == ["pushed", "failed"]
+    assert queue.claim("w") is None
+
+
+def test_refuse_fails_a_pending_job_with_the_reason(queue):
+    job_id = queue.push("gone")
+    assert queue.refuse(job_id, "its script is gone")
+    assert queue.get(job_id).last_error == "its script is gone"
+    assert queue.history(job_id)[-1].detail == "its script is gone"
+    assert queue.refuse(job_id, "again") is False
