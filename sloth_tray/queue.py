@@ -209,11 +209,17 @@ def new_job_id() -> str:
     return secrets.token_hex(6)
 
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
+MIN_DATABASE_BYTES = 512  # the smallest page SQLite writes: a real queue is never shorter
 
 
 def _prepare_file(path: Path) -> None:
-    """Create the database file 0600 (SQLite would use the umask), or vet an existing one."""
+    """Create the database file 0600 (SQLite would use the umask), or vet an existing one.
+
+    Never opens an existing file itself: closing any descriptor of a file drops
+    every POSIX lock this process holds on it, including those of an SQLite
+    connection already open here, and another process could then delete the
+    WAL under that connection's feet.
+    """
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
@@ -225,20 +231,16 @@ def _prepare_file(path: Path) -> None:
         ) from None
     except PermissionError:
         raise DatabaseProblem(f"cannot create the queue at {path}: permission denied") from None
-    os.close(fd)
+    os.close(fd)  # the file is new: no connection can hold locks on it yet
 
 
 def _vet_existing(path: Path) -> None:
-    """SQLite takes a file too short to hold its header for an empty database and
-    writes over it; a damaged or truncated queue must be refused instead."""
-    try:
-        with open(path, "rb") as existing:
-            head = existing.read(len(SQLITE_MAGIC))
-    except OSError as exc:
-        raise DatabaseProblem(f"cannot read the queue {path}: {exc.strerror}") from None
-    if head and head != SQLITE_MAGIC:
+    """SQLite may take a file too short to hold its header for an empty database
+    and write over it; such a file is damaged, and refused."""
+    size = os.stat(path).st_size
+    if 0 < size < MIN_DATABASE_BYTES:
         raise DatabaseProblem(
-            f"{path} is damaged or is not a sloth-tray queue (it does not start like an "
+            f"{path} is damaged or is not a sloth-tray queue (it is too short to be an "
             "SQLite file); it was left as it is"
         )
 

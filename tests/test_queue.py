@@ -4,6 +4,8 @@ import os
 import re
 import sqlite3
 import stat
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -313,7 +315,8 @@ def test_a_corrupt_file_is_refused_and_left_untouched(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["q.db"]
 
 
-@pytest.mark.parametrize("content", [b"x", b"\n", b"SQLite format 2\x00" + b"\x00" * 100])
+@pytest.mark.parametrize("content", [b"x", b"\n", b"SQLite format 2\x00" + b"\x00" * 100,
+                                     b"SQLite format 2\x00" + b"\x00" * 1000])
 def test_a_file_too_short_or_wrong_to_be_a_database_is_not_written_over(tmp_path, content):
     path = tmp_path / "q.db"
     path.write_bytes(content)
@@ -411,3 +414,20 @@ def test_refuse_fails_a_pending_job_with_the_reason(queue):
     assert queue.get(job_id).last_error == "its script is gone"
     assert queue.history(job_id)[-1].detail == "its script is gone"
     assert queue.refuse(job_id, "again") is False
+
+
+def test_two_queues_in_one_process_keep_their_locks_so_the_wal_is_never_deleted(tmp_path):
+    # Opening a second Queue must not drop the first one's POSIX locks: another
+    # process closing its connection would then delete the WAL still in use.
+    path = tmp_path / "q.db"
+    first = Queue(path)
+    second = Queue(path)
+    first.push("before")
+    count = [sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+             "print(c.execute('SELECT count(*) FROM jobs').fetchone()[0]); c.close()", str(path)]
+    assert subprocess.run(count, capture_output=True, text=True).stdout.strip() == "1"
+    first.push("after")
+    assert subprocess.run(count, capture_output=True, text=True).stdout.strip() == "2"
+    assert (tmp_path / "q.db-wal").exists()
+    second.close()
+    first.close()
