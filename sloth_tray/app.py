@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sloth_tray.engine import Engine
+from sloth_tray.inbox import Inbox, start_inbox
 from sloth_tray.lock import InstanceLock
 from sloth_tray.paths import Home
 from sloth_tray.queue import Queue
@@ -52,6 +53,8 @@ class Daemon:
         self.queue: Queue | None = None
         self.engine: Engine | None = None
         self.observer = None
+        self.inbox: Inbox | None = None
+        self.inbox_queue: Queue | None = None
 
     def __enter__(self) -> Daemon:
         self.lock.acquire()  # before touching the queue: recovery is the lock holder's job
@@ -63,6 +66,10 @@ class Daemon:
                 self.observer = make_observer()
                 watch_doorbell(self.observer, self.home.doorbell, self.engine.wake)
                 self.observer.start()
+                # The inbox's own connection: it writes from watchdog's thread.
+                self.inbox_queue = Queue(self.home.db, **self.queue_settings)
+                self.inbox = start_inbox(self.home, self.inbox_queue, self.observer,
+                                         self.engine.wake)
         except BaseException:
             self.__exit__()
             raise
@@ -72,6 +79,10 @@ class Daemon:
         if self.observer is not None:
             self.observer.stop()
             self.observer.join()
+        if self.inbox is not None:
+            self.inbox.stop()
+        if self.inbox_queue is not None:
+            self.inbox_queue.close()
         if self.queue is not None:
             self.queue.close()
         self.lock.release()

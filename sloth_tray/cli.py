@@ -235,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--home", default=argparse.SUPPRESS, metavar="DIR",
                         help="the app's folder (default: $SLOTH_TRAY_HOME or the "
                              "platform's data dir)")
+    common.add_argument("--jobs-dir", default=argparse.SUPPRESS, metavar="DIR",
+                        help="the watched jobs folder (default: $SLOTH_TRAY_JOBS or HOME/jobs)")
     json_flag = argparse.ArgumentParser(add_help=False)
     json_flag.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -284,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:  # plain `sloth-tray` starts the app
         args = parser.parse_args([*(argv or sys.argv[1:]), "run"])
     try:
-        home = locate(getattr(args, "home", None))
+        home = locate(getattr(args, "home", None), getattr(args, "jobs_dir", None))
         return COMMANDS[args.command](args, home)
     except SlothError as exc:
         print(f"sloth-tray: {exc}", file=sys.stderr)
