@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -164,3 +166,34 @@ def test_the_daemon_refuses_to_start_on_a_damaged_database(home):
     assert done.stderr.startswith("sloth-tray: ") and done.stderr.count("\n") == 1
     assert "Traceback" not in done.stderr
     assert home.db.read_bytes() == damaged
+
+
+def test_a_burst_of_drops_survives_kill_9_at_any_moment_exactly_once(home, pids):
+    """Drop files while the daemon is killed at random moments; after a last
+    restart every file is exactly one job and none is left in the inbox."""
+    rng = random.Random(20261130)
+    dropped: list[str] = []
+    kills_mid_burst = 0
+    for trial in range(20):
+        daemon = start_daemon(pids, home)
+        killer = threading.Timer(rng.uniform(0.0, 0.08), daemon.kill)
+        killer.start()
+        for i in range(8):
+            with open(home.jobs / f"t{trial:02}-{i}.sh", "w") as file:
+                file.write("exit 0\n")
+            dropped.append(f"t{trial:02}-{i}")
+            time.sleep(0.005)  # the scenario: drops spread over the window of the kill
+        killer.join()
+        daemon.wait(timeout=10)
+        kills_mid_burst += any(home.jobs.iterdir())  # killed before it took them all
+    start_daemon(pids, home)
+    wait_for(lambda: not any(home.jobs.iterdir()), timeout=30, what="the inbox to empty")
+    with Queue(home.db) as queue:
+        wait_for(lambda: len(queue.jobs(limit=None)) >= len(dropped), what="every job")
+        names = sorted(job.name for job in queue.jobs(limit=None))
+        scripts = [job.script for job in queue.jobs(limit=None)]
+    print(f"{len(dropped)} files, 20 kills ({kills_mid_burst} mid-burst), {len(names)} jobs")
+    assert kills_mid_burst >= 3, f"only {kills_mid_burst} of 20 kills landed mid-burst"
+    assert names == sorted(dropped), "a drop was lost or doubled"
+    assert all(os.path.isfile(script) for script in scripts)
+    assert not list(home.spool.glob("*/*.partial"))
