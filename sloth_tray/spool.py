@@ -13,6 +13,7 @@ import errno
 import logging
 import os
 import shutil
+import stat
 from pathlib import Path
 
 from sloth_tray.errors import SlothError, UnknownJob
@@ -31,17 +32,26 @@ def safe_name(name: str) -> str:
 
 
 def place(home: Home, source: Path, job_id: str, *, move: bool) -> Path:
-    """Move or copy `source` to spool/<job_id>/<name>; returns the new path."""
+    """Move or copy `source` to spool/<job_id>/<name>; returns the new path.
+
+    A move is a hard link into the spool, then an unlink of the original, not a
+    rename: inotify reports a rename out of a watched folder as a lone "moved
+    from", which watchdog holds back half a second waiting for its pair, and
+    every later drop would wait behind it. A crash between the link and the
+    unlink leaves twins, which reconcile() resolves.
+    """
     folder = home.spool / job_id
     folder.mkdir(mode=0o700, parents=True)
     target = folder / safe_name(source.name)
     try:
         if move:
             try:
-                os.rename(source, target)
+                os.link(source, target, follow_symlinks=False)
+                os.unlink(source)
                 return target
             except OSError as exc:
-                if exc.errno != errno.EXDEV or not source.is_file() or source.is_symlink():
+                if exc.errno not in (errno.EXDEV, errno.EPERM, errno.ENOTSUP) \
+                        or not source.is_file() or source.is_symlink():
                     raise  # only a regular file may be copied: never a link's target
         # Another file system (or a copy was asked for): copy under a temporary
         # name, then rename, so the spool never holds half a script.
@@ -120,6 +130,7 @@ def reconcile(home: Home, queue: Queue) -> None:
         if not scripts:
             folder.rmdir()
             continue
+        _finish_move(home, scripts[0])
         log.info("queueing %s: it reached the spool but was not queued before a stop",
                  scripts[0].name)
         push(queue, scripts[0], folder.name)
@@ -127,3 +138,23 @@ def reconcile(home: Home, queue: Queue) -> None:
         if job.script and not os.path.lexists(job.script):
             queue.refuse(job.id, f"its script is gone from the spool ({job.script}); "
                                  "drop it into the jobs folder again")
+
+
+def _finish_move(home: Home, spooled: Path) -> None:
+    """A crash between the spool's copy and the unlink of the original leaves the
+    original in the jobs folder: remove it, or it would become a second job."""
+    twin = home.jobs / spooled.name
+    try:
+        here, there = os.lstat(spooled), os.lstat(twin)
+    except FileNotFoundError:
+        return
+    same_file = (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+    if same_file or (stat.S_ISREG(there.st_mode) and _same_bytes(spooled, twin)):
+        twin.unlink()
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    try:
+        return a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False

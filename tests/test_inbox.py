@@ -248,3 +248,14 @@ def test_ignored_names():
     assert ignored(".x.sh") and ignored("a~") and ignored("b.SWP") and ignored("c.crdownload")
     assert not ignored("tidy.sh") and not ignored("part.sh")
 
+
+
+def test_reconcile_finishes_a_move_cut_short_between_link_and_unlink(home, queue):
+    original = home.jobs / "half.sh"
+    original.write_text("echo half\n")
+    folder = home.spool / "0a0a0a0a0a0a"
+    folder.mkdir()
+    os.link(original, folder / "half.sh")  # the crash came before the unlink
+    spool.reconcile(home, queue)
+    assert not original.exists(), "left in the inbox, it would become a second job"
+    assert [job.name for job in queue.jobs()] == ["half"]
