@@ -194,10 +194,30 @@ def cmd_add(args: argparse.Namespace, home: Home) -> int:
 def cmd_run(args: argparse.Namespace, home: Home) -> int:
     with Daemon(home, **queue_settings(args)) as daemon:
         setup_logging(home, to_stderr=True)
-        log.info("sloth-tray %s running headless; home %s", __version__, home.root)
-        daemon.run_until_stopped()
+        tray = None if args.headless else open_tray(daemon, args)
+        if tray is None:
+            log.info("sloth-tray %s running headless; home %s", __version__, home.root)
+            daemon.run_until_stopped()
+        else:
+            log.info("sloth-tray %s in the tray (%s); home %s", __version__, tray.backend,
+                     home.root)
+            tray.run()
         log.info("stopped")
     return 0
+
+
+def open_tray(daemon: Daemon, args: argparse.Namespace):
+    """The tray icon, or None (said in one line) when there is no display for one."""
+    from sloth_tray.tray import Tray, display_available
+
+    if not display_available():
+        log.info("no display: running headless (sloth-tray run --headless says so quietly)")
+        return None
+    try:
+        return Tray(daemon, notifications=not args.no_notifications)
+    except Exception as exc:  # pystray could not reach a display or a tray backend
+        log.warning("cannot show a tray icon (%s): running headless", exc)
+        return None
 
 
 @command
@@ -272,6 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="how long a job's lease lasts between heartbeats (default 60s)")
     p = add("run", "the daemon: run due jobs as they come", daemon)
     p.add_argument("--headless", action="store_true", help="no tray icon")
+    p.add_argument("--no-notifications", action="store_true",
+                   help="no desktop notification when a job fails for good")
     p = add("work", "run due jobs in the foreground, one line per job", daemon)
     p.add_argument("--once", action="store_true", help="run every job due now, then exit")
     p = add("prune", "delete finished (done or cancelled) jobs and their history")

@@ -13,6 +13,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from sloth_tray import procs
@@ -47,6 +48,7 @@ class FailedJob:
     id: str
     name: str
     error: str
+    at: float  # when it failed: a new failure of the same job is a new event
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ class Engine:
         self._running: RunningJob | None = None
         self._last: Snapshot | None = None
         self._lock = threading.Lock()
+        self._actions = ThreadPoolExecutor(max_workers=1, thread_name_prefix="actions")
 
     # -- the API other threads call -------------------------------------------
 
@@ -120,10 +123,12 @@ class Engine:
         """Claim nothing new; a running job finishes."""
         self._paused = True
         self.alarm.ring()
+        self._actions.submit(self._publish)  # even while a job runs, show it at once
 
     def resume(self) -> None:
         self._paused = False
         self.alarm.ring()
+        self._actions.submit(self._publish)
 
     @property
     def paused(self) -> bool:
@@ -138,6 +143,35 @@ class Engine:
     @property
     def snapshot(self) -> Snapshot:
         return self._last or Snapshot()
+
+    # -- changes asked for by the user (the tray's menu) ------------------------
+    #
+    # They run on a worker thread of their own, never on the caller's: the UI
+    # thread must not wait on SQLite. The worker blocks with no timeout between
+    # requests.
+
+    def retry(self, job_id: str) -> None:
+        self._act(lambda queue: queue.retry(job_id))
+
+    def retry_all_failed(self) -> None:
+        self._act(lambda queue: [queue.retry(job.id) for job in queue.jobs(State.FAILED)])
+
+    def cancel(self, job_id: str) -> None:
+        self._act(lambda queue: queue.cancel(job_id))
+
+    def run_now(self, job_id: str) -> None:
+        self._act(lambda queue: queue.run_now(job_id))
+
+    def _act(self, change: Callable[[Queue], object]) -> None:
+        def act() -> None:
+            try:
+                change(self.queue)
+            except SlothError as exc:
+                log.warning("%s", exc)
+            self.wake()
+            self._publish()
+
+        self._actions.submit(act)
 
     # -- the loop -------------------------------------------------------------
 
@@ -177,6 +211,7 @@ class Engine:
                     self.alarm.wait(self.queue.clock() + PROBLEM_RETRY)
         finally:
             self._stopping = True
+            self._actions.shutdown(wait=True)
             self._publish(stopped=True)
 
     def _step(self) -> bool:
@@ -228,7 +263,7 @@ class Engine:
 
     def _read(self, stopped: bool) -> Snapshot:
         counts = self.queue.status()
-        failed = tuple(FailedJob(j.id, j.name, j.last_error or "")
+        failed = tuple(FailedJob(j.id, j.name, j.last_error or "", j.updated_at)
                        for j in self.queue.jobs(State.FAILED, limit=SHOWN_FAILED))
         waiting = tuple(WaitingJob(j.id, j.name, j.not_before)
                         for j in self.queue.upcoming(SHOWN_WAITING))

@@ -637,6 +637,10 @@ class Queue:
                             "state = 'pending', not_before = :now, attempts = 0, "
                             "last_error = NULL")
 
+    def run_now(self, job_id: str) -> bool:
+        """A pending job becomes due now (the tray's `Run now`)."""
+        return self._change(job_id, ("pending",), "hurried", "not_before = :now")
+
     def cancel(self, job_id: str) -> bool:
         """Pending, failed or running -> cancelled.
 

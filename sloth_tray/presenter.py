@@ -1,0 +1,157 @@
+"""What the tray shows for a Snapshot: the icon's look, the title, the menu.
+
+Pure functions over immutable values, so every label, every enabled flag and
+the default action are tested without a display; tray.py only translates the
+result into pystray's objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from sloth_tray.engine import Snapshot
+from sloth_tray.icons import Look
+from sloth_tray.timefmt import format_duration
+
+MENU_ERROR_CHARS = 60
+
+
+class Controls(Protocol):
+    """What the menu's items do; the tray wires these to the engine and the desktop."""
+
+    def retry(self, job_id: str) -> None: ...
+    def retry_all_failed(self) -> None: ...
+    def cancel(self, job_id: str) -> None: ...
+    def run_now(self, job_id: str) -> None: ...
+    def show_log(self, job_id: str) -> None: ...
+    def toggle_pause(self) -> None: ...
+    def open_jobs(self) -> None: ...
+    def open_logs(self) -> None: ...
+    def quit(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Item:
+    label: str
+    action: Callable[[], None] | None = None
+    enabled: bool = True
+    checked: bool | None = None  # None: not a check item
+    default: bool = False  # the icon's left-click action
+    submenu: tuple[Item, ...] = ()
+
+
+SEPARATOR = Item("-")
+
+
+def look(snapshot: Snapshot) -> Look:
+    """Failed wins over everything: it is the one state that needs the user."""
+    if snapshot.failed_count or snapshot.problem:
+        return Look.FAILED
+    if snapshot.running:
+        return Look.RUNNING
+    if snapshot.paused:
+        return Look.PAUSED
+    return Look.IDLE
+
+
+def title(snapshot: Snapshot, now: float) -> str:
+    """One line, e.g. `sloth: running tidy_downloads · 2 waiting · 1 failed`."""
+    if snapshot.problem:
+        return f"sloth: {snapshot.problem}"
+    if snapshot.running:
+        parts = [f"running {snapshot.running.name}"]
+    elif snapshot.paused:
+        parts = ["paused"]
+    else:
+        parts = ["idle"]
+    if snapshot.pending:
+        parts.append(f"{snapshot.pending} waiting")
+    if snapshot.failed_count:
+        parts.append(f"{snapshot.failed_count} failed")
+    return "sloth: " + " · ".join(parts)
+
+
+def status_line(snapshot: Snapshot, now: float) -> str:
+    if snapshot.problem:
+        return snapshot.problem
+    if snapshot.running:
+        job = snapshot.running
+        return f"Running {job.name} (attempt {job.attempt}, {clock(now - job.started_at)})"
+    if snapshot.paused:
+        return "Paused"
+    if snapshot.next_wakeup is None:
+        return "Idle — nothing waiting"
+    if snapshot.next_wakeup <= now:
+        return "Idle — next job starting"
+    return f"Idle — next job in {in_words(snapshot.next_wakeup - now)}"
+
+
+def clock(seconds: float) -> str:
+    """0:42, 12:05, 1:02:03."""
+    seconds = max(0, int(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02}:{secs:02}" if hours else f"{minutes}:{secs:02}"
+
+
+def in_words(seconds: float) -> str:
+    if seconds < 60:
+        return f"{max(1, int(seconds))} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min"
+    return format_duration(seconds)
+
+
+def short(text: str, limit: int = MENU_ERROR_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def menu(snapshot: Snapshot, controls: Controls, now: float, *,
+         has_default_action: bool = True) -> tuple[Item, ...]:
+    anything_failed = bool(snapshot.failed)
+    failed = tuple(
+        Item(f"{job.name} — {short(job.error) or 'failed'}", submenu=(
+            Item("Retry", lambda job_id=job.id: controls.retry(job_id)),
+            Item("Show log", lambda job_id=job.id: controls.show_log(job_id)),
+            Item("Cancel", lambda job_id=job.id: controls.cancel(job_id)),
+        ))
+        for job in snapshot.failed
+    )
+    waiting = tuple(
+        Item(f"{job.name} — {'due now' if job.due <= now else 'in ' + in_words(job.due - now)}",
+             submenu=(Item("Run now", lambda job_id=job.id: controls.run_now(job_id)),))
+        for job in snapshot.waiting
+    )
+    return (
+        Item(status_line(snapshot, now), enabled=False),
+        SEPARATOR,
+        Item(f"Failed jobs ({snapshot.failed_count})", enabled=anything_failed,
+             submenu=failed),
+        Item("Retry all failed", controls.retry_all_failed, enabled=anything_failed,
+             default=anything_failed and has_default_action),
+        Item(f"Waiting ({snapshot.pending})", enabled=bool(waiting), submenu=waiting),
+        SEPARATOR,
+        Item("Pause", controls.toggle_pause, checked=snapshot.paused),
+        Item("Open jobs folder", controls.open_jobs,
+             default=not anything_failed and has_default_action),
+        Item("Open logs", controls.open_logs),
+        Item("Start at login", None, enabled=False, checked=False),
+        SEPARATOR,
+        Item("Quit", controls.quit),
+    )
+
+
+def default_action(items: tuple[Item, ...]) -> Item | None:
+    return next((item for item in items if item.default), None)
+
+
+def failures_to_announce(before: Snapshot | None, after: Snapshot) -> list:
+    """Jobs that failed for good since `before`: one notification each, never twice.
+    Nothing is announced for the first snapshot (old failures are not news)."""
+    if before is None:
+        return []
+    seen = {(job.id, job.at) for job in before.failed}
+    return [job for job in after.failed if (job.id, job.at) not in seen]

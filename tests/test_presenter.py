@@ -1,0 +1,138 @@
+"""What the tray shows, for each kind of Snapshot, without a display."""
+
+from __future__ import annotations
+
+import pytest
+
+from sloth_tray import presenter
+from sloth_tray.engine import FailedJob, RunningJob, Snapshot, WaitingJob
+from sloth_tray.icons import Look, render
+
+NOW = 1_000_000.0
+
+
+class Recorder:
+    """Controls that remember what the menu asked for."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def __getattr__(self, name: str):
+        return lambda *args: self.calls.append((name, *args))
+
+
+IDLE = Snapshot()
+RUNNING = Snapshot(pending=2, running=RunningJob("a1", "tidy_downloads", 2, 5, NOW - 42))
+FAILED = Snapshot(failed_count=1, failed=(FailedJob("f1", "disk_check", "disk check: 82% full",
+                                                    NOW - 5),))
+PAUSED = Snapshot(paused=True, pending=1, waiting=(WaitingJob("w1", "later", NOW + 240),))
+MANY = Snapshot(failed_count=30, failed=tuple(
+    FailedJob(f"f{i}", f"job{i}", "x" * 300, NOW) for i in range(30)))
+
+
+@pytest.mark.parametrize("snapshot, look", [
+    (IDLE, Look.IDLE), (RUNNING, Look.RUNNING), (FAILED, Look.FAILED), (PAUSED, Look.PAUSED),
+    (Snapshot(running=RUNNING.running, failed_count=1, failed=FAILED.failed), Look.FAILED),
+    (Snapshot(problem="the queue is locked"), Look.FAILED),
+])
+def test_the_look_failed_wins_over_running_and_paused(snapshot, look):
+    assert presenter.look(snapshot) == look
+
+
+def test_every_look_is_a_different_picture_at_every_size():
+    for size in (16, 22, 32, 64):
+        pictures = {look: render(look, size).tobytes() for look in Look}
+        templates = {look: render(look, size, template=True).tobytes() for look in Look}
+        assert len(set(pictures.values())) == 4
+        assert len(set(templates.values())) == 4, "shape alone must tell the states apart"
+        assert render(Look.IDLE, size).size == (size, size)
+
+
+@pytest.mark.parametrize("snapshot, title", [
+    (IDLE, "sloth: idle"),
+    (RUNNING, "sloth: running tidy_downloads · 2 waiting"),
+    (FAILED, "sloth: idle · 1 failed"),
+    (PAUSED, "sloth: paused · 1 waiting"),
+    (Snapshot(problem="the queue x is locked"), "sloth: the queue x is locked"),
+])
+def test_title_is_one_line(snapshot, title):
+    assert presenter.title(snapshot, NOW) == title
+
+
+@pytest.mark.parametrize("snapshot, line", [
+    (IDLE, "Idle — nothing waiting"),
+    (RUNNING, "Running tidy_downloads (attempt 2, 0:42)"),
+    (PAUSED, "Paused"),
+    (Snapshot(pending=1, next_wakeup=NOW + 240), "Idle — next job in 4 min"),
+    (Snapshot(pending=1, next_wakeup=NOW + 7200), "Idle — next job in 2h"),
+])
+def test_status_line(snapshot, line):
+    assert presenter.status_line(snapshot, NOW) == line
+
+
+def labels(items):
+    return [item.label for item in items]
+
+
+def test_idle_menu_opens_the_jobs_folder_on_click_and_cannot_retry():
+    items = presenter.menu(IDLE, Recorder(), NOW)
+    assert labels(items) == [
+        "Idle — nothing waiting", "-", "Failed jobs (0)", "Retry all failed", "Waiting (0)",
+        "-", "Pause", "Open jobs folder", "Open logs", "Start at login", "-", "Quit"]
+    by_label = {item.label: item for item in items}
+    assert not by_label["Idle — nothing waiting"].enabled
+    assert not by_label["Retry all failed"].enabled
+    assert presenter.default_action(items).label == "Open jobs folder"
+    assert by_label["Pause"].checked is False
+    assert not by_label["Start at login"].enabled
+
+
+def test_failed_menu_retries_on_click_and_offers_retry_log_cancel_per_job():
+    controls = Recorder()
+    items = presenter.menu(FAILED, controls, NOW)
+    by_label = {item.label: item for item in items}
+    assert by_label["Retry all failed"].enabled
+    assert presenter.default_action(items).label == "Retry all failed"
+    (entry,) = by_label["Failed jobs (1)"].submenu
+    assert entry.label == "disk_check — disk check: 82% full"
+    assert labels(entry.submenu) == ["Retry", "Show log", "Cancel"]
+    for item in entry.submenu:
+        item.action()
+    presenter.default_action(items).action()
+    assert controls.calls == [("retry", "f1"), ("show_log", "f1"), ("cancel", "f1"),
+                              ("retry_all_failed",)]
+
+
+def test_without_a_default_action_backend_no_item_claims_the_click():
+    items = presenter.menu(FAILED, Recorder(), NOW, has_default_action=False)
+    assert presenter.default_action(items) is None
+
+
+def test_paused_menu_is_checked_and_waiting_jobs_can_run_now():
+    controls = Recorder()
+    items = presenter.menu(PAUSED, controls, NOW)
+    by_label = {item.label: item for item in items}
+    assert by_label["Paused"].enabled is False
+    assert by_label["Pause"].checked is True
+    (waiting,) = by_label["Waiting (1)"].submenu
+    assert waiting.label == "later — in 4 min"
+    (run_now,) = waiting.submenu
+    run_now.action()
+    by_label["Pause"].action()
+    by_label["Quit"].action()
+    assert controls.calls == [("run_now", "w1"), ("toggle_pause",), ("quit",)]
+
+
+def test_many_failed_jobs_keep_their_entries_short():
+    items = presenter.menu(MANY, Recorder(), NOW)
+    failed = next(item for item in items if item.label == "Failed jobs (30)")
+    assert len(failed.submenu) == 30
+    assert all(len(item.label) < 80 and item.label.endswith("…") for item in failed.submenu)
+
+
+def test_a_failure_is_announced_once_and_old_failures_never():
+    assert presenter.failures_to_announce(None, FAILED) == []
+    assert presenter.failures_to_announce(IDLE, FAILED) == list(FAILED.failed)
+    assert presenter.failures_to_announce(FAILED, FAILED) == []
+    again = Snapshot(failed_count=1, failed=(FailedJob("f1", "disk_check", "still", NOW + 60),))
+    assert presenter.failures_to_announce(FAILED, again) == list(again.failed)
