@@ -67,6 +67,10 @@ class Tray:
         self.notifications = notifications
         self.opener = opener
         self.backend = pystray.Icon.__module__.rsplit("_", 1)[-1]  # gtk, appindicator, ...
+        if self.backend in ("gtk", "appindicator"):
+            from gi.repository import GLib
+
+            GLib.set_prgname(APP_NAME)  # the window class, not "__main__.py"
         self._snapshot: Snapshot | None = None
         self._announced: set[tuple[str, float]] = set()
         self.icon = pystray.Icon(APP_NAME, icon=render(presenter.Look.IDLE, 64),
@@ -78,7 +82,15 @@ class Tray:
 
     def run(self) -> None:
         """Block on the main thread until Quit (or SIGTERM / SIGINT)."""
-        self.icon.run(setup=self._setup)
+        try:
+            self.icon.run(setup=self._setup)
+        except Exception as exc:
+            if not self._engine_thread.is_alive() and self._engine_thread.ident:
+                # pystray's GTK teardown asks the session's notification service to
+                # hide a notification and raises when there is no such service.
+                log.debug("tray teardown: %s", exc)
+            else:
+                raise
         self.engine.stop()
         self._engine_thread.join()
 

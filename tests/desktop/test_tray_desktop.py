@@ -1,0 +1,172 @@
+"""The real tray on a real (virtual) desktop: Xvfb, a tray host (trayer), a private
+D-Bus session and pystray's GTK backend. Clicked with xdotool, looked at with
+screenshots. Every process started here is killed by pid at the end."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import wait_for
+from PIL import ImageStat
+
+from sloth_tray.paths import locate
+from sloth_tray.queue import Queue, State
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = ("Xvfb", "trayer", "xdotool", "xwininfo", "xdpyinfo", "dbus-daemon")
+
+
+def missing() -> str | None:
+    if not sys.platform.startswith("linux"):
+        return "the desktop tests need Linux and X11"
+    absent = [tool for tool in TOOLS if shutil.which(tool) is None]
+    if absent:
+        return f"not installed: {', '.join(absent)} (.ci/run installs them)"
+    try:
+        import gi  # noqa: F401
+    except ImportError:
+        return "PyGObject is not installed (pip install 'pygobject<3.51')"
+    return None
+
+
+pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
+
+
+def free_display() -> int:
+    return next(n for n in range(90, 200) if not os.path.exists(f"/tmp/.X11-unix/X{n}")
+                and not os.path.exists(f"/tmp/.X{n}-lock"))
+
+
+@pytest.fixture
+def desktop(pids, tmp_path):
+    """An X server with a tray host and a session bus; yields the environment."""
+    display = f":{free_display()}"
+    pids.popen(["Xvfb", display, "-screen", "0", "640x480x24", "-nolisten", "tcp"],
+               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, "DISPLAY": display, "NO_AT_BRIDGE": "1", "PYSTRAY_BACKEND": "gtk"}
+    wait_for(lambda: subprocess.run(["xdpyinfo"], env=env, capture_output=True).returncode == 0,
+             what="Xvfb to answer")
+    pids.popen(["trayer", "--edge", "top", "--align", "right", "--widthtype", "pixel",
+                "--width", "200", "--height", "32", "--transparent", "false",
+                "--tint", "0x303030"], env=env, stdout=subprocess.DEVNULL,
+               stderr=subprocess.DEVNULL)
+    bus = pids.popen(["dbus-daemon", "--session", "--nofork", "--print-address=1"],
+                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    env["DBUS_SESSION_BUS_ADDRESS"] = bus.stdout.readline().strip()
+    wait_for(lambda: "panel" in tree(env), what="trayer's panel")
+    return env
+
+
+def tree(env) -> str:
+    return subprocess.run(["xwininfo", "-root", "-tree"], env=env, capture_output=True,
+                          text=True).stdout
+
+
+def icon_box(env) -> tuple[str, int, int, int, int] | None:
+    """(title, x, y, width, height) of our icon's window inside the tray."""
+    for line in tree(env).splitlines():
+        found = re.search(r'"(sloth:[^"]*)": \("sloth-tray".*?(\d+)x(\d+)\+-?\d+\+-?\d+\s+'
+                          r"\+(-?\d+)\+(-?\d+)", line)  # ("sloth-tray" ...): the window class
+        if found:
+            title, w, h, x, y = found.groups()
+            return title, int(x), int(y), int(w), int(h)
+    return None
+
+
+def grab(env, box=None):
+    from PIL import ImageGrab
+
+    image = ImageGrab.grab(xdisplay=env["DISPLAY"])
+    return image.crop(box) if box else image
+
+
+def red_pixels(image) -> int:
+    rgb = image.convert("RGB")
+    pixels = rgb.load()
+    return sum(1 for x in range(rgb.width) for y in range(rgb.height)
+               if (lambda r, g, b: r > 180 and g < 90 and b < 90)(*pixels[x, y]))
+
+
+def click(env, x: int, y: int, button: int) -> None:
+    subprocess.run(["xdotool", "mousemove", str(x), str(y), "click", str(button)], env=env,
+                   check=True)
+
+
+def key(env, *names: str) -> None:
+    subprocess.run(["xdotool", "key", *names], env=env, check=True)
+
+
+def test_the_icon_shows_a_failure_a_click_retries_and_quit_exits_cleanly(desktop, pids,
+                                                                         tmp_path):
+    home = locate(tmp_path / "home").ensure()
+    app = pids.popen([sys.executable, "-m", "sloth_tray", "run", "--home", str(home.root)],
+                     env=desktop, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    title, x, y, w, h = wait_for(lambda: icon_box(desktop), what="the icon in the tray")
+    assert title == "sloth: idle"
+    box = (x, y, x + w, y + h)
+    idle = grab(desktop, box)
+    assert red_pixels(idle) == 0
+
+    script = tmp_path / "disk_check.sh"
+    script.write_text('#!/bin/sh\n# sloth: max_attempts=1\necho "disk check: 82% full" >&2\n'
+                      "exit 1\n")
+    os.rename(script, home.jobs / "disk_check.sh")
+    wait_for(lambda: (icon_box(desktop) or ("",))[0] == "sloth: idle · 1 failed",
+             what="the title to say a job failed")
+    failed = wait_for(lambda: (lambda im: im if red_pixels(im) > 5 else None)(
+        grab(desktop, box)), what="the failed badge to be drawn")
+    assert failed.tobytes() != idle.tobytes()
+
+    # The menu, open over the failed job: the README's screenshot.
+    click(desktop, x + w // 2, y + h // 2, 3)
+    shot = wait_for(lambda: (lambda im: im if im.getbbox() and _menu_drawn(im, y + h) else
+                             None)(grab(desktop)), what="the menu to open")
+    shot.crop((180, 0, 640, 280)).save(ROOT / "assets" / "screenshot.png")
+    key(desktop, "Escape")
+
+    with Queue(home.db) as queue:
+        (job,) = queue.jobs()
+        click(desktop, x + w // 2, y + h // 2, 1)  # the default action: retry all failed
+        wait_for(lambda: "retried" in [e.kind for e in queue.history(job.id)],
+                 what="the click to retry the job")
+        wait_for(lambda: queue.get(job.id).state == State.FAILED, what="the rerun to end")
+
+    click(desktop, x + w // 2, y + h // 2, 3)
+    wait_for(lambda: _menu_drawn(grab(desktop), y + h), what="the menu to open again")
+    key(desktop, "Up", "Return")  # from no selection, Up lands on the last item: Quit
+    assert app.wait(timeout=20) == 0
+    log = app.stderr.read()
+    assert "in the tray (gtk)" in log and "stopped" in log and "Traceback" not in log
+
+
+def _menu_drawn(image, below: int) -> bool:
+    """A GTK menu is a light box below the panel; the bare screen there is black."""
+    area = image.crop((300, below + 5, 640, below + 60)).convert("L")
+    return ImageStat.Stat(area).mean[0] > 100
+
+
+def test_sigterm_quits_the_tray_cleanly_and_releases_the_running_job(desktop, pids,
+                                                                     tmp_path):
+    home = locate(tmp_path / "home").ensure()
+    started = tmp_path / "started"
+    (home.jobs / "long.sh").write_text(f"echo $$ > {started}\nsleep 300\n")
+    app = pids.popen([sys.executable, "-m", "sloth_tray", "run", "--home", str(home.root)],
+                     env=desktop, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    child = int(wait_for(lambda: started.exists() and started.read_text().strip(),
+                         what="the job to start"))
+    pids.add(child)
+    wait_for(lambda: (icon_box(desktop) or ("",))[0].startswith("sloth: running long"),
+             what="the title to say running")
+    app.send_signal(signal.SIGTERM)
+    assert app.wait(timeout=20) == 0
+    with Queue(home.db) as queue:
+        (job,) = queue.jobs()
+        assert (job.state, job.attempts) == (State.PENDING, 0)
+        assert queue.history(job.id)[-1].kind == "released"
