@@ -12,13 +12,14 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
 
-from sloth_tray.engine import Engine
+from sloth_tray.config import KEYS, Settings
+from sloth_tray.engine import Engine, default_owner
 from sloth_tray.inbox import Inbox, start_inbox
 from sloth_tray.lock import InstanceLock
 from sloth_tray.paths import Home
 from sloth_tray.queue import Queue
+from sloth_tray.runner import Runner
 from sloth_tray.watch import make_observer, watch_doorbell
 
 log = logging.getLogger("sloth_tray")
@@ -45,11 +46,14 @@ def setup_logging(home: Home, *, to_stderr: bool) -> None:
 class Daemon:
     """Everything one running sloth-tray holds. Use as a context manager."""
 
-    def __init__(self, home: Home, *, watch: bool = True, **queue_settings: Any) -> None:
+    def __init__(self, home: Home, settings: Settings | None = None, *,
+                 watch: bool = True) -> None:
         self.home = home.ensure()
+        self.settings = settings or Settings(values={k: v.default for k, v in KEYS.items()})
         self.lock = InstanceLock(home.lock)
         self.watch = watch
-        self.queue_settings = queue_settings
+        self.queue_settings = {"lease_seconds": self.settings["lease"],
+                               "max_attempts": self.settings["max_attempts"]}
         self.queue: Queue | None = None
         self.engine: Engine | None = None
         self.observer = None
@@ -60,7 +64,10 @@ class Daemon:
         self.lock.acquire()  # before touching the queue: recovery is the lock holder's job
         try:
             self.queue = Queue(self.home.db, **self.queue_settings)
-            self.engine = Engine(self.queue, self.home)
+            owner = default_owner()
+            runner = Runner(self.queue, self.home, owner, log_cap=self.settings["log_cap"],
+                            default_timeout=self.settings["timeout"])
+            self.engine = Engine(self.queue, self.home, owner=owner, runner=runner)
             self.engine.recover()
             if self.watch:
                 self.observer = make_observer()

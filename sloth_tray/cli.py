@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sloth_tray import __version__, spool
+from sloth_tray import __version__, config, spool
 from sloth_tray.app import Daemon, log, setup_logging
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home, locate
@@ -173,6 +173,25 @@ def cmd_cancel(args: argparse.Namespace, home: Home) -> int:
 
 
 @command
+def cmd_config(args: argparse.Namespace, home: Home) -> int:
+    settings = args.settings
+    shown = {key: settings[key] for key in config.KEYS} | {"jobs_dir": str(home.jobs)}
+    if settings.sources["jobs_dir"] == "default":
+        settings.sources["jobs_dir"] = "default (home)"
+    if args.json:
+        emit_json({"file": str(settings.path), "home": str(home.root),
+                   "settings": {key: {"value": value, "from": settings.sources[key]}
+                                for key, value in shown.items()}})
+        return 0
+    print(f"config file: {settings.path}" + ("" if settings.path.exists() else " (none yet)"))
+    print(f"home:        {home.root}\n")
+    print(table([("SETTING", "VALUE", "FROM")] + [
+        (key, "-" if value is None else str(value), settings.sources[key])
+        for key, value in shown.items()]))
+    return 0
+
+
+@command
 def cmd_prune(args: argparse.Namespace, home: Home) -> int:
     with open_queue(home) as queue:
         removed = queue.prune(before=queue.clock() - args.older_than)
@@ -192,7 +211,7 @@ def cmd_add(args: argparse.Namespace, home: Home) -> int:
 
 @command
 def cmd_run(args: argparse.Namespace, home: Home) -> int:
-    with Daemon(home, **queue_settings(args)) as daemon:
+    with Daemon(home, args.settings) as daemon:
         setup_logging(home, to_stderr=True)
         tray = None if args.headless else open_tray(daemon, args)
         if tray is None:
@@ -214,7 +233,7 @@ def open_tray(daemon: Daemon, args: argparse.Namespace):
         log.info("no display: running headless (sloth-tray run --headless says so quietly)")
         return None
     try:
-        return Tray(daemon, notifications=not args.no_notifications)
+        return Tray(daemon, notifications=args.settings["notifications"])
     except Exception as exc:  # pystray could not reach a display or a tray backend
         log.warning("cannot show a tray icon (%s): running headless", exc)
         return None
@@ -222,15 +241,11 @@ def open_tray(daemon: Daemon, args: argparse.Namespace):
 
 @command
 def cmd_work(args: argparse.Namespace, home: Home) -> int:
-    with Daemon(home, watch=not args.once, **queue_settings(args)) as daemon:
+    with Daemon(home, args.settings, watch=not args.once) as daemon:
         setup_logging(home, to_stderr=False)
         daemon.engine.on_result(print_result)
         daemon.run_until_stopped(drain=args.once)
     return 0
-
-
-def queue_settings(args: argparse.Namespace) -> dict[str, Any]:
-    return {"lease_seconds": args.lease} if args.lease else {}
 
 
 def print_result(job: Job, result: Result) -> None:
@@ -255,6 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--home", default=argparse.SUPPRESS, metavar="DIR",
                         help="the app's folder (default: $SLOTH_TRAY_HOME or the "
                              "platform's data dir)")
+    common.add_argument("--config", default=argparse.SUPPRESS, metavar="FILE",
+                        help="the settings file (default: $SLOTH_TRAY_CONFIG or the "
+                             "platform's config dir/config.toml)")
     common.add_argument("--jobs-dir", default=argparse.SUPPRESS, metavar="DIR",
                         help="the watched jobs folder (default: $SLOTH_TRAY_JOBS or HOME/jobs)")
     json_flag = argparse.ArgumentParser(add_help=False)
@@ -296,10 +314,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no desktop notification when a job fails for good")
     p = add("work", "run due jobs in the foreground, one line per job", daemon)
     p.add_argument("--once", action="store_true", help="run every job due now, then exit")
+    add("config", "the effective settings and where each comes from", json_flag)
     p = add("prune", "delete finished (done or cancelled) jobs and their history")
     p.add_argument("--older-than", type=duration, default=7 * 86400, metavar="AGE",
                    help="age such as 7d, 12h, 30m (default 7d)")
     return parser
+
+
+def load_settings(args: argparse.Namespace) -> config.Settings:
+    """config.toml, the environment, and the flags this command has."""
+    flag = vars(args).get
+    return config.load(Path(flag("config")) if flag("config") else None, flags={
+        "jobs_dir": flag("jobs_dir"), "lease": flag("lease"),
+        "notifications": False if flag("no_notifications") else None})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -308,7 +335,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:  # plain `sloth-tray` starts the app
         args = parser.parse_args([*(argv or sys.argv[1:]), "run"])
     try:
-        home = locate(getattr(args, "home", None), getattr(args, "jobs_dir", None))
+        args.settings = load_settings(args)
+        home = locate(getattr(args, "home", None), args.settings["jobs_dir"])
         return COMMANDS[args.command](args, home)
     except SlothError as exc:
         print(f"sloth-tray: {exc}", file=sys.stderr)

@@ -136,6 +136,7 @@ class Runner:
         log_cap: int = LOG_CAP,
         grace: float = 5.0,
         alarm: Alarm | None = None,
+        default_timeout: float | None = None,
     ) -> None:
         self.queue = queue
         self.home = home
@@ -143,6 +144,7 @@ class Runner:
         self.monotonic = monotonic
         self.log_cap = log_cap
         self.grace = grace
+        self.default_timeout = default_timeout
         self.alarm = alarm or make_alarm(queue.clock)
         self._stopping = False
 
@@ -197,7 +199,7 @@ class Runner:
 
         lease = job.lease_seconds or self.queue.lease_seconds
         beat_every = lease / 3
-        timeout = job.options.get("timeout")
+        timeout = job.options.get("timeout", self.default_timeout)
         started = self.monotonic()  # the timeout counts time awake, not time asleep
         sleep_watch = SleepWatch(self.queue.clock, self.monotonic)
         lease_until = job.lease_until  # as claimed; tracked to notice a lapse

@@ -23,6 +23,16 @@ class FakeClock:
         self.now += seconds
 
 
+@pytest.fixture(autouse=True)
+def isolated_settings(tmp_path_factory, monkeypatch):
+    """No test reads this machine's config.toml or its SLOTH_TRAY_* variables
+    (child processes inherit the same environment)."""
+    config = tmp_path_factory.mktemp("config") / "config.toml"
+    monkeypatch.setenv("SLOTH_TRAY_CONFIG", str(config))
+    for name in ("SLOTH_TRAY_HOME", "SLOTH_TRAY_JOBS"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()

@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sloth_tray import config
+from sloth_tray.errors import SlothError
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_then_file_then_env_then_flag(tmp_path):
+    path = write(tmp_path, 'lease = "2m"\nmax_attempts = 3\njobs_dir = "~/drop"\n'
+                           'log_cap = "1MiB"\nnotifications = false\ntimeout = 600\n')
+    settings = config.load(path, env={}, flags={})
+    assert settings["lease"] == 120 and settings["max_attempts"] == 3
+    assert settings["log_cap"] == 1024 * 1024 and settings["notifications"] is False
+    assert settings["timeout"] == 600 and settings["jobs_dir"].name == "drop"
+    assert settings.sources["lease"] == f"file {path}"
+    env = {"SLOTH_TRAY_JOBS": str(tmp_path / "from-env")}
+    settings = config.load(path, env=env, flags={"lease": 5.0, "jobs_dir": None})
+    assert settings["jobs_dir"] == tmp_path / "from-env"
+    assert settings.sources["jobs_dir"] == "env SLOTH_TRAY_JOBS"
+    assert (settings["lease"], settings.sources["lease"]) == (5.0, "flag")
+    assert settings.sources["max_attempts"] == f"file {path}"
+
+
+def test_no_file_means_defaults(tmp_path):
+    settings = config.load(tmp_path / "none.toml", env={})
+    assert settings.values == {key: spec.default for key, spec in config.KEYS.items()}
+    assert set(settings.sources.values()) == {"default"}
+
+
+@pytest.mark.parametrize("text, message", [
+    ('lease = "2m"\nretries = 3\n', "line 2: unknown setting 'retries'"),
+    ('max_attempts = 0\n', "line 1: bad value for max_attempts: use a whole number"),
+    ('\n\nlease = "soon"\n', "line 3: bad value for lease: use a number of seconds"),
+    ('log_cap = "10 parsecs"\n', "line 1: bad value for log_cap: use a number of bytes"),
+    ('notifications = "yes"\n', "line 1: bad value for notifications: use true or false"),
+    ('lease = \n', "is not valid TOML: Invalid value (at line 1, column 9)"),
+])
+def test_a_bad_file_is_one_sentence_with_the_file_line_and_key(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(SlothError) as caught:
+        config.load(path, env={})
+    assert str(caught.value).startswith(str(path))
+    assert message in str(caught.value)
+
+
+def test_the_app_refuses_to_start_on_a_bad_config(tmp_path):
+    path = write(tmp_path, "max_attempts = -1\n")
+    done = subprocess.run([sys.executable, "-m", "sloth_tray", "run", "--headless",
+                           "--config", str(path), "--home", str(tmp_path / "home")],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1
+    assert done.stderr == (f"sloth-tray: {path}, line 1: bad value for max_attempts: use a "
+                           "whole number of 1 or more, such as 5\n")
+    assert not (tmp_path / "home" / "queue.db").exists()
+
+
+def test_config_command_says_where_each_value_comes_from(tmp_path):
+    path = write(tmp_path, "max_attempts = 3\n")
+    done = subprocess.run([sys.executable, "-m", "sloth_tray", "config", "--json",
+                           "--home", str(tmp_path / "home")], capture_output=True, text=True,
+                          timeout=30, env={**__import__("os").environ,
+                                           "SLOTH_TRAY_CONFIG": str(path)})
+    shown = json.loads(done.stdout)
+    assert shown["file"] == str(path)
+    assert shown["settings"]["max_attempts"] == {"value": 3, "from": f"file {path}"}
+    assert shown["settings"]["lease"] == {"value": 60.0, "from": "default"}
+    assert shown["settings"]["jobs_dir"]["value"] == str(tmp_path / "home" / "jobs")
