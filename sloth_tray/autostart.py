@@ -9,9 +9,9 @@ location is a parameter, so all three OSes are testable on Linux.
 - macOS: `~/Library/LaunchAgents/org.sloth-tray.agent.plist`. launchctl is never
   called: loading the agent now would start a second copy of the running app;
   launchd picks the file up at the next login.
-- Windows: the value `sloth-tray` under `HKCU\\Software\\Microsoft\\Windows\\
-  CurrentVersion\\Run`. (A "Disable" in Task Manager is kept elsewhere, under
-  Explorer\\StartupApproved, and is not read here.)
+- Windows: the value `sloth-tray` under the key
+  `HKCU\\Software\\Microsoft\\Windows\\CurrentVersion\\Run`. (A "Disable" in Task
+  Manager is kept elsewhere, under Explorer\\StartupApproved, and is not read here.)
 
 The user's own choices win over ours. A file we did not write is never
 overwritten or deleted, whatever is asked: status says so and leaves it alone.
@@ -300,7 +300,8 @@ class _LaunchAgent:
 
     def disable(self) -> Status:
         current = self._read()
-        if current is not None and current[1] is not None and current[1].get("Label") == AGENT_LABEL:
+        agent = current[1] if current is not None else None
+        if agent is not None and agent.get("Label") == AGENT_LABEL:
             _remove(self.path)
         return self.status()
 

@@ -162,6 +162,7 @@ class Runner:
     # -- the work -------------------------------------------------------------
 
     def run(self, job: Job) -> Result:
+        sleep_watch = SleepWatch(self.queue.clock, self.monotonic)  # from the claim on
         try:
             command = command_for(Path(job.script or ""))
         except BadJobFile as exc:
@@ -181,11 +182,12 @@ class Runner:
             log.close()
             return self.record_failure(job, spawn_error(command[0], exc), permanent=True)
         try:
-            return self._supervise(job, child, log, token)
+            return self._supervise(job, child, log, token, sleep_watch)
         finally:
             log.close()
 
-    def _supervise(self, job: Job, child: subprocess.Popen, log: CappedLog, token: str) -> Result:
+    def _supervise(self, job: Job, child: subprocess.Popen, log: CappedLog, token: str,
+                   sleep_watch: SleepWatch) -> Result:
         if not self.queue.started(job.id, self.owner, procs.describe(child, token)):
             procs.kill_group(child)
             child.wait()
@@ -201,7 +203,6 @@ class Runner:
         beat_every = lease / 3
         timeout = job.options.get("timeout", self.default_timeout)
         started = self.monotonic()  # the timeout counts time awake, not time asleep
-        sleep_watch = SleepWatch(self.queue.clock, self.monotonic)
         lease_until = job.lease_until  # as claimed; tracked to notice a lapse
         next_beat = self.queue.clock() + beat_every
         while child.returncode is None:
