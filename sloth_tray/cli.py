@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sloth_tray import __version__, config, spool
+from sloth_tray import __version__, autostart, config, spool
 from sloth_tray.app import Daemon, log, setup_logging
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home, locate
@@ -192,6 +192,19 @@ def cmd_config(args: argparse.Namespace, home: Home) -> int:
 
 
 @command
+def cmd_autostart(args: argparse.Namespace, home: Home) -> int:
+    change = {"enable": autostart.enable, "disable": autostart.disable,
+              "status": autostart.status}[args.action]
+    state = change()
+    if args.json:
+        emit_json({"enabled": state.enabled, "where": state.where, "detail": state.detail})
+    else:
+        print(f"start at login: {'on' if state.enabled else 'off'} — {state.detail}\n"
+              f"  ({state.where})")
+    return 0
+
+
+@command
 def cmd_prune(args: argparse.Namespace, home: Home) -> int:
     with open_queue(home) as queue:
         removed = queue.prune(before=queue.clock() - args.older_than)
@@ -315,6 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("work", "run due jobs in the foreground, one line per job", daemon)
     p.add_argument("--once", action="store_true", help="run every job due now, then exit")
     add("config", "the effective settings and where each comes from", json_flag)
+    p = add("autostart", "start the app at login: enable, disable, or show the status",
+            json_flag)
+    p.add_argument("action", choices=["enable", "disable", "status"], nargs="?",
+                   default="status")
     p = add("prune", "delete finished (done or cancelled) jobs and their history")
     p.add_argument("--older-than", type=duration, default=7 * 86400, metavar="AGE",
                    help="age such as 7d, 12h, 30m (default 7d)")

@@ -29,6 +29,7 @@ class Controls(Protocol):
     def toggle_pause(self) -> None: ...
     def open_jobs(self) -> None: ...
     def open_logs(self) -> None: ...
+    def toggle_autostart(self) -> None: ...
     def quit(self) -> None: ...
 
 
@@ -110,7 +111,7 @@ def short(text: str, limit: int = MENU_ERROR_CHARS) -> str:
 
 
 def menu(snapshot: Snapshot, controls: Controls, now: float, *,
-         has_default_action: bool = True) -> tuple[Item, ...]:
+         has_default_action: bool = True, starts_at_login: bool = False) -> tuple[Item, ...]:
     anything_failed = bool(snapshot.failed)
     failed = tuple(
         Item(f"{job.name} — {short(job.error) or 'failed'}", submenu=(
@@ -138,7 +139,7 @@ def menu(snapshot: Snapshot, controls: Controls, now: float, *,
         Item("Open jobs folder", controls.open_jobs,
              default=not anything_failed and has_default_action),
         Item("Open logs", controls.open_logs),
-        Item("Start at login", None, enabled=False, checked=False),
+        Item("Start at login", controls.toggle_autostart, checked=starts_at_login),
         SEPARATOR,
         Item("Quit", controls.quit),
     )

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sloth_tray import presenter
+from sloth_tray import autostart, presenter
 from sloth_tray.app import Daemon
 from sloth_tray.engine import Snapshot
 from sloth_tray.errors import SlothError
@@ -167,7 +167,8 @@ class Tray:
 
     def _menu_items(self):
         items = presenter.menu(self._snapshot or Snapshot(), self, time.time(),
-                               has_default_action=self.icon.HAS_DEFAULT_ACTION)
+                               has_default_action=self.icon.HAS_DEFAULT_ACTION,
+                               starts_at_login=self._starts_at_login())
         if not self.icon.HAS_MENU:  # xorg: only the default action exists, and it retries
             return (self.pystray.MenuItem("Retry all failed", self.retry_all_failed,
                                           default=True),)
@@ -212,6 +213,19 @@ class Tray:
 
     def open_logs(self) -> None:
         self.opener(self.home.logs)
+
+    def _starts_at_login(self) -> bool:
+        try:
+            return autostart.status().enabled
+        except SlothError:
+            return False
+
+    def toggle_autostart(self) -> None:
+        try:
+            (autostart.disable if self._starts_at_login() else autostart.enable)()
+        except SlothError as exc:
+            log.warning("%s", exc)
+        self.icon.update_menu()
 
     def quit(self) -> None:
         """Clean: the engine stops, a running job's lease is released, then the icon goes."""

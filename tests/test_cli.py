@@ -142,3 +142,14 @@ def test_prune_parses_ages(home, capsys):
     with pytest.raises(SystemExit):
         main(["prune", "--older-than", "soon", "--home", str(home)])
     assert "'soon' is not a duration" in capsys.readouterr().err
+
+
+def test_autostart_round_trips_for_real_under_a_temporary_home(tmp_path):
+    env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / ".config")}
+    entry = tmp_path / ".config" / "autostart" / "sloth-tray.desktop"
+    enabled = json.loads(sloth("autostart", "enable", "--json", env=env).stdout)
+    assert enabled["enabled"] and enabled["where"] == str(entry)
+    assert "X-Sloth-Tray=1" in entry.read_text()
+    assert json.loads(sloth("autostart", "--json", env=env).stdout)["enabled"]
+    assert not json.loads(sloth("autostart", "disable", "--json", env=env).stdout)["enabled"]
+    assert not entry.exists()

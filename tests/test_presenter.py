@@ -84,7 +84,7 @@ def test_idle_menu_opens_the_jobs_folder_on_click_and_cannot_retry():
     assert not by_label["Retry all failed"].enabled
     assert presenter.default_action(items).label == "Open jobs folder"
     assert by_label["Pause"].checked is False
-    assert not by_label["Start at login"].enabled
+    assert by_label["Start at login"].checked is False
 
 
 def test_failed_menu_retries_on_click_and_offers_retry_log_cancel_per_job():
@@ -119,8 +119,12 @@ def test_paused_menu_is_checked_and_waiting_jobs_can_run_now():
     (run_now,) = waiting.submenu
     run_now.action()
     by_label["Pause"].action()
+    by_label["Start at login"].action()
     by_label["Quit"].action()
-    assert controls.calls == [("run_now", "w1"), ("toggle_pause",), ("quit",)]
+    assert controls.calls == [("run_now", "w1"), ("toggle_pause",), ("toggle_autostart",),
+                              ("quit",)]
+    login = presenter.menu(PAUSED, controls, NOW, starts_at_login=True)
+    assert next(i for i in login if i.label == "Start at login").checked is True
 
 
 def test_many_failed_jobs_keep_their_entries_short():
