@@ -546,12 +546,16 @@ class Queue:
         return changed == 1
 
     def _owned_update(self, job_id: str, owner: str, assignments: str,
-                      event: tuple[str, str], **params: Any) -> bool:
-        """One owner-checked UPDATE that also records `event`."""
-        history, event_params = _history(event)
+                      event: tuple[str, str] | None, **params: Any) -> bool:
+        """One owner-checked UPDATE that also records `event` (if any)."""
+        if event:
+            history, event_params = _history(event)
+            assignments += f", {history}"
+        else:
+            event_params = {}
         with self._writing() as db:
             changed = db.execute(
-                f"UPDATE jobs SET {assignments}, {history} "
+                f"UPDATE jobs SET {assignments} "
                 "WHERE id = :id AND state = 'running' AND lease_owner = :owner",
                 {"id": job_id, "owner": owner, "now": self.clock(), **params, **event_params},
             ).rowcount
@@ -563,9 +567,14 @@ class Queue:
             "lease_until = NULL, updated_at = :now", ("completed", result), result=result)
 
     def started(self, job_id: str, owner: str, child: dict[str, Any]) -> bool:
-        """Remember the attempt's process; owner-checked like a heartbeat."""
-        return self._owned_update(job_id, owner, "child = :child",
-                                  ("started", f"pid {child.get('pid')}"),
+        """Remember the attempt's process; owner-checked like a heartbeat.
+
+        Called twice: before the spawn with the run's token only (so a crash
+        right after the spawn still leaves a way to find the orphan), then
+        with its pid, which is the `started` event.
+        """
+        event = ("started", f"pid {child['pid']}") if "pid" in child else None
+        return self._owned_update(job_id, owner, "child = :child", event,
                                   child=json.dumps(child))
 
     def release(self, job_id: str, owner: str) -> bool:

@@ -174,6 +174,9 @@ class Runner:
             "SLOTH_ATTEMPT": str(job.attempts), "SLOTH_HOME": str(self.home.root),
             procs.RUN_TOKEN_ENV: token,
         }
+        if not self.queue.started(job.id, self.owner, {"token": token}):
+            log.close()
+            return Result(Outcome.LOST, "the job was taken before it started")
         try:
             child = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

@@ -57,6 +57,7 @@ echo finished
 """)
     first = start_daemon(pids, home, "--lease", "60")
     wait_for(lambda: marks.exists() and marks.read_text(), what="the first attempt")
+    wait_for(lambda: "started" in job(home, job_id)[1], what="the attempt to be recorded")
     orphan = pids.add(int(marks.read_text().split()[1]))
     first.kill()
     first.wait(timeout=10)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import alive, wait_for
 
+from sloth_tray import runner as runner_module
 from sloth_tray.paths import locate
 from sloth_tray.queue import Queue, State
 from sloth_tray.runner import LastLine, Outcome, Runner
@@ -239,3 +240,21 @@ def test_last_line_keeps_only_the_last_non_empty_line(chunks, expected):
         tail.feed(chunk)
     assert tail.text() == expected
 
+
+
+def test_the_run_token_is_recorded_before_the_spawn(home, tmp_path, monkeypatch):
+    # A daemon killed right after spawning must still leave a way to find the orphan.
+    queue = Queue(home.db)
+    seen = tmp_path / "seen"
+    job = start(queue, script(home, "peek.sh", f"echo $SLOTH_RUN_TOKEN > {seen}"))
+    recorded = []
+    real_popen = runner_module.subprocess.Popen
+
+    def spy(*args, **kwargs):
+        recorded.append(queue.get(job.id).child)
+        return real_popen(*args, **kwargs)
+
+    monkeypatch.setattr(runner_module.subprocess, "Popen", spy)
+    Runner(queue, home, "me").run(job)
+    assert recorded and recorded[0] == {"token": seen.read_text().strip()}
+    assert queue.get(job.id).child["pid"] > 0
