@@ -57,11 +57,13 @@ class Daemon:
         self.queue: Queue | None = None
         self.engine: Engine | None = None
         self.observer = None
+        self.first_run = False
         self.inbox: Inbox | None = None
         self.inbox_queue: Queue | None = None
 
     def __enter__(self) -> Daemon:
         self.lock.acquire()  # before touching the queue: recovery is the lock holder's job
+        self.first_run = not self.home.db.exists()
         try:
             self.queue = Queue(self.home.db, **self.queue_settings)
             owner = default_owner()

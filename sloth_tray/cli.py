@@ -229,6 +229,7 @@ def cmd_run(args: argparse.Namespace, home: Home) -> int:
         tray = None if args.headless else open_tray(daemon, args)
         if tray is None:
             log.info("sloth-tray %s running headless; home %s", __version__, home.root)
+            log.info("drop scripts into %s", home.jobs)
             daemon.run_until_stopped()
         else:
             log.info("sloth-tray %s in the tray (%s); home %s", __version__, tray.backend,

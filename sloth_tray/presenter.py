@@ -74,7 +74,7 @@ def title(snapshot: Snapshot, now: float) -> str:
     return "sloth: " + " · ".join(parts)
 
 
-def status_line(snapshot: Snapshot, now: float) -> str:
+def status_line(snapshot: Snapshot, now: float, jobs_folder: str = "") -> str:
     if snapshot.problem:
         return snapshot.problem
     if snapshot.running:
@@ -82,6 +82,9 @@ def status_line(snapshot: Snapshot, now: float) -> str:
         return f"Running {job.name} (attempt {job.attempt}, {clock(now - job.started_at)})"
     if snapshot.paused:
         return "Paused"
+    never_used = not (snapshot.pending or snapshot.done or snapshot.failed_count)
+    if never_used and jobs_folder:
+        return f"Idle — drop scripts into {jobs_folder}"
     if snapshot.next_wakeup is None:
         return "Idle — nothing waiting"
     if snapshot.next_wakeup <= now:
@@ -111,7 +114,8 @@ def short(text: str, limit: int = MENU_ERROR_CHARS) -> str:
 
 
 def menu(snapshot: Snapshot, controls: Controls, now: float, *,
-         has_default_action: bool = True, starts_at_login: bool = False) -> tuple[Item, ...]:
+         has_default_action: bool = True, starts_at_login: bool = False,
+         jobs_folder: str = "") -> tuple[Item, ...]:
     anything_failed = bool(snapshot.failed)
     failed = tuple(
         Item(f"{job.name} — {short(job.error) or 'failed'}", submenu=(
@@ -127,7 +131,7 @@ def menu(snapshot: Snapshot, controls: Controls, now: float, *,
         for job in snapshot.waiting
     )
     return (
-        Item(status_line(snapshot, now), enabled=False),
+        Item(status_line(snapshot, now, jobs_folder), enabled=False),
         SEPARATOR,
         Item(f"Failed jobs ({snapshot.failed_count})", enabled=anything_failed,
              submenu=failed),
@@ -143,6 +147,11 @@ def menu(snapshot: Snapshot, controls: Controls, now: float, *,
         SEPARATOR,
         Item("Quit", controls.quit),
     )
+
+
+def tilde(path: str, home: str) -> str:
+    """/home/ann/x -> ~/x: shorter in a menu."""
+    return "~" + path[len(home):] if home and path.startswith(home + "/") else path
 
 
 def default_action(items: tuple[Item, ...]) -> Item | None:

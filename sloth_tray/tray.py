@@ -101,6 +101,9 @@ class Tray:
         self._catch_signals()
         self.engine.subscribe(self._on_snapshot)
         self._engine_thread.start()
+        if self.daemon.first_run:
+            self._tell(f"Drop scripts into {self.home.jobs} and they run one at a time.",
+                       "sloth-tray is ready")
 
     def _run_engine(self) -> None:
         try:
@@ -159,16 +162,24 @@ class Tray:
         if key in self._announced or not self.notifications:
             return
         self._announced.add(key)
-        if self.icon.HAS_NOTIFICATION:
-            try:  # a title always: pystray's darwin notify crashes without one
-                self.icon.notify(f"{job.name}: {job.error}", "sloth-tray: a job failed")
-            except Exception:
-                log.exception("could not show a notification")
+        self._tell(f"{job.name}: {job.error}", "sloth-tray: a job failed")
+
+    def _tell(self, message: str, title: str) -> None:
+        """A desktop notification where the backend has them (always with a title:
+        pystray's darwin notify crashes without one)."""
+        if not (self.notifications and self.icon.HAS_NOTIFICATION):
+            return
+        try:
+            self.icon.notify(message, title)
+        except Exception:  # no notification service on this desktop: the log has it
+            log.info("%s: %s", title, message)
 
     def _menu_items(self):
         items = presenter.menu(self._snapshot or Snapshot(), self, time.time(),
                                has_default_action=self.icon.HAS_DEFAULT_ACTION,
-                               starts_at_login=self._starts_at_login())
+                               starts_at_login=self._starts_at_login(),
+                               jobs_folder=presenter.tilde(str(self.home.jobs),
+                                                           str(Path.home())))
         if not self.icon.HAS_MENU:  # xorg: only the default action exists, and it retries
             return (self.pystray.MenuItem("Retry all failed", self.retry_all_failed,
                                           default=True),)

@@ -70,6 +70,13 @@ def test_status_line(snapshot, line):
     assert presenter.status_line(snapshot, NOW) == line
 
 
+def test_before_the_first_job_the_status_line_says_where_to_drop_scripts():
+    assert presenter.status_line(IDLE, NOW, "~/jobs") == "Idle — drop scripts into ~/jobs"
+    assert presenter.status_line(FAILED, NOW, "~/jobs") == "Idle — nothing waiting"
+    assert presenter.tilde("/home/ann/.local/x", "/home/ann") == "~/.local/x"
+    assert presenter.tilde("/srv/x", "/home/ann") == "/srv/x"
+
+
 def labels(items):
     return [item.label for item in items]
 
