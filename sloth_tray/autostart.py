@@ -448,12 +448,16 @@ class _Backend(Protocol):
 
 
 def _backend(
-    platform: str | None,
-    home: Path | None,
-    env: Mapping[str, str] | None,
-    registry: RunKey | None,
-    command: Sequence[str] | None,
+    *,
+    platform: str | None = None,
+    home: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    registry: RunKey | None = None,
+    command: Sequence[str] | None = None,
 ) -> _Backend:
+    """Where start-at-login is decided. `platform` defaults to sys.platform, `home` to
+    Path.home(), `env` to os.environ, `registry` to the real Run key (Windows only),
+    `command` to default_command(). status/enable/disable take the same keywords."""
     platform = platform or sys.platform
     argv = list(command) if command is not None else default_command(platform=platform)
     if platform == "win32":
@@ -465,40 +469,17 @@ def _backend(
     return _XdgAutostart(xdg_autostart_path(home, os.environ if env is None else env), argv)
 
 
-def status(
-    *,
-    platform: str | None = None,
-    home: Path | None = None,
-    env: Mapping[str, str] | None = None,
-    registry: RunKey | None = None,
-    command: Sequence[str] | None = None,
-) -> Status:
-    """Whether the app starts at login. `platform` defaults to sys.platform, `home` to
-    Path.home(), `env` to os.environ, `registry` to the real Run key (Windows only),
-    `command` to default_command()."""
-    return _backend(platform, home, env, registry, command).status()
+def status(**where: Any) -> Status:
+    """Whether the app starts at login (keywords: see _backend)."""
+    return _backend(**where).status()
 
 
-def enable(
-    *,
-    platform: str | None = None,
-    home: Path | None = None,
-    env: Mapping[str, str] | None = None,
-    registry: RunKey | None = None,
-    command: Sequence[str] | None = None,
-) -> Status:
+def enable(**where: Any) -> Status:
     """Start the app at login. Idempotent: an entry that is already right is not rewritten.
     An entry we did not write is left alone (see the Status detail)."""
-    return _backend(platform, home, env, registry, command).enable()
+    return _backend(**where).enable()
 
 
-def disable(
-    *,
-    platform: str | None = None,
-    home: Path | None = None,
-    env: Mapping[str, str] | None = None,
-    registry: RunKey | None = None,
-    command: Sequence[str] | None = None,
-) -> Status:
+def disable(**where: Any) -> Status:
     """Stop starting the app at login: removes only our own entry, never someone else's."""
-    return _backend(platform, home, env, registry, command).disable()
+    return _backend(**where).disable()
