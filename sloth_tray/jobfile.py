@@ -38,9 +38,17 @@ def read_head(path: Path) -> bytes:
 # -- how to run it ----------------------------------------------------------
 
 
+def python_for_jobs() -> str:
+    """The Python that runs .py jobs: the app's own, unless the app is a frozen
+    bundle (then sys.executable is the app, not an interpreter)."""
+    if not getattr(sys, "frozen", False):
+        return sys.executable
+    return shutil.which("python3") or shutil.which("python") or "python3"
+
+
 def _by_extension(suffix: str, windows: bool) -> list[str] | None:
     if suffix == ".py":
-        return [sys.executable]
+        return [python_for_jobs()]
     if suffix == ".sh":
         return ["/bin/sh"] if not windows else None
     if suffix == ".bash":

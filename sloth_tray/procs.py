@@ -8,11 +8,37 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 WINDOWS = os.name == "nt"
 RUN_TOKEN_ENV = "SLOTH_RUN_TOKEN"  # in every process of a run; names them after a crash
+
+
+def job_environment(base: Mapping[str, str], bundle: str | None = None) -> dict[str, str]:
+    """The environment for a job: the app's, minus what a frozen bundle set up
+    for itself (library paths, GTK's module dirs), which would make the job's
+    programs load the bundle's libraries. PyInstaller keeps a variable it
+    changed as <NAME>_ORIG."""
+    bundle = bundle if bundle is not None else getattr(sys, "_MEIPASS", None)
+    env = dict(base)
+    if not bundle:
+        return env
+    for name in [n for n in env if n.startswith("_PYI")]:
+        del env[name]
+    for name, value in list(env.items()):
+        if name.endswith("_ORIG") or bundle not in value:
+            continue
+        kept = [part for part in value.split(os.pathsep) if not part.startswith(bundle)]
+        original = env.pop(f"{name}_ORIG", None)
+        if original is not None:
+            env[name] = original
+        elif kept:
+            env[name] = os.pathsep.join(kept)
+        else:
+            del env[name]
+    return {name: value for name, value in env.items() if not name.endswith("_ORIG")}
 
 
 def spawn_options() -> dict[str, Any]:

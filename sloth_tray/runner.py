@@ -169,7 +169,7 @@ class Runner:
             return self.record_failure(job, str(exc), permanent=True)
         log = CappedLog(self.home.job_logs(job.id) / f"{job.attempts}.log", self.log_cap)
         token = secrets.token_hex(8)
-        env = os.environ | {
+        env = procs.job_environment(os.environ) | {
             "SLOTH_JOB_ID": job.id, "SLOTH_JOB_NAME": job.name,
             "SLOTH_ATTEMPT": str(job.attempts), "SLOTH_HOME": str(self.home.root),
             procs.RUN_TOKEN_ENV: token,

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sloth_tray import autostart, presenter
+from sloth_tray import autostart, presenter, procs
 from sloth_tray.app import Daemon
 from sloth_tray.engine import Snapshot
 from sloth_tray.errors import SlothError
@@ -50,7 +50,8 @@ def open_path(path: Path) -> None:
         os.startfile(str(path))  # noqa: S606 - the desktop's own opener
     else:
         subprocess.Popen(["xdg-open", str(path)], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True)
+                         stderr=subprocess.DEVNULL, start_new_session=True,
+                         env=procs.job_environment(os.environ))
 
 
 class Tray:

@@ -258,3 +258,25 @@ def test_the_run_token_is_recorded_before_the_spawn(home, tmp_path, monkeypatch)
     Runner(queue, home, "me").run(job)
     assert recorded and recorded[0] == {"token": seen.read_text().strip()}
     assert queue.get(job.id).child["pid"] > 0
+
+
+def test_a_frozen_bundles_own_environment_does_not_reach_jobs():
+    from sloth_tray.procs import job_environment
+
+    bundle = "/opt/sloth-tray/_internal"
+    env = job_environment({
+        "LD_LIBRARY_PATH": bundle, "LD_LIBRARY_PATH_ORIG": "/usr/local/lib",
+        "GTK_PATH": bundle + "/gtk", "XDG_DATA_DIRS": f"{bundle}/share:/usr/share",
+        "_PYI_APPLICATION_HOME_DIR": bundle, "HOME": "/home/ann", "PATH": "/usr/bin",
+    }, bundle)
+    assert env == {"LD_LIBRARY_PATH": "/usr/local/lib", "XDG_DATA_DIRS": "/usr/share",
+                   "HOME": "/home/ann", "PATH": "/usr/bin"}
+    assert job_environment({"PATH": "/usr/bin"}, None) == {"PATH": "/usr/bin"}
+
+
+def test_python_jobs_in_a_frozen_app_use_the_systems_python(monkeypatch):
+    from sloth_tray import jobfile
+
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    argv = jobfile.command_for(Path("hello.py"), b"print(1)", windows=False)
+    assert argv[0] != sys.executable and "python" in Path(argv[0]).name
