@@ -10,6 +10,7 @@ Event.wait was seen to hang far past its timeout after SIGSTOP/SIGCONT here.)
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import signal
@@ -20,10 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 from sloth_tray import procs
 from sloth_tray.alarm import Alarm, make_alarm
+from sloth_tray.errors import DatabaseProblem
 from sloth_tray.jobfile import BadJobFile, command_for
 from sloth_tray.paths import Home
 from sloth_tray.queue import Job, Queue
@@ -33,6 +35,9 @@ LOG_CAP = 10 * 1024 * 1024
 RESULT_LIMIT = 200
 CHUNK = 64 * 1024
 SLEEP_THRESHOLD = 5.0  # wall time running this far ahead of monotonic time = a suspend
+RECORD_RETRY = 2.0  # seconds between tries to record an outcome while the db is locked
+T = TypeVar("T")
+logger = logging.getLogger("sloth_tray")
 
 
 class Outcome(StrEnum):
@@ -224,7 +229,16 @@ class Runner:
                 self._end(child, readers, token)
                 return self.record_failure(job, f"timed out after {format_duration(timeout)}")
             slept, lapsed = sleep_watch.gap(), self.queue.clock() - lease_until
-            if not self.queue.heartbeat(job.id, self.owner, lease):
+            try:
+                still_ours = self.queue.heartbeat(job.id, self.owner, lease)
+            except DatabaseProblem as exc:
+                # Locked for longer than the busy timeout: the work goes on and the
+                # next beat tries again. Nobody else can take the job meanwhile,
+                # since this process holds the home's instance lock.
+                logger.warning("could not renew the lease of %s: %s", job.name, exc)
+                next_beat = self.queue.clock() + beat_every
+                continue
+            if not still_ours:
                 procs.kill_group(child)
                 child.wait()
                 return Result(Outcome.LOST, "another worker holds the job now")
@@ -236,13 +250,25 @@ class Runner:
         self._reap_group(child, readers, token)
         if child.returncode == 0:
             result = out.text()
-            if self.queue.complete(job.id, self.owner, result):
+            if self._until_recorded(lambda: self.queue.complete(job.id, self.owner, result)):
                 return Result(Outcome.DONE, result)
             return Result(Outcome.LOST, "another worker holds the job now")
         error = err.text() or out.text() or exit_description(child.returncode)
         if log.error:
             error = f"{error} ({log.error})"
-        return self.record_failure(job, error)
+        return self._until_recorded(lambda: self.record_failure(job, error))
+
+    def _until_recorded(self, record: Callable[[], T]) -> T:
+        """The work is done: its outcome must reach the queue, or the job would be
+        run again. While the database is locked, wait and try again."""
+        while True:
+            try:
+                return record()
+            except DatabaseProblem as exc:
+                if self._stopping:
+                    raise
+                logger.warning("could not record a job's outcome yet: %s", exc)
+                self.alarm.wait(self.queue.clock() + RECORD_RETRY)
 
     def _note_renewal(self, job: Job, slept: float, lapsed: float) -> None:
         renewed = "nobody took the job meanwhile, so its lease was renewed"

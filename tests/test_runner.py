@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import resource
+import sqlite3
 import sys
 import threading
 import time
@@ -280,3 +281,31 @@ def test_python_jobs_in_a_frozen_app_use_the_systems_python(monkeypatch):
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     argv = jobfile.command_for(Path("hello.py"), b"print(1)", windows=False)
     assert argv[0] != sys.executable and "python" in Path(argv[0]).name
+
+
+def test_a_database_locked_past_the_busy_timeout_loses_neither_the_child_nor_the_outcome(
+        home, tmp_path):
+    queue = Queue(home.db, busy_timeout=0.05, lease_seconds=0.6)
+    go, started = tmp_path / "go", tmp_path / "started"
+    job = start(queue, script(home, "patient.sh", f"touch {started}; "
+                              f"while [ ! -e {go} ]; do sleep 0.02; done; echo finished"))
+    runner = Runner(queue, home, "me")
+    results = []
+    thread = threading.Thread(target=lambda: results.append(runner.run(job)))
+    thread.start()
+    blocker = sqlite3.connect(home.db, isolation_level=None)
+    try:
+        wait_for(started.exists, what="the job to start")
+        blocker.execute("BEGIN IMMEDIATE")  # heartbeats now fail for a while...
+        go.touch()  # ...and the job ends while the database is still locked
+        time.sleep(1.0)  # the scenario: the lock outlasts several heartbeats and the exit
+        assert thread.is_alive(), "the runner gave up while the database was locked"
+        blocker.execute("ROLLBACK")
+        runner.nudge()
+        thread.join(timeout=10)
+    finally:
+        if blocker.in_transaction:
+            blocker.execute("ROLLBACK")
+        blocker.close()
+    assert results[0].outcome == Outcome.DONE and results[0].detail == "finished"
+    assert [e.kind for e in queue.history(job.id)].count("completed") == 1
