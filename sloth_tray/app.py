@@ -18,7 +18,7 @@ from sloth_tray.engine import Engine, default_owner
 from sloth_tray.inbox import Inbox, start_inbox
 from sloth_tray.lock import InstanceLock
 from sloth_tray.paths import Home
-from sloth_tray.queue import Queue
+from sloth_tray.queue import Queue, verify
 from sloth_tray.runner import Runner
 from sloth_tray.watch import make_observer, watch_doorbell
 
@@ -33,7 +33,7 @@ def setup_logging(home: Home, *, to_stderr: bool) -> None:
     formatter = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
     handlers: list[logging.Handler] = [logging.handlers.RotatingFileHandler(
         home.logs / "sloth-tray.log", maxBytes=APP_LOG_BYTES, backupCount=APP_LOG_BACKUPS,
-        encoding="utf-8")]
+        encoding="utf-8", errors="backslashreplace")]  # file names need not be UTF-8
     if to_stderr:
         handlers.append(logging.StreamHandler(sys.stderr))
     for handler in handlers:
@@ -65,6 +65,7 @@ class Daemon:
         self.lock.acquire()  # before touching the queue: recovery is the lock holder's job
         self.first_run = not self.home.db.exists()
         try:
+            verify(self.home.db)  # before any write: never start on top of damage
             self.queue = Queue(self.home.db, **self.queue_settings)
             owner = default_owner()
             runner = Runner(self.queue, self.home, owner, log_cap=self.settings["log_cap"],

@@ -32,6 +32,7 @@ from watchdog.events import (
 from watchdog.observers.api import BaseObserver
 
 from sloth_tray import spool
+from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home
 from sloth_tray.queue import Queue, new_job_id
 
@@ -182,7 +183,15 @@ class Inbox(FileSystemEventHandler):
                             exc.strerror)
                 self._arm(path, info)
                 return
-            spool.push(self.queue, target, job_id, refused=refusal)
+            try:
+                spool.push(self.queue, target, job_id, refused=refusal)
+            except SlothError as exc:
+                # The queue is locked or unwell: give the file back to the inbox
+                # and try again after a settle time, rather than strand it.
+                log.warning("could not queue %s yet: %s", source.name, exc)
+                spool.unplace(target, source)
+                self._arm(path, os.lstat(source))
+                return
             with self._wake:
                 self._settling.pop(path, None)
         log.info("queued %s as %s%s", source.name, job_id, f" ({refusal})" if refusal else "")

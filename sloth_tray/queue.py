@@ -245,6 +245,38 @@ def _vet_existing(path: Path) -> None:
         )
 
 
+def verify(path: Path) -> None:
+    """Read the whole database once, read-only (PRAGMA quick_check), and refuse it
+    if any page is damaged. For start-up, before any connection of this process
+    is open: a damaged page that start-up happens not to read must not let the
+    daemon start and write on top of it."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    _vet_existing(path)
+    # immutable: no -wal/-shm is created for a file that has none; with a WAL left
+    # by a crash, read-only mode reads it too and still writes nothing.
+    wal = path.with_name(path.name + "-wal")
+    flags = "mode=ro" if wal.exists() else "mode=ro&immutable=1"
+    try:
+        db = sqlite3.connect(f"{path.absolute().as_uri()}?{flags}", uri=True, timeout=5)
+        try:
+            problems = [row[0] for row in db.execute("PRAGMA quick_check")]
+        finally:
+            db.close()
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise DatabaseProblem(f"the queue {path} is locked by another program; "
+                                  "try again when it lets go") from None
+        raise DatabaseProblem(f"{path} is damaged or is not a sloth-tray queue ({exc}); "
+                              "it was left as it is") from None
+    except sqlite3.DatabaseError as exc:
+        raise DatabaseProblem(f"{path} is damaged or is not a sloth-tray queue ({exc}); "
+                              "it was left as it is") from None
+    if problems != ["ok"]:
+        raise DatabaseProblem(f"{path} is damaged ({problems[0]}); it was left as it is, "
+                              "and sloth-tray will not start on top of it")
+
+
 class Queue:
     """A SQLite lease queue. Safe to share between threads; one file, many processes."""
 
@@ -536,12 +568,13 @@ class Queue:
         `lease` is the job's own lease length, when it has one. Not an event:
         it would flood the history.
         """
-        now = self.clock()
-        with self._writing() as db:
+        with self._transaction() as db:
+            # The clock is read once the write lock is held: a heartbeat that
+            # waited on a busy database must not write a lease already past.
             changed = db.execute(
                 "UPDATE jobs SET lease_until = ? "
                 "WHERE id = ? AND state = 'running' AND lease_owner = ?",
-                (now + (lease or self.lease_seconds), job_id, owner),
+                (self.clock() + (lease or self.lease_seconds), job_id, owner),
             ).rowcount
         return changed == 1
 

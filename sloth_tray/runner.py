@@ -63,12 +63,25 @@ class LastLine:
         self._last = b""
 
     def feed(self, chunk: bytes) -> None:
-        *finished, rest = chunk.replace(b"\r", b"\n").split(b"\n")
-        for piece in finished:
-            self._append(piece)
-            if self._current.strip():
+        # Only the end of a chunk matters: find its last non-blank finished line
+        # with C-speed searches instead of splitting every line (a job printing
+        # millions of short lines would otherwise be read at a few MB/s).
+        chunk = chunk.replace(b"\r", b"\n")
+        end = chunk.rfind(b"\n")
+        if end == -1:
+            self._append(chunk)
+            return
+        finished, rest = chunk[:end].rstrip(), chunk[end + 1:]
+        start = finished.rfind(b"\n") + 1
+        if finished[start:].strip():
+            if start == 0:  # the line began in an earlier chunk
+                self._append(finished)
                 self._last = bytes(self._current)
-            self._current.clear()
+            else:
+                self._last = finished[start:start + self.limit * 4]
+        elif self._current.strip():
+            self._last = bytes(self._current)
+        self._current.clear()
         self._append(rest)
 
     def _append(self, piece: bytes) -> None:
@@ -228,7 +241,7 @@ class Runner:
             if timeout is not None and now >= started + timeout:
                 self._end(child, readers, token)
                 return self.record_failure(job, f"timed out after {format_duration(timeout)}")
-            slept, lapsed = sleep_watch.gap(), self.queue.clock() - lease_until
+            slept = sleep_watch.gap()
             try:
                 still_ours = self.queue.heartbeat(job.id, self.owner, lease)
             except DatabaseProblem as exc:
@@ -242,7 +255,8 @@ class Runner:
                 procs.kill_group(child)
                 child.wait()
                 return Result(Outcome.LOST, "another worker holds the job now")
-            lease_until = self.queue.clock() + lease
+            renewed_at = self.queue.clock()  # after any wait for the lock or a freeze
+            lapsed, lease_until = renewed_at - lease_until, renewed_at + lease
             if slept or lapsed > 0:
                 self._note_renewal(job, slept, lapsed)
             next_beat = self.queue.clock() + beat_every
@@ -250,6 +264,8 @@ class Runner:
         self._reap_group(child, readers, token)
         if child.returncode == 0:
             result = out.text()
+            if log.error:
+                result = f"{result} ({log.error})".strip()
             if self._until_recorded(lambda: self.queue.complete(job.id, self.owner, result)):
                 return Result(Outcome.DONE, result)
             return Result(Outcome.LOST, "another worker holds the job now")

@@ -67,6 +67,12 @@ def place(home: Home, source: Path, job_id: str, *, move: bool) -> Path:
     return target
 
 
+def unplace(target: Path, source: Path) -> None:
+    """Undo place() for a move: the file goes back where it was dropped."""
+    os.link(target, source, follow_symlinks=False)
+    shutil.rmtree(target.parent)
+
+
 def push(queue: Queue, script: Path, job_id: str, *, name: str | None = None,
          delay: float = 0.0, max_attempts: int | None = None,
          refused: str | None = None) -> str:
@@ -105,8 +111,13 @@ def add(home: Home, source: Path, *, name: str | None = None, delay: float = 0.0
         target = place(home, source, job_id, move=False)
     except OSError as exc:
         raise SlothError(f"cannot copy {source} into the spool: {exc.strerror}") from None
-    with Queue(home.db) as queue:
-        return push(queue, target, job_id, name=name, delay=delay, max_attempts=max_attempts)
+    try:
+        with Queue(home.db) as queue:
+            return push(queue, target, job_id, name=name, delay=delay,
+                        max_attempts=max_attempts)
+    except SlothError:
+        shutil.rmtree(target.parent, ignore_errors=True)  # told "failed": it must stay so
+        raise
 
 
 def reconcile(home: Home, queue: Queue) -> None:
