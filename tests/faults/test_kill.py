@@ -1,0 +1,165 @@
+"""Fault 1: kill -9 of a real daemon at random moments while jobs are pushed,
+dropped, claimed, run and completed; then a last start drains everything.
+
+Invariant: no job lost (every job pushed or dropped exists and ends done),
+none completed twice, attempts == claimed - released, and a job's side effect
+ran at most once per claim (a killed attempt may or may not have run).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+
+import pytest
+from conftest import wait_for
+from faultkit import (
+    CLI,
+    env_with,
+    jobs_with_history,
+    new_tag,
+    reap,
+    start_daemon,
+    sweep,
+    unfinished,
+)
+
+from sloth_tray.paths import locate
+from sloth_tray.queue import State
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
+
+TRIALS = 50
+SEED = 20261130
+MAX_ATTEMPTS = 100  # far more than 1 claim per trial can use: no job may fail for good
+
+
+def script(effects, rng: random.Random) -> str:
+    # The side effect first, then (sometimes) a short stay, so kills also land mid-run.
+    nap = rng.choice(["", "", "sleep 0.02", "sleep 0.05", "sleep 0.1"])
+    return (f"# sloth: max_attempts={MAX_ATTEMPTS}\n"
+            f'echo "$SLOTH_JOB_ID $SLOTH_ATTEMPT" >> {effects}\n{nap}\necho ok\n')
+
+
+def check(db, effects, *, final: bool, expected: int | None = None) -> dict[str, int]:
+    """The invariant, on the database and the side-effect file as they are now."""
+    lines = Counter(line.split()[0] for line in effects.read_text().splitlines()) \
+        if effects.exists() else Counter()
+    jobs = jobs_with_history(db)
+    for job_id, (job, kinds) in jobs.items():
+        claimed, released = kinds.count("claimed"), kinds.count("released")
+        assert kinds.count("completed") <= 1, f"{job.name} completed twice: {kinds}"
+        assert job.attempts == claimed - released, f"{job.name}: {job.attempts} vs {kinds}"
+        assert lines[job_id] <= claimed, f"{job.name} ran {lines[job_id]}x, {claimed} claims"
+        assert job.state != State.FAILED, f"{job.name} failed: {job.last_error}"
+        if final:
+            assert job.state == State.DONE and kinds.count("completed") == 1, (job, kinds)
+            assert f"{job_id} {job.attempts}" in effects.read_text().splitlines(), \
+                f"{job.name}: the completing attempt left no side effect"
+    assert set(lines) <= set(jobs), "a side effect of a job the queue does not know"
+    if expected is not None:
+        assert len(jobs) == expected, f"{expected} jobs pushed, {len(jobs)} in the queue"
+    return {"jobs": len(jobs), "reruns": sum(n > 1 for n in lines.values()),
+            "reclaimed": sum(kinds.count("reclaimed") for _, kinds in jobs.values())}
+
+
+def test_kill_9_at_random_moments_loses_nothing_and_completes_nothing_twice(tmp_path, pids):
+    rng = random.Random(SEED)
+    home = locate(tmp_path / "home").ensure()
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    effects = tmp_path / "effects"
+    tag = new_tag()
+    added: list[str] = []  # ids printed by `sloth-tray add`
+    added_names: list[str] = []
+    dropped: list[str] = []  # names of the files dropped into the jobs folder
+    phases: Counter[str] = Counter()
+    started = time.monotonic()
+    try:
+        for trial in range(TRIALS):
+            # Mostly a daemon that is up; now and then one killed while it starts.
+            daemon = start_daemon(pids, home, tag, tmp_path / f"daemon-{trial}.log",
+                                  "--lease", "1", up=rng.random() < 0.8)
+            # The scenario: the kill comes at a random moment, wherever the daemon is:
+            # amid the drops, amid the runs, or late enough for files left by earlier
+            # kills to settle (0.5 s) and be taken.
+            delay = rng.choice([rng.uniform(0.0, 0.1), rng.uniform(0.0, 0.1),
+                                rng.uniform(0.1, 0.35), rng.uniform(0.1, 0.35),
+                                rng.uniform(0.1, 0.35), rng.uniform(0.5, 0.8)])
+            killer = threading.Timer(delay, daemon.send_signal, args=(signal.SIGKILL,))
+            killer.start()
+            adders = []
+            for i in range(rng.choice([0, 0, 1, 2])):
+                source = staging / f"a{trial:02}_{i}.sh"
+                source.write_text(script(effects, rng))
+                added_names.append(source.stem)
+                adders.append(pids.popen(
+                    [*CLI, "add", str(source), "--max-attempts", str(MAX_ATTEMPTS),
+                     "--home", str(home.root)],
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                    env=env_with(tag)))
+            for i in range(rng.randint(1, 4)):
+                name = f"d{trial:02}_{i}"
+                text = script(effects, rng)
+                if rng.random() < 0.5:  # written in place: taken on close
+                    (home.jobs / f"{name}.sh").write_text(text)
+                else:  # renamed in: taken at once
+                    (staging / f"{name}.sh").write_text(text)
+                    os.rename(staging / f"{name}.sh", home.jobs / f"{name}.sh")
+                dropped.append(name)
+                # The scenario: drops spread over the window in which the kill lands.
+                time.sleep(rng.uniform(0.0, 0.05))
+            killer.join()
+            assert reap(pids, daemon) == -signal.SIGKILL, "the daemon died on its own"
+            for adder in adders:
+                out, err = adder.communicate(timeout=60)
+                reap(pids, adder)
+                assert adder.returncode == 0, err
+                added.append(out.strip())
+
+            # Where did the kill land? (Read after the fact, from what it left.)
+            jobs = jobs_with_history(home.db)
+            spooled = {p.name for p in home.spool.iterdir()}
+            # (A kill can count twice: mid-run while some drops were not taken yet.)
+            states = {job.state for job, _ in jobs.values()}
+            if spooled - set(jobs) or any(home.jobs.glob(f"d{trial:02}_*")):
+                phases["push"] += 1  # this trial's drops were not all taken yet
+            if State.RUNNING in states:
+                phases["claim/run"] += 1
+            elif State.PENDING in states:
+                phases["waiting"] += 1
+            elif not any(home.jobs.iterdir()):
+                phases["idle"] += 1
+            assert set(added) <= set(jobs), "an added job vanished"
+            check(home.db, effects, final=False)
+
+        # The last start drains everything.
+        last = start_daemon(pids, home, tag, tmp_path / "daemon-last.log", "--lease", "1")
+        expected = len(added) + len(dropped)
+        wait_for(lambda: not any(home.jobs.iterdir()) and len(jobs_with_history(home.db))
+                 >= expected and unfinished(home.db) == 0, timeout=60,
+                 what="the last daemon to drain the queue")
+        last.send_signal(signal.SIGTERM)
+        assert reap(pids, last) == 0
+    finally:
+        sweep(tag)
+
+    stats = check(home.db, effects, final=True, expected=expected)
+    jobs = jobs_with_history(home.db)
+    names = sorted(job.name for job, _ in jobs.values())
+    assert names == sorted(dropped + added_names), "a push or a drop was lost or doubled"
+    assert set(added) <= set(jobs)
+    assert not list(home.spool.glob("*/*.partial"))
+    doubled = sum(kinds.count("completed") > 1 for _, kinds in jobs.values())
+    lost = expected - sum(job.state == State.DONE for job, _ in jobs.values())
+    print(f"\nkill -9: {TRIALS} trials ({phases['push']} mid-push, {phases['claim/run']} "
+          f"mid-claim/run, {phases['waiting']} between jobs, {phases['idle']} idle), "
+          f"{stats['jobs']} jobs, {lost} lost, {doubled} doubled, {stats['reclaimed']} "
+          f"reclaimed, {stats['reruns']} re-run after a kill "
+          f"({time.monotonic() - started:.1f} s)")
