@@ -14,11 +14,12 @@ import threading
 from collections.abc import Callable
 
 from sloth_tray.config import KEYS, Settings
+from sloth_tray.dbfile import verify
 from sloth_tray.engine import Engine, default_owner
 from sloth_tray.inbox import Inbox, start_inbox
 from sloth_tray.lock import InstanceLock
 from sloth_tray.paths import Home
-from sloth_tray.queue import Queue, verify
+from sloth_tray.queue import Queue
 from sloth_tray.runner import Runner
 from sloth_tray.watch import make_observer, watch_doorbell
 

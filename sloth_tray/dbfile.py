@@ -1,0 +1,160 @@
+"""The queue's database file: its schema and migrations, and the checks that
+refuse a file that is not ours or is damaged, without ever writing to it.
+(queue.py is still the only module that writes: this one holds the DDL that
+queue.py runs, and only ever reads the file itself.)
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+from sloth_tray.errors import DatabaseProblem
+
+# Marks the file as ours (PRAGMA application_id): "SLTH".
+APPLICATION_ID = 0x534C5448
+
+# Each entry moves the schema one version forward; user_version = entries applied.
+# Statements are kept apart (not one script) so a migration runs inside our own
+# BEGIN IMMEDIATE: executescript() would commit behind our back.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE jobs (
+            id           TEXT PRIMARY KEY,
+            name         TEXT NOT NULL,
+            state        TEXT NOT NULL,
+            attempts     INTEGER NOT NULL DEFAULT 0,
+            max_attempts INTEGER NOT NULL,
+            not_before   REAL NOT NULL,
+            lease_owner  TEXT,
+            lease_until  REAL,
+            last_error   TEXT,
+            result       TEXT,
+            script       TEXT,
+            options      TEXT NOT NULL DEFAULT '{}',
+            child        TEXT,
+            -- The job's events, oldest first: a JSON array of [at, kind, detail].
+            -- Kept in the row so each transition and its event are one write.
+            history      TEXT NOT NULL DEFAULT '[]',
+            created_at   REAL NOT NULL,
+            updated_at   REAL NOT NULL
+        )""",
+        # Partial indexes hold only the few rows that are waiting, leased or
+        # failed, however many finished ones pile up; each costs a write only
+        # when a job enters or leaves that state. (No index on state itself:
+        # the planner would prefer it to these, and every write would pay.)
+        "CREATE INDEX jobs_due ON jobs(not_before) WHERE state = 'pending'",
+        "CREATE INDEX jobs_leased ON jobs(lease_until) WHERE state = 'running'",
+        "CREATE INDEX jobs_failed ON jobs(updated_at) WHERE state = 'failed'",
+        # Done and cancelled jobs pile up: status() reads their numbers from
+        # counts kept by triggers instead of counting a million rows. The
+        # other states are few and counted on their partial indexes; the
+        # WHEN clauses keep claim's writes free of trigger work.
+        "CREATE TABLE counts (state TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID",
+        "INSERT INTO counts(state, n) VALUES ('done', 0), ('cancelled', 0)",
+        """CREATE TRIGGER count_insert AFTER INSERT ON jobs
+            WHEN NEW.state IN ('done', 'cancelled') BEGIN
+            UPDATE counts SET n = n + 1 WHERE state = NEW.state;
+        END""",
+        """CREATE TRIGGER count_delete AFTER DELETE ON jobs
+            WHEN OLD.state IN ('done', 'cancelled') BEGIN
+            UPDATE counts SET n = n - 1 WHERE state = OLD.state;
+        END""",
+        """CREATE TRIGGER count_update AFTER UPDATE OF state ON jobs
+            WHEN OLD.state IS NOT NEW.state
+             AND (OLD.state IN ('done', 'cancelled') OR NEW.state IN ('done', 'cancelled'))
+            BEGIN
+            UPDATE counts SET n = n - 1 WHERE state = OLD.state;
+            UPDATE counts SET n = n + 1 WHERE state = NEW.state;
+        END""",
+        # A recurring job (options.every) is followed by its next run in the
+        # very statement that ends it, done or failed for good: a crash can
+        # never end a series. The next run is due one period after this one
+        # was scheduled; runs missed while the machine slept or the app was
+        # off coalesce into one run, due at once.
+        """CREATE TRIGGER recur AFTER UPDATE OF state ON jobs
+            WHEN OLD.state = 'running' AND NEW.state IN ('done', 'failed')
+             AND json_extract(NEW.options, '$.every') > 0
+            BEGIN
+            INSERT INTO jobs(id, name, state, max_attempts, not_before, script, options,
+                             created_at, updated_at, history)
+            SELECT lower(hex(randomblob(6))), NEW.name, 'pending', NEW.max_attempts, due,
+                   NEW.script, json_set(NEW.options, '$.scheduled', due),
+                   NEW.updated_at, NEW.updated_at,
+                   json_array(json_array(NEW.updated_at, 'pushed', 'the next run after '
+                                         || NEW.id))
+            FROM (SELECT max(json_extract(NEW.options, '$.scheduled')
+                             + json_extract(NEW.options, '$.every'), NEW.updated_at) AS due);
+        END""",
+    ),
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+MIN_DATABASE_BYTES = 512  # the smallest page SQLite writes: a real queue is never shorter
+
+
+def prepare_file(path: Path) -> None:
+    """Create the database file 0600 (SQLite would use the umask), or vet an existing one.
+
+    Never opens an existing file itself: closing any descriptor of a file drops
+    every POSIX lock this process holds on it, including those of an SQLite
+    connection already open here, and another process could then delete the
+    WAL under that connection's feet.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        _vet_existing(path)
+        return
+    except FileNotFoundError:
+        raise DatabaseProblem(
+            f"cannot create the queue at {path}: its folder does not exist"
+        ) from None
+    except PermissionError:
+        raise DatabaseProblem(f"cannot create the queue at {path}: permission denied") from None
+    os.close(fd)  # the file is new: no connection can hold locks on it yet
+
+
+def _vet_existing(path: Path) -> None:
+    """SQLite may take a file too short to hold its header for an empty database
+    and write over it; such a file is damaged, and refused."""
+    size = os.stat(path).st_size
+    if 0 < size < MIN_DATABASE_BYTES:
+        raise DatabaseProblem(
+            f"{path} is damaged or is not a sloth-tray queue (it is too short to be an "
+            "SQLite file); it was left as it is"
+        )
+
+
+def verify(path: Path) -> None:
+    """Read the whole database once, read-only (PRAGMA quick_check), and refuse it
+    if any page is damaged. For start-up, before any connection of this process
+    is open: a damaged page that start-up happens not to read must not let the
+    daemon start and write on top of it."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    _vet_existing(path)
+    # immutable: no -wal/-shm is created for a file that has none; with a WAL left
+    # by a crash, read-only mode reads it too and still writes nothing.
+    wal = path.with_name(path.name + "-wal")
+    flags = "mode=ro" if wal.exists() else "mode=ro&immutable=1"
+    try:
+        db = sqlite3.connect(f"{path.absolute().as_uri()}?{flags}", uri=True, timeout=5)
+        try:
+            problems = [row[0] for row in db.execute("PRAGMA quick_check")]
+        finally:
+            db.close()
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise DatabaseProblem(f"the queue {path} is locked by another program; "
+                                  "try again when it lets go") from None
+        raise DatabaseProblem(f"{path} is damaged or is not a sloth-tray queue ({exc}); "
+                              "it was left as it is") from None
+    except sqlite3.DatabaseError as exc:
+        raise DatabaseProblem(f"{path} is damaged or is not a sloth-tray queue ({exc}); "
+                              "it was left as it is") from None
+    if problems != ["ok"]:
+        raise DatabaseProblem(f"{path} is damaged ({problems[0]}); it was left as it is, "
+                              "and sloth-tray will not start on top of it")
