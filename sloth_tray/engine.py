@@ -226,7 +226,7 @@ class Engine:
         self._publish()
         try:
             result = self.runner.run(job)
-        except SlothError:
+        except DatabaseProblem:
             raise  # the database's trouble: the loop reports it and waits
         except Exception as exc:  # a bug of ours must not take the daemon down
             log.exception("running %s (%s) failed", job.name, job.id)
