@@ -176,17 +176,17 @@ def cmd_cancel(args: argparse.Namespace, home: Home) -> int:
 def cmd_config(args: argparse.Namespace, home: Home) -> int:
     settings = args.settings
     shown = {key: settings[key] for key in config.KEYS} | {"jobs_dir": str(home.jobs)}
-    if settings.sources["jobs_dir"] == "default":
-        settings.sources["jobs_dir"] = "default (home)"
+    sources = {key: "default (home)" if key == "jobs_dir" and source == "default" else source
+               for key, source in settings.sources.items()}
     if args.json:
         emit_json({"file": str(settings.path), "home": str(home.root),
-                   "settings": {key: {"value": value, "from": settings.sources[key]}
+                   "settings": {key: {"value": value, "from": sources[key]}
                                 for key, value in shown.items()}})
         return 0
     print(f"config file: {settings.path}" + ("" if settings.path.exists() else " (none yet)"))
     print(f"home:        {home.root}\n")
     print(table([("SETTING", "VALUE", "FROM")] + [
-        (key, "-" if value is None else str(value), settings.sources[key])
+        (key, "-" if value is None else str(value), sources[key])
         for key, value in shown.items()]))
     return 0
 

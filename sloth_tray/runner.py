@@ -185,7 +185,6 @@ class Runner:
             command = command_for(Path(job.script or ""))
         except BadJobFile as exc:
             return self.record_failure(job, str(exc), permanent=True)
-        log = CappedLog(self.home.job_logs(job.id) / f"{job.attempts}.log", self.log_cap)
         token = secrets.token_hex(8)
         env = procs.job_environment(os.environ) | {
             "SLOTH_JOB_ID": job.id, "SLOTH_JOB_NAME": job.name,
@@ -193,8 +192,8 @@ class Runner:
             procs.RUN_TOKEN_ENV: token,
         }
         if not self.queue.started(job.id, self.owner, {"token": token}):
-            log.close()
             return Result(Outcome.LOST, "the job was taken before it started")
+        log = CappedLog(self.home.job_logs(job.id) / f"{job.attempts}.log", self.log_cap)
         try:
             child = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
