@@ -88,6 +88,18 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
                              + json_extract(NEW.options, '$.every'), NEW.updated_at) AS due);
         END""",
     ),
+    (
+        # Why a job failed, as a word the tray, retry-all and scripts can test
+        # (queue.Reason); last_error keeps the sentence for people.
+        "ALTER TABLE jobs ADD COLUMN reason TEXT",
+        # Every run of a job, across retries: names its log file, so the logs of
+        # two runs never mix even when a retry starts attempts at 1 again.
+        "ALTER TABLE jobs ADD COLUMN runs INTEGER NOT NULL DEFAULT 0",
+        """UPDATE jobs SET runs = (SELECT count(*) FROM json_each(jobs.history)
+                                   WHERE json_extract(value, '$[1]') = 'claimed')""",
+        # Refusals were only prose before: find them by it.
+        "UPDATE jobs SET reason = 'refused' WHERE state = 'failed' AND last_error LIKE 'refused:%'",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -16,18 +16,20 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from sloth_tray import procs
+from sloth_tray import procs, spool
 from sloth_tray.alarm import Alarm, make_alarm
 from sloth_tray.errors import DatabaseProblem, SlothError
+from sloth_tray.outcome import Attempt, Result, record
 from sloth_tray.paths import Home
-from sloth_tray.queue import Job, Queue, State
-from sloth_tray.runner import Result, Runner
+from sloth_tray.queue import Job, Queue, Reason, State
+from sloth_tray.runner import Runner
 
 log = logging.getLogger("sloth_tray")
 
 SHOWN_FAILED = 50  # failed jobs carried in a snapshot (the tray lists them)
 SHOWN_WAITING = 10  # next pending jobs carried in a snapshot
 PROBLEM_RETRY = 30.0  # seconds before trying the database again after an error
+RECORD_RETRY = 2.0  # seconds between tries to record an outcome while the db is locked
 
 
 def default_owner() -> str:
@@ -151,10 +153,16 @@ class Engine:
     # requests.
 
     def retry(self, job_id: str) -> None:
-        self._act(lambda queue: queue.retry(job_id))
+        self._act(lambda queue: spool.retry(queue, job_id))
 
     def retry_all_failed(self) -> None:
-        self._act(lambda queue: [queue.retry(job.id) for job in queue.jobs(State.FAILED)])
+        def retry_all(queue: Queue) -> None:
+            retried, refused = spool.retry_all_failed(queue)
+            if refused:
+                log.info("retried %d failed job(s); skipped %d refused (they never run)",
+                         retried, refused)
+
+        self._act(retry_all)
 
     def cancel(self, job_id: str) -> None:
         self._act(lambda queue: queue.cancel(job_id))
@@ -168,6 +176,8 @@ class Engine:
                 change(self.queue)
             except SlothError as exc:
                 log.warning("%s", exc)
+            except Exception:  # a bug of ours: said in the log, the app goes on
+                log.exception("a change asked for from the menu failed")
             self.wake()
             self._publish()
 
@@ -176,18 +186,23 @@ class Engine:
     # -- the loop -------------------------------------------------------------
 
     def recover(self) -> None:
-        """At start-up, under the instance lock: every running job is an orphan.
+        """At start-up, under the instance lock: no process of this home's runs
+        can still be supervised, so every one left is an orphan.
 
-        Kill what is left of its process, then end its lease now so the next
-        claim reclaims it (attempt counted, max_attempts honoured) instead of
-        waiting out the lease.
+        Kill them all: those of jobs still marked running, and those of jobs
+        cancelled (or retried, or pruned) while no daemon was there to stop
+        them. Then end the running leases now, so the next claim reclaims
+        those jobs (attempt counted, max_attempts honoured) instead of waiting
+        the leases out.
         """
-        for job in self.queue.jobs(State.RUNNING):
-            if job.child:
-                killed = procs.kill_orphan(job.child)
-                if killed:
-                    log.info("stopped %d leftover process(es) of %s (%s)", killed, job.name,
-                             job.id)
+        if procs.FINDS_RUNS_BY_ENVIRONMENT:
+            killed = procs.kill_runs_of(self.home.root)
+        else:
+            killed = sum(procs.kill_orphan(job.child)
+                         for state in (State.RUNNING, State.CANCELLED, State.PENDING)
+                         for job in self.queue.jobs(state) if job.child)
+        if killed:
+            log.info("stopped %d leftover process(es) of jobs run before a crash", killed)
         expired = self.queue.expire_leases()
         if expired:
             log.info("taking back %d job(s) left running by a previous run", expired)
@@ -208,6 +223,8 @@ class Engine:
                     self._report(exc)
                     if drain:
                         raise
+                    if self._stopping:
+                        return
                     self.alarm.wait(self.queue.clock() + PROBLEM_RETRY)
         finally:
             self._stopping = True
@@ -225,12 +242,17 @@ class Engine:
                                    self.queue.clock())
         self._publish()
         try:
-            result = self.runner.run(job)
+            attempt = self.runner.run(job)
         except DatabaseProblem:
-            raise  # the database's trouble: the loop reports it and waits
+            # The database's trouble: the runner has stopped the child; the loop
+            # reports it and waits, and the job's lease lapses into a reclaim.
+            self._running = None
+            raise
         except Exception as exc:  # a bug of ours must not take the daemon down
             log.exception("running %s (%s) failed", job.name, job.id)
-            result = self.runner.record_failure(job, f"sloth-tray could not run it: {exc}")
+            attempt = Attempt.failed(Reason.INTERNAL_ERROR, f"sloth-tray could not run it: {exc}")
+        try:
+            result = self._record(job, attempt)
         finally:
             self._running = None
         log.info("%s %s (%s): %s", result.outcome, job.name, job.id, result.detail)
@@ -238,6 +260,18 @@ class Engine:
             listener(job, result)
         self._publish()
         return True
+
+    def _record(self, job: Job, attempt: Attempt) -> Result:
+        """The attempt is over: its outcome must reach the queue, or the job would
+        run again. While the database is locked, wait and try again."""
+        while True:
+            try:
+                return record(self.queue, self.owner, job, attempt)
+            except DatabaseProblem as exc:
+                if self._stopping:
+                    raise
+                log.warning("could not record the outcome of %s yet: %s", job.name, exc)
+                self.alarm.wait(self.queue.clock() + RECORD_RETRY)
 
     def _report(self, exc: SlothError) -> None:
         if str(exc) != self._problem:

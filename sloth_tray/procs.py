@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +94,41 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass  # the group is already gone
 
 
+FINDS_RUNS_BY_ENVIRONMENT = sys.platform.startswith("linux")  # /proc/<pid>/environ
+
+
+def _environments() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, environment entries) of every process we may read, but our own."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            yield int(entry.name), (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+
+
+def _kill_all(pids: Iterator[int]) -> int:
+    killed = 0
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except ProcessLookupError:
+            pass
+    return killed
+
+
+def kill_runs_of(home: Path) -> int:
+    """Linux: kill every process that any run of this home started (each carries
+    a run token and the home in its environment). Only for start-up, under the
+    home's instance lock, when none of them can still be supervised."""
+    marker = f"SLOTH_HOME={home}".encode()
+    token = f"{RUN_TOKEN_ENV}=".encode()
+    return _kill_all(pid for pid, environ in _environments()
+                     if marker in environ and any(e.startswith(token) for e in environ))
+
+
 def kill_orphan(child: dict[str, Any]) -> int:
     """Kill what is left of a run whose daemon died. Returns how many were signalled.
 
@@ -102,28 +137,14 @@ def kill_orphan(child: dict[str, Any]) -> int:
     the group is killed only if its leader is the very process we started
     (same pid and same start time).
     """
-    killed = 0
-    if sys.platform.startswith("linux") and child.get("token"):
+    if FINDS_RUNS_BY_ENVIRONMENT and child.get("token"):
         needle = f"{RUN_TOKEN_ENV}={child['token']}".encode()
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                environ = (entry / "environ").read_bytes()
-            except OSError:
-                continue
-            if needle in environ.split(b"\0"):
-                try:
-                    os.kill(int(entry.name), signal.SIGKILL)
-                    killed += 1
-                except ProcessLookupError:
-                    pass
-        return killed
+        return _kill_all(pid for pid, environ in _environments() if needle in environ)
     pid = child.get("pid")
     if not WINDOWS and pid and child.get("start") and start_time(pid) == child["start"]:
         try:
             os.killpg(child.get("pgid", pid), signal.SIGKILL)
-            killed += 1
+            return 1
         except ProcessLookupError:
             pass
-    return killed
+    return 0

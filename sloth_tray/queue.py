@@ -44,6 +44,30 @@ class State(StrEnum):
     CANCELLED = "cancelled"  # the user said no; retry() revives
 
 
+class Reason(StrEnum):
+    """Why a job's last attempt failed: the `reason` column, beside last_error's sentence."""
+
+    EXIT_CODE = "exit_code"  # the script exited non-zero
+    KILLED = "killed"  # a signal it did not expect ended it
+    TIMED_OUT = "timed_out"  # it ran past its timeout and was stopped
+    COULD_NOT_START = "could_not_start"  # its interpreter or working folder is missing
+    UNRUNNABLE = "unrunnable"  # nothing knows how to run the file (no #!, odd extension)
+    BAD_HEADER = "bad_header"  # its `# sloth:` line is wrong; retry re-reads it
+    REFUSED = "refused"  # an unsafe drop (a link, another's file): never runs, never retried
+    LEASE_EXPIRED = "lease_expired"  # its holder vanished on the last attempt
+    SCRIPT_GONE = "script_gone"  # its copy in the spool disappeared
+    INTERNAL_ERROR = "internal_error"  # sloth-tray itself failed while running it
+
+
+# Reasons that no number of tries can change: the job fails for good at once.
+PERMANENT = frozenset({Reason.COULD_NOT_START, Reason.UNRUNNABLE, Reason.BAD_HEADER,
+                       Reason.REFUSED, Reason.SCRIPT_GONE})
+
+
+class Refused(SlothError):
+    """A refused drop was asked to run: it never may."""
+
+
 @dataclass(frozen=True)
 class Job:
     id: str
@@ -63,6 +87,8 @@ class Job:
     # The running attempt's process (pid, pgid, start time, run token), so a
     # later start-up can stop an orphan without ever killing a reused pid.
     child: dict[str, Any] | None = field(default=None, hash=False)
+    reason: Reason | None = None  # why the last attempt failed (see Reason)
+    runs: int = 0  # runs ever started, across retries; names the log of each
 
     @property
     def lease_seconds(self) -> float | None:
@@ -73,6 +99,7 @@ class Job:
     def as_dict(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__}
         data["state"] = self.state.value
+        data["reason"] = self.reason.value if self.reason else None
         return data
 
 
@@ -91,19 +118,20 @@ PARTIAL_INDEX = {State.PENDING: "jobs_due", State.RUNNING: "jobs_leased",
 
 JOB_COLUMNS = (
     "id, name, state, attempts, max_attempts, not_before, lease_owner, lease_until, "
-    "last_error, result, script, options, created_at, updated_at, child"
+    "last_error, result, script, options, created_at, updated_at, child, reason, runs"
 )
 
 
 def _job(row: tuple) -> Job:
     (id_, name, state, attempts, max_attempts, not_before, lease_owner, lease_until,
-     last_error, result, script, options, created_at, updated_at, child) = row
+     last_error, result, script, options, created_at, updated_at, child, reason, runs) = row
     return Job(
         id=id_, name=name, state=State(state), attempts=attempts, max_attempts=max_attempts,
         not_before=not_before, lease_owner=lease_owner, lease_until=lease_until,
         last_error=last_error, result=result, script=script, options=json.loads(options),
         created_at=created_at, updated_at=updated_at,
         child=json.loads(child) if child else None,
+        reason=Reason(reason) if reason else None, runs=runs,
     )
 
 
@@ -279,13 +307,14 @@ class Queue:
         options: dict[str, Any] | None = None,
         job_id: str | None = None,
         error: str | None = None,
+        reason: Reason = Reason.REFUSED,
     ) -> str:
         """Add a pending job due `delay` seconds from now; returns its 12-hex id.
 
         `job_id` (from new_job_id()) lets a caller name the job's spool folder
         before the job exists, so a crash in between can be reconciled.
-        `error` makes the job born failed (a refused drop): the user sees it
-        with the failures, and it never runs.
+        `error` makes the job born failed, for `reason` (a refused drop, a bad
+        header): the user sees it with the failures, and it never runs.
         """
         attempts_allowed = self.max_attempts if max_attempts is None else int(max_attempts)
         if attempts_allowed < 1:
@@ -305,12 +334,12 @@ class Queue:
                 with self._writing() as db:
                     db.execute(
                         "INSERT INTO jobs(id, name, state, max_attempts, not_before, script, "
-                        "options, created_at, updated_at, history, last_error) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "options, created_at, updated_at, history, last_error, reason) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (chosen, name, "pending" if error is None else "failed",
                          attempts_allowed, now + delay, script,
                          json.dumps(options, sort_keys=True), now, now, json.dumps(events),
-                         error),
+                         error, None if error is None else Reason(reason).value),
                     )
                 return chosen
             except sqlite3.IntegrityError:
@@ -364,7 +393,8 @@ class Queue:
                 row = db.execute(
                     "UPDATE jobs SET state = 'running', lease_owner = :owner, "
                     "lease_until = :now + coalesce(json_extract(options, '$.lease'), :lease), "
-                    f"attempts = attempts + 1, updated_at = :now, child = NULL, {history} "
+                    f"attempts = attempts + 1, runs = runs + 1, updated_at = :now, child = NULL, "
+                    f"{history} "
                     f"WHERE id = :id RETURNING {JOB_COLUMNS}",
                     {"owner": owner, "now": now, "lease": self.lease_seconds, "id": job_id,
                      **params},
@@ -379,7 +409,7 @@ class Queue:
             rows = db.execute(
                 "UPDATE jobs SET state = 'running', lease_owner = :owner, "
                 "lease_until = :now + coalesce(json_extract(options, '$.lease'), :lease), "
-                "attempts = attempts + 1, updated_at = :now, child = NULL, "
+                "attempts = attempts + 1, runs = runs + 1, updated_at = :now, child = NULL, "
                 "history = json_insert(history, '$[#]', json_array(:now, 'claimed', "
                 "'attempt ' || (attempts + 1) || ' of ' || max_attempts || ' by ' || :owner)) "
                 "WHERE id = (SELECT id FROM jobs WHERE state = 'pending' AND not_before <= :now "
@@ -403,7 +433,8 @@ class Queue:
             f"its lease expired {expiries} time{'s' if expiries > 1 else ''} without it "
             f"finishing (last holder {owner}); gave up after {attempts} attempts"
         )
-        self._finish(db, job_id, now, "failed", ("failed", error), last_error=error)
+        self._finish(db, job_id, now, "failed", ("failed", error), last_error=error,
+                     reason=Reason.LEASE_EXPIRED.value)
         return None
 
     @staticmethod
@@ -473,10 +504,11 @@ class Queue:
             "attempts = max(attempts - 1, 0), lease_owner = NULL, lease_until = NULL, "
             "updated_at = :now", ("released", f"by {owner}"))
 
-    def fail(self, job_id: str, owner: str, error: str, *, permanent: bool = False) -> str | None:
+    def fail(self, job_id: str, owner: str, error: str,
+             reason: Reason = Reason.EXIT_CODE) -> str | None:
         """Record a failed attempt: back off and retry, or give up at max_attempts.
 
-        `permanent` gives up at once: trying again cannot help (a script
+        A PERMANENT reason gives up at once: trying again cannot help (a script
         nothing knows how to run, a bad header). Returns the new state
         ('pending' or 'failed'), or None when `owner` does not hold the lease
         (then nothing changes).
@@ -492,20 +524,24 @@ class Queue:
             if row is None:
                 return None
             attempts, max_attempts = row
-            if attempts >= max_attempts or permanent:
-                self._finish(db, job_id, now, "failed", ("failed", error), last_error=error)
+            reason = Reason(reason)
+            if attempts >= max_attempts or reason in PERMANENT:
+                self._finish(db, job_id, now, "failed", ("failed", error), last_error=error,
+                             reason=reason.value)
                 return State.FAILED.value
             delay = min(2.0**attempts, self.backoff_cap)
             self._finish(db, job_id, now, "pending",
                          ("backoff", f"attempt {attempts} of {max_attempts} failed: {error}; "
                                      f"next try in {_seconds(delay)}"),
-                         last_error=error, not_before=now + delay)
+                         last_error=error, reason=reason.value, not_before=now + delay)
             return State.PENDING.value
 
-    def refuse(self, job_id: str, error: str) -> bool:
-        """A pending job that can never run (its script vanished) -> failed."""
-        return self._change(job_id, ("pending",), "failed",
-                            "state = 'failed', last_error = :error", error=error)
+    def refuse(self, job_id: str, error: str, reason: Reason = Reason.SCRIPT_GONE) -> bool:
+        """A pending or failed job that cannot run as it is (its script vanished,
+        its header is still wrong) -> failed, with that sentence."""
+        return self._change(job_id, ("pending", "failed"), "failed",
+                            "state = 'failed', last_error = :error, reason = :reason",
+                            error=error, reason=Reason(reason).value)
 
     def note(self, job_id: str, kind: str, detail: str) -> None:
         """Add an event to a job's history (e.g. 'slept': the computer was suspended)."""
@@ -529,11 +565,24 @@ class Queue:
                 (now, now),
             ).rowcount
 
-    def retry(self, job_id: str) -> bool:
-        """A failed or cancelled job becomes due now, with a fresh set of attempts."""
-        return self._change(job_id, ("failed", "cancelled"), "retried",
-                            "state = 'pending', not_before = :now, attempts = 0, "
-                            "last_error = NULL")
+    def retry(self, job_id: str, *, options: dict[str, Any] | None = None,
+              max_attempts: int | None = None) -> bool:
+        """A failed or cancelled job becomes due now, with a fresh set of attempts.
+
+        `options` (and `max_attempts`) replace the job's own when its header was
+        read again. A refused job is never revived: it raises Refused.
+        """
+        assignments = ("state = 'pending', not_before = :now, attempts = 0, "
+                       "last_error = NULL, reason = NULL")
+        params: dict[str, Any] = {}
+        if options is not None:
+            assignments += ", options = :options"
+            params["options"] = json.dumps(options, sort_keys=True)
+        if max_attempts is not None:
+            assignments += ", max_attempts = :max_attempts"
+            params["max_attempts"] = int(max_attempts)
+        return self._change(job_id, ("failed", "cancelled"), "retried", assignments,
+                            refuse_refused=True, **params)
 
     def run_now(self, job_id: str) -> bool:
         """A pending job becomes due now (the tray's `Run now`)."""
@@ -550,27 +599,54 @@ class Queue:
 
     def _change(
         self, job_id: str, from_states: tuple[str, ...], kind: str, assignments: str,
-        error: str | None = None,
+        error: str | None = None, *, refuse_refused: bool = False, **values: Any,
     ) -> bool:
         now = self.clock()
         with self._transaction() as db:
-            row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            row = db.execute("SELECT state, reason, name, last_error FROM jobs WHERE id = ?",
+                             (job_id,)).fetchone()
             if row is None:
                 raise UnknownJob(job_id)
-            if row[0] not in from_states:
+            state, reason, name, last_error = row
+            if refuse_refused and reason == Reason.REFUSED.value:
+                raise Refused(f"{name} ({job_id}) was {last_error}; a refused job never "
+                              f"runs (`sloth-tray cancel {job_id}` removes it)")
+            if state not in from_states:
                 return False
-            history, params = _history((kind, error or f"was {row[0]}"))
+            history, params = _history((kind, error or f"was {state}"))
             db.execute(f"UPDATE jobs SET {assignments}, updated_at = :now, {history} "
-                       "WHERE id = :id", {"now": now, "id": job_id, "error": error, **params})
+                       "WHERE id = :id",
+                       {"now": now, "id": job_id, "error": error, **values, **params})
         return True
 
-    def prune(self, before: float) -> int:
-        """Delete done and cancelled jobs that ended before `before`, with their history."""
+    def prune(self, before: float) -> list[tuple[str, str | None]]:
+        """Delete done and cancelled jobs that ended before `before`, with their
+        history; returns their (id, script) pairs: their files are the
+        caller's to remove (spool.prune), after the rows are gone."""
         with self._writing() as db:
             return db.execute(
-                "DELETE FROM jobs WHERE state IN ('done', 'cancelled') AND updated_at < ?",
+                "DELETE FROM jobs WHERE state IN ('done', 'cancelled') AND updated_at < ? "
+                "RETURNING id, script",
                 (before,),
-            ).rowcount
+            ).fetchall()
+
+    def folders_in_use(self, folders: list[str], spool: str) -> set[str]:
+        """Which of these spool folders (`spool`/<12-hex id>) still hold some job's
+        script: a recurring job's later runs share the first run's folder.
+        One pass over the table, however many folders are asked about."""
+        if not folders:
+            return set()
+        length = len(spool) + 1 + 12
+        with self._reading() as db:
+            return {row[0] for row in db.execute(
+                "SELECT DISTINCT substr(script, 1, :n) FROM jobs "
+                "WHERE substr(script, 1, :n) IN (SELECT value FROM json_each(:folders))",
+                {"n": length, "folders": json.dumps(folders)},
+            )}
+
+    def exists(self, job_id: str) -> bool:
+        with self._reading() as db:
+            return db.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is not None
 
     # -- reads ---------------------------------------------------------------
 
@@ -610,17 +686,24 @@ class Queue:
                     return prefix
         return job_id
 
-    def jobs(self, state: State | str | None = None, limit: int | None = None) -> list[Job]:
-        """Jobs, newest first."""
+    def jobs(self, state: State | str | None = None, limit: int | None = None,
+             reason: Reason | str | None = None) -> list[Job]:
+        """Jobs, newest first; only those in `state`, and failed for `reason`, if given."""
         sql = f"SELECT {JOB_COLUMNS} FROM jobs"
         params: list[Any] = []
+        where = []
         if state is not None:
             state = State(state)
             # The few waiting, leased or failed rows sit in a partial index; left
             # alone, the planner would walk the whole table in rowid order.
             if state in PARTIAL_INDEX:
                 sql += f" INDEXED BY {PARTIAL_INDEX[state]}"
-            sql += f" WHERE state = '{state.value}'"  # a literal: State() vetted it
+            where.append(f"state = '{state.value}'")  # a literal: State() vetted it
+        if reason is not None:
+            where.append("reason = ?")
+            params.append(Reason(reason).value)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY rowid DESC"
         if limit is not None:
             sql += " LIMIT ?"

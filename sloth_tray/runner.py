@@ -1,6 +1,12 @@
 """Run ONE claimed job: a child process in its own group, its output in a capped
 log, heartbeats while it lives, a timeout, and a kill the moment the lease is lost.
 
+The runner writes only `started` and heartbeats, and returns an Attempt saying
+how the run ended; outcome.record writes the ending (complete / fail / release).
+Whenever `run` returns or raises, the child's group and every stray carrying
+its run token are gone: no path leaves a child unsupervised, so no later
+reclaim can overlap it.
+
 The runner never blocks on a timer tick: it waits on one Alarm that the child's
 exit, a stop request or a nudge rings, until the next thing it has to do (renew
 the lease, or end a timed-out attempt). The Alarm keeps wall-clock time, so the
@@ -18,40 +24,24 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
-from typing import BinaryIO, TypeVar
+from typing import BinaryIO
 
 from sloth_tray import procs
 from sloth_tray.alarm import Alarm, make_alarm
 from sloth_tray.errors import DatabaseProblem
 from sloth_tray.jobfile import BadJobFile, command_for
+from sloth_tray.outcome import Attempt, Ending
 from sloth_tray.paths import Home
-from sloth_tray.queue import Job, Queue
+from sloth_tray.queue import Job, Queue, Reason
 from sloth_tray.timefmt import format_duration
 
 LOG_CAP = 10 * 1024 * 1024
 RESULT_LIMIT = 200
 CHUNK = 64 * 1024
 SLEEP_THRESHOLD = 5.0  # wall time running this far ahead of monotonic time = a suspend
-RECORD_RETRY = 2.0  # seconds between tries to record an outcome while the db is locked
-T = TypeVar("T")
 logger = logging.getLogger("sloth_tray")
-
-
-class Outcome(StrEnum):
-    DONE = "done"  # exit 0, completed
-    RETRYING = "retrying"  # failed; the queue will try again later
-    FAILED = "failed"  # failed for good
-    LOST = "lost"  # another owner holds the job now; we recorded nothing
-    RELEASED = "released"  # stopped for a clean quit; due again at the next start
-
-
-@dataclass(frozen=True)
-class Result:
-    outcome: Outcome
-    detail: str
+TAKEN = "the job was cancelled, or another worker holds it now"
 
 
 class LastLine:
@@ -179,12 +169,18 @@ class Runner:
 
     # -- the work -------------------------------------------------------------
 
-    def run(self, job: Job) -> Result:
+    def run(self, job: Job) -> Attempt:
+        """Run one claimed job and say how it ended."""
         sleep_watch = SleepWatch(self.queue.clock, self.monotonic)  # from the claim on
         try:
             command = command_for(Path(job.script or ""))
         except BadJobFile as exc:
-            return self.record_failure(job, str(exc), permanent=True)
+            return Attempt.failed(Reason.UNRUNNABLE, str(exc))
+        workdir = Path.home()
+        if not workdir.is_dir():
+            return Attempt.failed(Reason.COULD_NOT_START,
+                                  f"cannot start the job: its working folder {workdir} (the "
+                                  "home folder, $HOME) does not exist")
         token = secrets.token_hex(8)
         env = procs.job_environment(os.environ) | {
             "SLOTH_JOB_ID": job.id, "SLOTH_JOB_NAME": job.name,
@@ -192,29 +188,35 @@ class Runner:
             procs.RUN_TOKEN_ENV: token,
         }
         if not self.queue.started(job.id, self.owner, {"token": token}):
-            return Result(Outcome.LOST, "the job was taken before it started")
-        log = CappedLog(self.home.job_logs(job.id) / f"{job.attempts}.log", self.log_cap)
+            return Attempt(Ending.LEASE_LOST, TAKEN)
+        # One log per run, numbered across retries: two runs never share a file.
+        log = CappedLog(self.home.job_logs(job.id) / f"{max(job.runs, 1)}.log", self.log_cap)
         try:
             child = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, cwd=Path.home(), env=env, **procs.spawn_options())
+                stderr=subprocess.PIPE, cwd=workdir, env=env, **procs.spawn_options())
         except OSError as exc:
             log.close()
-            return self.record_failure(job, spawn_error(command[0], exc), permanent=True)
+            return Attempt.failed(Reason.COULD_NOT_START, spawn_error(command[0], exc))
+        readers: list[threading.Thread] = []
         try:
-            return self._supervise(job, child, log, token, sleep_watch)
+            return self._supervise(job, child, log, token, sleep_watch, readers)
+        except BaseException:
+            # Whatever went wrong (the database, a bug), the child must not run on
+            # unsupervised: its lease would expire and a second copy would start.
+            self._reap_group(child, readers, token)
+            raise
         finally:
             log.close()
 
     def _supervise(self, job: Job, child: subprocess.Popen, log: CappedLog, token: str,
-                   sleep_watch: SleepWatch) -> Result:
+                   sleep_watch: SleepWatch, readers: list[threading.Thread]) -> Attempt:
         if not self.queue.started(job.id, self.owner, procs.describe(child, token)):
-            procs.kill_group(child)
-            child.wait()
-            return Result(Outcome.LOST, "the job was taken before it started")
+            self._reap_group(child, readers, token)
+            return Attempt(Ending.LEASE_LOST, TAKEN)
         out, err = LastLine(), LastLine()
-        readers = [threading.Thread(target=pump, args=(child.stdout, out, log), daemon=True),
-                   threading.Thread(target=pump, args=(child.stderr, err, log), daemon=True)]
+        readers += [threading.Thread(target=pump, args=(child.stdout, out, log), daemon=True),
+                    threading.Thread(target=pump, args=(child.stderr, err, log), daemon=True)]
         waiter = threading.Thread(target=self._wait_for_exit, args=(child,), daemon=True)
         for thread in (*readers, waiter):
             thread.start()
@@ -234,12 +236,12 @@ class Runner:
                 break
             if self._stopping:
                 self._end(child, readers, token)
-                self.queue.release(job.id, self.owner)
-                return Result(Outcome.RELEASED, "stopped for quit; due again at the next start")
+                return Attempt(Ending.STOPPED)
             now = self.monotonic()
             if timeout is not None and now >= started + timeout:
                 self._end(child, readers, token)
-                return self.record_failure(job, f"timed out after {format_duration(timeout)}")
+                return Attempt.failed(Reason.TIMED_OUT,
+                                      f"timed out after {format_duration(timeout)}")
             slept = sleep_watch.gap()
             try:
                 still_ours = self.queue.heartbeat(job.id, self.owner, lease)
@@ -251,9 +253,8 @@ class Runner:
                 next_beat = self.queue.clock() + beat_every
                 continue
             if not still_ours:
-                procs.kill_group(child)
-                child.wait()
-                return Result(Outcome.LOST, "another worker holds the job now")
+                self._reap_group(child, readers, token)  # strays that left the group too
+                return Attempt(Ending.LEASE_LOST, TAKEN)
             renewed_at = self.queue.clock()  # after any wait for the lock or a freeze
             lapsed, lease_until = renewed_at - lease_until, renewed_at + lease
             if slept or lapsed > 0:
@@ -265,34 +266,25 @@ class Runner:
             result = out.text()
             if log.error:
                 result = f"{result} ({log.error})".strip()
-            if self._until_recorded(lambda: self.queue.complete(job.id, self.owner, result)):
-                return Result(Outcome.DONE, result)
-            return Result(Outcome.LOST, "another worker holds the job now")
+            return Attempt(Ending.SUCCEEDED, result, code=0)
         error = err.text() or out.text() or exit_description(child.returncode)
         if log.error:
             error = f"{error} ({log.error})"
-        return self._until_recorded(lambda: self.record_failure(job, error))
-
-    def _until_recorded(self, record: Callable[[], T]) -> T:
-        """The work is done: its outcome must reach the queue, or the job would be
-        run again. While the database is locked, wait and try again."""
-        while True:
-            try:
-                return record()
-            except DatabaseProblem as exc:
-                if self._stopping:
-                    raise
-                logger.warning("could not record a job's outcome yet: %s", exc)
-                self.alarm.wait(self.queue.clock() + RECORD_RETRY)
+        reason = Reason.KILLED if child.returncode < 0 else Reason.EXIT_CODE
+        return Attempt.failed(reason, error, child.returncode)
 
     def _note_renewal(self, job: Job, slept: float, lapsed: float) -> None:
+        """The history's note of a nap: worth having, never worth the job."""
         renewed = "nobody took the job meanwhile, so its lease was renewed"
-        if slept:
-            self.queue.note(job.id, "slept",
-                            f"the computer slept about {format_duration(round(slept))}; {renewed}")
-        else:
-            self.queue.note(job.id, "renewed",
-                            f"the lease had lapsed {format_duration(lapsed)} ago; {renewed}")
+        try:
+            if slept:
+                self.queue.note(job.id, "slept", f"the computer slept about "
+                                f"{format_duration(round(slept))}; {renewed}")
+            else:
+                self.queue.note(job.id, "renewed",
+                                f"the lease had lapsed {format_duration(lapsed)} ago; {renewed}")
+        except DatabaseProblem as exc:
+            logger.warning("could not note the renewal of %s: %s", job.name, exc)
 
     def _wait_for_exit(self, child: subprocess.Popen) -> None:
         child.wait()  # a blocking waitpid: no polling
@@ -316,12 +308,6 @@ class Runner:
         procs.kill_orphan({"token": token})  # strays that left the group (Linux)
         for reader in readers:
             reader.join(timeout=self.grace)
-
-    def record_failure(self, job: Job, error: str, *, permanent: bool = False) -> Result:
-        state = self.queue.fail(job.id, self.owner, error, permanent=permanent)
-        if state is None:
-            return Result(Outcome.LOST, "another worker holds the job now")
-        return Result(Outcome.FAILED if state == "failed" else Outcome.RETRYING, error)
 
 
 class SleepWatch:

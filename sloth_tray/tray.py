@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sloth_tray import autostart, presenter, procs
-from sloth_tray.app import Daemon
+from sloth_tray.app import STOP_SIGNALS, Daemon
 from sloth_tray.engine import Snapshot
 from sloth_tray.errors import SlothError
 from sloth_tray.icons import render
@@ -118,10 +118,10 @@ class Tray:
         if self.backend in ("gtk", "appindicator"):
             from gi.repository import GLib  # the GTK loop would hold Python's handlers back
 
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in STOP_SIGNALS:
                 GLib.unix_signal_add(GLib.PRIORITY_HIGH, sig, self._quit_from_signal)
         else:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in STOP_SIGNALS:
                 signal.signal(sig, lambda *_: self.quit())
 
     def _quit_from_signal(self) -> bool:

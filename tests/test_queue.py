@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from sloth_tray.errors import DatabaseProblem, UnknownJob
-from sloth_tray.queue import SCHEMA_VERSION, Queue, State
+from sloth_tray.queue import SCHEMA_VERSION, Queue, Reason, State
 
 
 def kinds(queue: Queue, job_id: str) -> list[str]:
@@ -233,7 +233,7 @@ def test_prune_removes_old_finished_jobs_with_their_events(queue, clock):
     clock.advance(100)
     recent = queue.push("recent")
     queue.cancel(recent)
-    assert queue.prune(before=clock.now - 50) == 1
+    assert [job_id for job_id, _ in queue.prune(before=clock.now - 50)] == [old]
     with pytest.raises(UnknownJob):
         queue.get(old)
     with pytest.raises(UnknownJob):
@@ -413,7 +413,11 @@ def test_refuse_fails_a_pending_job_with_the_reason(queue):
     assert queue.refuse(job_id, "its script is gone")
     assert queue.get(job_id).last_error == "its script is gone"
     assert queue.history(job_id)[-1].detail == "its script is gone"
-    assert queue.refuse(job_id, "again") is False
+    assert queue.get(job_id).reason == Reason.SCRIPT_GONE
+    done = queue.push("done")
+    queue.claim("w")
+    queue.complete(done, "w")
+    assert queue.refuse(done, "too late") is False  # a finished job stays finished
 
 
 def test_two_queues_in_one_process_keep_their_locks_so_the_wal_is_never_deleted(tmp_path):

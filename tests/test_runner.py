@@ -13,9 +13,11 @@ import pytest
 from conftest import alive, wait_for
 
 from sloth_tray import runner as runner_module
+from sloth_tray.engine import Engine
+from sloth_tray.outcome import Outcome, record
 from sloth_tray.paths import locate
 from sloth_tray.queue import Queue, State
-from sloth_tray.runner import LastLine, Outcome, Runner
+from sloth_tray.runner import LastLine, Runner
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
 
@@ -32,6 +34,11 @@ def script(home, name: str, text: str, mode: int = 0o600) -> Path:
     return path
 
 
+def run_and_record(runner: Runner, job):
+    """What the engine does with one job: run it, then record how it ended."""
+    return record(runner.queue, runner.owner, job, runner.run(job))
+
+
 def start(queue: Queue, path: Path, owner: str = "me", **push):
     job_id = queue.push(path.stem, script=str(path), **push)
     job = queue.claim(owner)
@@ -44,7 +51,7 @@ def test_exit_0_completes_with_the_last_stdout_line_and_logs_both_streams(home):
     path = script(home, "tidy.sh", 'echo "moving"\necho oops >&2\necho "tidy: moved 4 files"\n'
                                    'echo\n')
     job = start(queue, path)
-    result = Runner(queue, home, "me").run(job)
+    result = run_and_record(Runner(queue, home, "me"), job)
     assert (result.outcome, result.detail) == (Outcome.DONE, "tidy: moved 4 files")
     assert queue.get(job.id).result == "tidy: moved 4 files"
     log = (home.logs / job.id / "1.log").read_text()
@@ -61,7 +68,7 @@ def test_the_child_gets_its_environment_home_dir_and_no_stdin(home, tmp_path):
                   "os.environ['SLOTH_HOME'], os.getcwd(), sys.stdin.read(), "
                   "os.getpgid(0) == os.getpid())))\n")
     job = start(queue, path)
-    assert Runner(queue, home, "me").run(job).outcome == Outcome.DONE
+    assert run_and_record(Runner(queue, home, "me"), job).outcome == Outcome.DONE
     assert eval(out.read_text()) == (job.id, "env", "1", str(home.root), str(Path.home()), "",
                                      True)
 
@@ -77,7 +84,7 @@ def test_a_failure_uses_the_last_stderr_line_then_stdout_then_the_exit_code(home
     }
     for name, (text, error) in cases.items():
         job = start(queue, script(home, name, text))
-        result = runner.run(job)
+        result = run_and_record(runner, job)
         assert (result.outcome, result.detail) == (Outcome.RETRYING, error), name
         assert queue.get(job.id).last_error == error
 
@@ -93,7 +100,7 @@ def test_a_failure_uses_the_last_stderr_line_then_stdout_then_the_exit_code(home
 def test_unrunnable_scripts_fail_at_once_with_a_sentence(home, name, text, error):
     queue = Queue(home.db)
     job = start(queue, script(home, name, text))
-    result = Runner(queue, home, "me").run(job)
+    result = run_and_record(Runner(queue, home, "me"), job)
     assert result.outcome == Outcome.FAILED  # for good: retrying cannot help
     assert error in result.detail
     assert queue.get(job.id).state == State.FAILED
@@ -105,7 +112,8 @@ def test_a_lost_lease_kills_the_child_at_once(home, tmp_path, pids):
     path = script(home, "hang.sh", f"echo $$ > {pidfile}; sleep 300; echo 'side effect'")
     job = start(queue, path, owner="A")
     results = []
-    thread = threading.Thread(target=lambda: results.append(Runner(queue, home, "A").run(job)))
+    runner = Runner(queue, home, "A")
+    thread = threading.Thread(target=lambda: results.append(run_and_record(runner, job)))
     thread.start()
     child = pids.add(int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(),
                                   what="the child to start")))
@@ -126,7 +134,7 @@ def test_a_cancelled_running_job_is_stopped_at_the_next_nudge(home, tmp_path, pi
     job = start(queue, script(home, "hang.sh", f"echo $$ > {pidfile}; sleep 300"))
     runner = Runner(queue, home, "me")
     results = []
-    thread = threading.Thread(target=lambda: results.append(runner.run(job)))
+    thread = threading.Thread(target=lambda: results.append(run_and_record(runner, job)))
     thread.start()
     child = pids.add(int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip())))
     assert queue.cancel(job.id)
@@ -148,7 +156,7 @@ while true; do wait; done
 """)
     job = start(queue, path, options={"timeout": 1.0})
     started = time.monotonic()
-    result = Runner(queue, home, "me", grace=0.5).run(job)
+    result = run_and_record(Runner(queue, home, "me", grace=0.5), job)
     for pidfile in (child_pid, grandchild_pid):
         pids.add(int(pidfile.read_text()))
     assert (result.outcome, result.detail) == (Outcome.RETRYING, "timed out after 1s")
@@ -163,7 +171,7 @@ def test_a_fork_that_outlives_its_parent_is_stopped_when_the_job_ends(home, tmp_
     stray = tmp_path / "stray"
     path = script(home, "fork.sh", f"(setsid sleep 300 & echo $! > {stray}) ; echo parent done")
     job = start(queue, path)
-    result = Runner(queue, home, "me").run(job)
+    result = run_and_record(Runner(queue, home, "me"), job)
     pids.add(int(stray.read_text()))
     assert (result.outcome, result.detail) == (Outcome.DONE, "parent done")
     wait_for(lambda: not alive(int(stray.read_text())), timeout=2, what="the stray to die")
@@ -176,7 +184,7 @@ def test_200_mb_of_output_is_capped_and_memory_stays_flat(home):
                   "print('the end')\n")
     job = start(queue, path)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    result = Runner(queue, home, "me", log_cap=1024 * 1024).run(job)
+    result = run_and_record(Runner(queue, home, "me", log_cap=1024 * 1024), job)
     grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     assert (result.outcome, result.detail) == (Outcome.DONE, "the end")
     log = home.logs / job.id / "1.log"
@@ -193,7 +201,8 @@ def test_a_wall_clock_jump_is_recorded_as_sleep_and_the_lease_renewed(home, tmp_
                                   "echo finished")
     job = start(queue, path)
     results = []
-    thread = threading.Thread(target=lambda: results.append(Runner(queue, home, "me").run(job)))
+    runner = Runner(queue, home, "me")
+    thread = threading.Thread(target=lambda: results.append(run_and_record(runner, job)))
     thread.start()
     try:
         wait_for(started.exists, what="the job to start")
@@ -216,7 +225,7 @@ def test_a_stop_request_releases_the_lease_without_counting_the_attempt(home, tm
     job = start(queue, script(home, "hang.sh", f"echo $$ > {pidfile}; sleep 300"))
     runner = Runner(queue, home, "me", grace=1)
     results = []
-    thread = threading.Thread(target=lambda: results.append(runner.run(job)))
+    thread = threading.Thread(target=lambda: results.append(run_and_record(runner, job)))
     thread.start()
     child = pids.add(int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip())))
     runner.stop()
@@ -256,7 +265,7 @@ def test_the_run_token_is_recorded_before_the_spawn(home, tmp_path, monkeypatch)
         return real_popen(*args, **kwargs)
 
     monkeypatch.setattr(runner_module.subprocess, "Popen", spy)
-    Runner(queue, home, "me").run(job)
+    run_and_record(Runner(queue, home, "me"), job)
     assert recorded and recorded[0] == {"token": seen.read_text().strip()}
     assert queue.get(job.id).child["pid"] > 0
 
@@ -285,27 +294,31 @@ def test_python_jobs_in_a_frozen_app_use_the_systems_python(monkeypatch):
 
 def test_a_database_locked_past_the_busy_timeout_loses_neither_the_child_nor_the_outcome(
         home, tmp_path):
-    queue = Queue(home.db, busy_timeout=0.05, lease_seconds=0.6)
+    queue = Queue(home.db, busy_timeout=0.05, lease_seconds=1.2)
     go, started = tmp_path / "go", tmp_path / "started"
-    job = start(queue, script(home, "patient.sh", f"touch {started}; "
-                              f"while [ ! -e {go} ]; do sleep 0.02; done; echo finished"))
+    path = script(home, "patient.sh", f"touch {started}; "
+                  f"while [ ! -e {go} ]; do sleep 0.02; done; echo finished")
+    job = queue.push(path.stem, script=str(path))
     runner = Runner(queue, home, "me")
+    engine = Engine(queue, home, owner="me", runner=runner)
     results = []
-    thread = threading.Thread(target=lambda: results.append(runner.run(job)))
+    engine.on_result(lambda job, result: results.append(result))
+    thread = threading.Thread(target=lambda: engine.run(drain=True))
     thread.start()
     blocker = sqlite3.connect(home.db, isolation_level=None)
     try:
         wait_for(started.exists, what="the job to start")
         blocker.execute("BEGIN IMMEDIATE")  # heartbeats now fail for a while...
         go.touch()  # ...and the job ends while the database is still locked
-        time.sleep(1.0)  # the scenario: the lock outlasts several heartbeats and the exit
-        assert thread.is_alive(), "the runner gave up while the database was locked"
+        time.sleep(1.5)  # the scenario: the lock outlasts several heartbeats and the exit
+        assert thread.is_alive(), "the engine gave up while the database was locked"
         blocker.execute("ROLLBACK")
-        runner.nudge()
+        engine.wake()
         thread.join(timeout=10)
     finally:
         if blocker.in_transaction:
             blocker.execute("ROLLBACK")
         blocker.close()
     assert results[0].outcome == Outcome.DONE and results[0].detail == "finished"
+    job = queue.get(job)
     assert [e.kind for e in queue.history(job.id)].count("completed") == 1

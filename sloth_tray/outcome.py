@@ -1,0 +1,80 @@
+"""An attempt's outcome: what the runner saw, and the one place that records it.
+
+The runner only runs: it writes `started` and heartbeats, and returns an
+Attempt saying how the run ended. `record` is the only code that turns an
+attempt into `complete`, `fail` or `release`, so every ending, including one
+caused by a bug of ours, is written the same way, owner-checked, with its
+Reason as a column (as pueue keeps a task's status apart from its result).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from sloth_tray.queue import Job, Queue, Reason, State
+
+
+class Ending(StrEnum):
+    """How one run of a job's script ended, as the runner saw it."""
+
+    SUCCEEDED = "succeeded"  # exit 0; detail is the last line of its output
+    FAILED = "failed"  # detail says why; reason says what kind of failure
+    LEASE_LOST = "lease_lost"  # cancelled, or another worker holds it: nothing to record
+    STOPPED = "stopped"  # the app is quitting: the lease goes back, the attempt uncounted
+
+
+@dataclass(frozen=True)
+class Attempt:
+    ending: Ending
+    detail: str = ""
+    reason: Reason | None = None  # for FAILED
+    code: int | None = None  # the exit code (negative: the signal), when it exited
+
+    @classmethod
+    def failed(cls, reason: Reason, detail: str, code: int | None = None) -> Attempt:
+        return cls(Ending.FAILED, detail, reason, code)
+
+
+class Outcome(StrEnum):
+    """What recording an attempt did to the job."""
+
+    DONE = "done"  # completed
+    RETRYING = "retrying"  # failed; the queue will try again later
+    FAILED = "failed"  # failed for good
+    LOST = "lost"  # another owner holds the job now; we recorded nothing
+    RELEASED = "released"  # stopped for a clean quit; due again at the next start
+
+
+@dataclass(frozen=True)
+class Result:
+    outcome: Outcome
+    detail: str
+    reason: Reason | None = None
+
+
+LOST = Result(Outcome.LOST, "another worker holds the job now")
+
+
+def record(queue: Queue, owner: str, job: Job, attempt: Attempt) -> Result:
+    """Write the attempt's outcome, owner-checked: complete, fail or release.
+
+    Raises DatabaseProblem when the queue cannot take it now (the caller
+    decides whether to wait and try again).
+    """
+    if attempt.ending == Ending.SUCCEEDED:
+        if queue.complete(job.id, owner, attempt.detail):
+            return Result(Outcome.DONE, attempt.detail)
+        return LOST
+    if attempt.ending == Ending.STOPPED:
+        if queue.release(job.id, owner):
+            return Result(Outcome.RELEASED, "stopped for quit; due again at the next start")
+        return LOST
+    if attempt.ending == Ending.LEASE_LOST:
+        return Result(Outcome.LOST, attempt.detail or LOST.detail)
+    reason = attempt.reason or Reason.INTERNAL_ERROR
+    state = queue.fail(job.id, owner, attempt.detail, reason)
+    if state is None:
+        return LOST
+    outcome = Outcome.FAILED if state == State.FAILED.value else Outcome.RETRYING
+    return Result(outcome, attempt.detail, reason)
