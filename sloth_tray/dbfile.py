@@ -10,6 +10,7 @@ import os
 import sqlite3
 from pathlib import Path
 
+from sloth_tray import safety
 from sloth_tray.errors import DatabaseProblem
 
 # Marks the file as ours (PRAGMA application_id): "SLTH".
@@ -116,6 +117,8 @@ def prepare_file(path: Path) -> None:
     WAL under that connection's feet.
     """
     try:
+        # O_EXCL never follows a link, and SQLite makes the -wal and -shm with the
+        # database's own mode (0600 here), whatever the umask.
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         _vet_existing(path)
@@ -127,12 +130,21 @@ def prepare_file(path: Path) -> None:
     except PermissionError:
         raise DatabaseProblem(f"cannot create the queue at {path}: permission denied") from None
     os.close(fd)  # the file is new: no connection can hold locks on it yet
+    for side in ("-wal", "-shm", "-journal"):  # left by an earlier database of that name
+        safety.own_entry(path.with_name(path.name + side), folder=False)
 
 
 def _vet_existing(path: Path) -> None:
-    """SQLite may take a file too short to hold its header for an empty database
+    """Refuse a database someone else owns or could write (its jobs run as the user), a
+    link to some other file, and one with such a -wal or -shm beside it: SQLite reads
+    those as part of the database. Only lstat: nothing is opened (see prepare_file).
+
+    SQLite may take a file too short to hold its header for an empty database
     and write over it; such a file is damaged, and refused."""
-    size = os.stat(path).st_size
+    for checked in (path, *(path.with_name(path.name + side)
+                            for side in ("-wal", "-shm", "-journal"))):
+        safety.own_entry(checked, folder=False)
+    size = os.lstat(path).st_size
     if 0 < size < MIN_DATABASE_BYTES:
         raise DatabaseProblem(
             f"{path} is damaged or is not a sloth-tray queue (it is too short to be an "

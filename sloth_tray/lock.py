@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from sloth_tray import safety
 from sloth_tray.errors import SlothError
 
 if os.name == "nt":
@@ -49,7 +50,16 @@ class InstanceLock:
         self._fd: int | None = None
 
     def acquire(self) -> InstanceLock:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | safety.NOFOLLOW, 0o600)
+        except OSError as exc:
+            safety.refuse_if_link(self.path)  # a planted link must not be written through
+            raise SlothError(f"cannot open the lock file {self.path}: {exc.strerror}") from None
+        try:
+            safety.check_opened(self.path, os.fstat(fd))
+        except SlothError:
+            os.close(fd)
+            raise
         if not _try_lock(fd):
             os.close(fd)
             raise AlreadyRunning(holder(self.path))
@@ -75,7 +85,7 @@ class InstanceLock:
 def holder(path: Path) -> int | None:
     """The pid of the process holding the lock, or None when nobody holds it."""
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(path, os.O_RDWR | safety.NOFOLLOW)
     except OSError:
         return None
     try:

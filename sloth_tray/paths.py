@@ -9,11 +9,14 @@ from pathlib import Path
 
 import platformdirs
 
+from sloth_tray import safety
 from sloth_tray.errors import SlothError
 
 APP_NAME = "sloth-tray"
 HOME_ENV = "SLOTH_TRAY_HOME"
 JOBS_ENV = "SLOTH_TRAY_JOBS"
+DB_SIDES = ("-wal", "-shm", "-journal")
+NUL_IN_PATH = "holds a NUL character, which no file name can hold"
 
 
 @dataclass(frozen=True)
@@ -48,41 +51,55 @@ class Home:
     def job_logs(self, job_id: str) -> Path:
         return self.logs / job_id
 
+    @property
+    def own_files(self) -> tuple[Path, ...]:
+        """The files the app keeps in home (the database's are SQLite's, beside it)."""
+        return (self.db, *(self.db.with_name(self.db.name + side) for side in DB_SIDES),
+                self.lock, self.doorbell)
+
     def ensure(self) -> Home:
-        """Create the folders the app needs, private to the user (0700)."""
-        for folder in (self.root, self.spool, self.logs, self.doorbell.parent, self.jobs):
-            try:
-                folder.mkdir(mode=0o700, parents=folder is not self.root, exist_ok=True)
-            except FileExistsError:
-                raise SlothError(f"{folder} exists but is not a folder") from None
-            except OSError as exc:
-                raise SlothError(f"cannot create {folder}: {exc.strerror}") from None
-            if not folder.is_dir():
-                raise SlothError(f"{folder} exists but is not a folder")
+        """Create the folders the app needs, private to the user (0700), and refuse a home
+        someone else owns or could write to, before anything is written in it (safety.py).
+        Every start and every command that opens the queue passes here."""
+        safety.home_folder(self.root)
+        for folder in (self.spool, self.logs, self.doorbell.parent):
+            safety.own_folder(folder)
+        for file in self.own_files:
+            safety.own_entry(file, folder=False)
+        safety.jobs_folder(self.jobs)
         return self
 
     def ring_doorbell(self) -> None:
         """Tell a running daemon that the queue changed (it watches this file)."""
         try:
-            with open(self.doorbell, "a"):
-                pass
-            os.utime(self.doorbell)
+            fd = os.open(self.doorbell, os.O_WRONLY | os.O_CREAT | safety.NOFOLLOW, 0o600)
         except OSError:
-            pass  # no daemon can be listening on a home we cannot write
+            return  # no daemon can be listening on a home we cannot write
+        try:
+            os.utime(fd if os.utime in os.supports_fd else self.doorbell)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 def locate(
     home: str | os.PathLike[str] | None = None,
     jobs: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] = os.environ,
+    *,
+    jobs_source: str | None = None,
 ) -> Home:
     """The home from --home, else SLOTH_TRAY_HOME, else the platform's data dir.
 
     A home named explicitly must have an existing parent folder: a typo should
-    not quietly grow a new tree somewhere.
+    not quietly grow a new tree somewhere. `jobs_source` says where `jobs` was set
+    (as config.Settings.sources does), for the sentence that refuses it.
     """
     explicit = home or env.get(HOME_ENV)
     if explicit:
+        if "\0" in os.fspath(explicit):
+            raise SlothError(f"the home folder {os.fspath(explicit)!r} {NUL_IN_PATH}")
         root = Path(explicit).expanduser().absolute()
         if not root.parent.is_dir():
             raise SlothError(f"no such folder: {root.parent} (the parent of home {root})")
@@ -90,5 +107,48 @@ def locate(
         root = Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
         root.parent.mkdir(parents=True, exist_ok=True)
     jobs_dir = jobs or env.get(JOBS_ENV)
+    if not jobs:
+        jobs_source = f"env {JOBS_ENV}" if jobs_dir else None
+    if jobs_dir and "\0" in os.fspath(jobs_dir):
+        raise SlothError(f"the jobs folder {os.fspath(jobs_dir)!r}{_from(jobs_source)} "
+                         f"{NUL_IN_PATH}")
     jobs_path = Path(jobs_dir).expanduser().absolute() if jobs_dir else root / "jobs"
-    return Home(root=root, jobs=jobs_path)
+    located = Home(root=root, jobs=jobs_path)
+    why = _swallows(located)
+    if why:
+        raise SlothError(f"the jobs folder {jobs_path}{_from(jobs_source)} {why}; use a folder "
+                         f"of its own, such as {root / 'jobs'}")
+    return located
+
+
+def _from(source: str | None) -> str:
+    """' (from --jobs-dir)' for a source as config.Settings.sources names it."""
+    if not source or source == "default":
+        return ""
+    kind, _, where = source.partition(" ")
+    return {"flag": " (from --jobs-dir)", "env": f" (from {where})",
+            "file": f" (from jobs_dir in {where})"}.get(kind, f" (from {source})")
+
+
+def _swallows(home: Home) -> str | None:
+    """Why the jobs folder would take files that are not drops, or None. Everything in the
+    jobs folder is taken and run: the app's own files, or a whole home folder, must never
+    be in it. (Compared as real paths: `..` and links must not get around it.)"""
+    jobs = Path(os.path.realpath(home.jobs))
+    root = Path(os.path.realpath(home.root))
+    try:
+        user_home: Path | None = Path(os.path.realpath(Path.home()))
+    except (RuntimeError, KeyError):
+        user_home = None
+    if jobs == Path(jobs.anchor):
+        return "is the root of the file system: every file in it would be taken as a job"
+    if jobs == user_home:
+        return "is your home folder: every file in it would be taken and run as a job"
+    if jobs == root:
+        return "is the home folder itself: sloth-tray would take its own files as jobs"
+    if root.is_relative_to(jobs):
+        return f"holds the home folder {home.root}, where sloth-tray keeps its own files"
+    for own in (home.spool, home.logs, home.doorbell.parent, *home.own_files):
+        if jobs.is_relative_to(root / own.relative_to(home.root)):
+            return f"lies inside {own}, which sloth-tray keeps for itself"
+    return None
