@@ -21,6 +21,17 @@ import time
 from collections.abc import Callable
 
 SUSPEND_BOUND = 30.0  # longest timed wait where we cannot see suspends
+FARTHEST = 366 * 86400.0  # a deadline further off (or not a number) waits this long
+
+
+def reachable(deadline: float | None, now: float) -> float | None:
+    """A deadline every timer can arm: one past FARTHEST, infinite or NaN is
+    brought to FARTHEST from now (the loop wakes, looks again, waits again)."""
+    if deadline is None:
+        return None
+    if math.isnan(deadline) or deadline > now + FARTHEST:
+        return now + FARTHEST
+    return max(deadline, now)  # the past (even -inf) is now
 
 
 class Alarm:
@@ -49,7 +60,9 @@ class BoundedAlarm(Alarm):
         self._event = threading.Event()
 
     def wait(self, deadline: float | None) -> None:
-        timeout = None if deadline is None else min(max(deadline - self.clock(), 0), self.bound)
+        now = self.clock()
+        deadline = reachable(deadline, now)
+        timeout = None if deadline is None else min(max(deadline - now, 0), self.bound)
         self._event.wait(timeout)
         self._event.clear()
 
@@ -102,7 +115,7 @@ class TimerfdAlarm(Alarm):
             raise OSError(ctypes.get_errno(), "timerfd_settime failed")
 
     def wait(self, deadline: float | None) -> None:
-        self._arm(deadline)
+        self._arm(reachable(deadline, time.time()))
         self._poll.poll()  # no timeout: only the timer or a ring ends this
         self._drain(self._wake_r)
         self._drain(self._timer)

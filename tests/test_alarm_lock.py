@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import time
@@ -77,3 +78,13 @@ def test_one_lock_holder_at_a_time_and_the_pid_is_told(tmp_path):
             InstanceLock(path).acquire()
     assert holder(path) is None
     InstanceLock(path).acquire().release()
+
+
+@pytest.mark.parametrize("deadline", [math.inf, math.nan, 1e300, -1e300, 2.0**63])
+def test_any_deadline_at_all_arms_the_alarm_and_a_ring_still_ends_the_wait(deadline):
+    alarm = make_alarm()
+    try:
+        alarm.ring()
+        alarm.wait(deadline)  # returns at the ring: never an error, never a hang
+    finally:
+        alarm.close()

@@ -14,9 +14,10 @@ from conftest import alive, wait_for
 
 from sloth_tray import runner as runner_module
 from sloth_tray.engine import Engine
+from sloth_tray.errors import DatabaseProblem
 from sloth_tray.outcome import Outcome, record
 from sloth_tray.paths import locate
-from sloth_tray.queue import Queue, State
+from sloth_tray.queue import Queue, Reason, State
 from sloth_tray.runner import LastLine, Runner
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
@@ -322,3 +323,95 @@ def test_a_database_locked_past_the_busy_timeout_loses_neither_the_child_nor_the
     assert results[0].outcome == Outcome.DONE and results[0].detail == "finished"
     job = queue.get(job)
     assert [e.kind for e in queue.history(job.id)].count("completed") == 1
+
+
+# -- whatever happens, no child is left running unsupervised ---------------------------
+
+
+STRAY_SCRIPT = ("setsid sh -c 'echo $$ >> {pids}; exec sleep 300' &\n"
+                "echo $$ >> {pids}\n"
+                "while [ $(wc -l < {pids}) -lt 2 ]; do sleep 0.01; done\n"
+                "{then}\n")
+
+
+def started_processes(pidfile: Path, pids) -> list[int]:
+    wait_for(lambda: pidfile.exists() and len(pidfile.read_text().split()) == 2,
+             what="the job and its stray to start")
+    return [pids.add(int(pid)) for pid in pidfile.read_text().split()]
+
+
+class QueueThatFailsToRecordTheChild(Queue):
+    """The database gives out right after the spawn, when the child is recorded
+    (once the child and its stray are up, so that both can be checked)."""
+
+    pidfile: Path
+
+    def started(self, job_id, owner, child):
+        if "pid" in child:
+            wait_for(lambda: self.pidfile.exists() and len(self.pidfile.read_text().split()) == 2,
+                     what="the job and its stray to start")
+            raise DatabaseProblem("the queue is locked by another program")
+        return super().started(job_id, owner, child)
+
+
+def test_a_database_error_after_the_spawn_leaves_no_process_behind(home, tmp_path, pids):
+    queue = QueueThatFailsToRecordTheChild(home.db)
+    queue.pidfile = pidfile = tmp_path / "pids"
+    job = start(queue, script(home, "work.sh", STRAY_SCRIPT.format(pids=pidfile,
+                                                                   then="sleep 300")))
+    with pytest.raises(DatabaseProblem):
+        Runner(queue, home, "me").run(job)
+    for pid in started_processes(pidfile, pids):  # SIGKILLed: gone in a moment
+        wait_for(lambda pid=pid: not alive(pid), timeout=5, what="the run's processes to end")
+
+
+class QueueThatCannotNote(Queue):
+    def note(self, job_id, kind, detail):
+        raise DatabaseProblem("the queue is locked by another program")
+
+
+def test_a_nap_that_cannot_be_noted_does_not_cost_the_running_job(home, tmp_path):
+    wall = {"offset": 0.0}
+    queue = QueueThatCannotNote(home.db, clock=lambda: time.time() + wall["offset"],
+                                lease_seconds=1.5)
+    go, started = tmp_path / "go", tmp_path / "started"
+    job = start(queue, script(home, "nap.sh", f"touch {started}\n"
+                              f"while [ ! -e {go} ]; do sleep 0.02; done\necho finished"))
+    runner = Runner(queue, home, "me")
+    results = []
+    thread = threading.Thread(target=lambda: results.append(run_and_record(runner, job)))
+    thread.start()
+    wait_for(started.exists, what="the job to start")
+    wall["offset"] = 600.0  # the wall clock jumps ahead of the monotonic one: a nap
+    runner.nudge()
+    wait_for(lambda: queue.get(job.id).lease_until > time.time() + 600, timeout=10,
+             what="the lease to be renewed after the nap")
+    go.touch()
+    thread.join(timeout=10)
+    assert results[0].outcome == Outcome.DONE and results[0].detail == "finished"
+
+
+def test_cancelling_a_running_job_stops_the_strays_that_left_its_group(home, tmp_path, pids):
+    queue = Queue(home.db, lease_seconds=600)
+    pidfile = tmp_path / "pids"
+    job = start(queue, script(home, "hang.sh", STRAY_SCRIPT.format(pids=pidfile,
+                                                                   then="sleep 300")))
+    runner = Runner(queue, home, "me")
+    thread = threading.Thread(target=lambda: run_and_record(runner, job))
+    thread.start()
+    processes = started_processes(pidfile, pids)
+    assert queue.cancel(job.id)
+    runner.nudge()
+    thread.join(timeout=10)
+    for pid in processes:
+        wait_for(lambda pid=pid: not alive(pid), timeout=5, what="the stray to be stopped")
+
+
+def test_a_missing_home_folder_is_said_as_such(home, monkeypatch):
+    queue = Queue(home.db)
+    job = start(queue, script(home, "hello.sh", "echo hi"))
+    monkeypatch.setenv("HOME", str(home.root / "no-such-home"))
+    result = run_and_record(Runner(queue, home, "me"), job)
+    assert result.outcome == Outcome.FAILED
+    assert "working folder" in result.detail and "does not exist" in result.detail
+    assert queue.get(job.id).reason == Reason.COULD_NOT_START
