@@ -51,6 +51,7 @@ class FailedJob:
     name: str
     error: str
     at: float  # when it failed: a new failure of the same job is a new event
+    refused: bool = False  # a refused drop: never retried, only removed
 
 
 @dataclass(frozen=True)
@@ -297,7 +298,8 @@ class Engine:
 
     def _read(self, stopped: bool) -> Snapshot:
         counts = self.queue.status()
-        failed = tuple(FailedJob(j.id, j.name, j.last_error or "", j.updated_at)
+        failed = tuple(FailedJob(j.id, j.name, j.last_error or "", j.updated_at,
+                                 refused=j.reason == Reason.REFUSED)
                        for j in self.queue.jobs(State.FAILED, limit=SHOWN_FAILED))
         waiting = tuple(WaitingJob(j.id, j.name, j.not_before)
                         for j in self.queue.upcoming(SHOWN_WAITING))

@@ -117,7 +117,12 @@ def menu(snapshot: Snapshot, controls: Controls, now: float, *,
          has_default_action: bool = True, starts_at_login: bool = False,
          jobs_folder: str = "") -> tuple[Item, ...]:
     anything_failed = bool(snapshot.failed)
+    retryable = any(not job.refused for job in snapshot.failed)
     failed = tuple(
+        # A refused drop never runs: it can only be removed.
+        Item(f"{job.name} — {short(job.error)}", submenu=(
+            Item("Remove", lambda job_id=job.id: controls.cancel(job_id)),
+        )) if job.refused else
         Item(f"{job.name} — {short(job.error) or 'failed'}", submenu=(
             Item("Retry", lambda job_id=job.id: controls.retry(job_id)),
             Item("Show log", lambda job_id=job.id: controls.show_log(job_id)),
@@ -135,13 +140,13 @@ def menu(snapshot: Snapshot, controls: Controls, now: float, *,
         SEPARATOR,
         Item(f"Failed jobs ({snapshot.failed_count})", enabled=anything_failed,
              submenu=failed),
-        Item("Retry all failed", controls.retry_all_failed, enabled=anything_failed,
-             default=anything_failed and has_default_action),
+        Item("Retry all failed", controls.retry_all_failed, enabled=retryable,
+             default=retryable and has_default_action),
         Item(f"Waiting ({snapshot.pending})", enabled=bool(waiting), submenu=waiting),
         SEPARATOR,
         Item("Pause", controls.toggle_pause, checked=snapshot.paused),
         Item("Open jobs folder", controls.open_jobs,
-             default=not anything_failed and has_default_action),
+             default=not retryable and has_default_action),
         Item("Open logs", controls.open_logs),
         Item("Start at login", controls.toggle_autostart, checked=starts_at_login),
         SEPARATOR,

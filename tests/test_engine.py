@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import sys
 import threading
@@ -110,3 +111,22 @@ def test_a_locked_database_is_reported_in_the_snapshot_and_nothing_is_lost(home)
         blocker.close()
         engine.stop()
         thread.join(timeout=10)
+
+
+def test_the_trays_retry_all_skips_refused_drops_and_says_how_many(home, caplog):
+    caplog.set_level(logging.INFO, logger="sloth_tray")
+    queue = Queue(home.db, max_attempts=1)
+    refused = push_script(queue, home, "link.sh", "echo never",
+                          error="refused: it is a symbolic link; drop the script itself")
+    flaky = push_script(queue, home, "flaky.sh", "exit 1")
+    Engine(queue, home).run(drain=True)
+    assert queue.get(flaky).state == State.FAILED
+
+    engine = Engine(queue, home)  # a running app's, as the tray's menu reaches it
+    engine.retry_all_failed()
+    wait_for(lambda: queue.get(flaky).state == State.PENDING, what="the retry")
+    engine.retry(refused)  # a per-job retry of a refusal is said, and changes nothing
+    wait_for(lambda: any("never runs" in r.getMessage() for r in caplog.records),
+             what="the refusal to be said")
+    assert queue.get(refused).state == State.FAILED
+    assert "skipped 1 refused" in caplog.text

@@ -110,6 +110,24 @@ def test_failed_menu_retries_on_click_and_offers_retry_log_cancel_per_job():
                               ("retry_all_failed",)]
 
 
+def test_a_refused_drop_can_only_be_removed_and_never_claims_the_click():
+    controls = Recorder()
+    refused = FailedJob("r1", "link", "refused: it is a symbolic link; drop the script itself",
+                        NOW, refused=True)
+    items = presenter.menu(Snapshot(failed_count=1, failed=(refused,)), controls, NOW)
+    by_label = {item.label: item for item in items}
+    (entry,) = by_label["Failed jobs (1)"].submenu
+    assert entry.label.startswith("link — refused: it is a symbolic link")
+    assert labels(entry.submenu) == ["Remove"]
+    entry.submenu[0].action()
+    assert controls.calls == [("cancel", "r1")]
+    assert not by_label["Retry all failed"].enabled
+    assert presenter.default_action(items).label == "Open jobs folder"
+    with_one_to_retry = Snapshot(failed_count=2, failed=(refused, *FAILED.failed))
+    assert presenter.default_action(
+        presenter.menu(with_one_to_retry, controls, NOW)).label == "Retry all failed"
+
+
 def test_without_a_default_action_backend_no_item_claims_the_click():
     items = presenter.menu(FAILED, Recorder(), NOW, has_default_action=False)
     assert presenter.default_action(items) is None
