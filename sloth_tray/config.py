@@ -17,45 +17,15 @@ from typing import Any
 
 import platformdirs
 
+from sloth_tray import limits
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import APP_NAME, JOBS_ENV
-from sloth_tray.timefmt import DURATION_FORM, parse_duration
 
 CONFIG_ENV = "SLOTH_TRAY_CONFIG"
-SIZE_UNITS = {"": 1, "b": 1, "kib": 1024, "kb": 1000, "mib": 1024**2, "mb": 1000**2,
-              "gib": 1024**3, "gb": 1000**3}
 
 
 def default_path() -> Path:
     return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)) / "config.toml"
-
-
-def _duration(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError(DURATION_FORM)
-    try:
-        seconds = float(value) if not isinstance(value, str) else parse_duration(value)
-    except ValueError:
-        raise ValueError(DURATION_FORM) from None
-    if seconds <= 0:
-        raise ValueError(f"more than zero: {DURATION_FORM}")
-    return seconds
-
-
-def _attempts(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError("a whole number of 1 or more, such as 5")
-    return value
-
-
-def _size(value: Any) -> int:
-    form = "a number of bytes, or a size such as \"10MiB\" or \"500KB\""
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", str(value).lower())
-    if not isinstance(value, str) or not match or match.group(2) not in SIZE_UNITS:
-        raise ValueError(form)
-    return int(float(match.group(1)) * SIZE_UNITS[match.group(2)])
 
 
 def _flag(value: Any) -> bool:
@@ -72,17 +42,23 @@ def _folder(value: Any) -> Path:
 
 @dataclass(frozen=True)
 class Key:
-    parse: Callable[[Any], Any]
+    parse: Callable[[Any], Any]  # raises ValueError saying what is accepted
     default: Any
     help: str
+    limit: limits.Limit | None = None  # the range of a number, shared with headers and flags
+
+
+def _number(limit: limits.Limit, default: Any, help: str) -> Key:
+    return Key(limit.convert, default, help, limit)
 
 
 KEYS: dict[str, Key] = {
     "jobs_dir": Key(_folder, None, "the watched jobs folder (default: <home>/jobs)"),
-    "lease": Key(_duration, 60.0, "how long a job's lease lasts between heartbeats"),
-    "max_attempts": Key(_attempts, 5, "tries before a job is failed for good"),
-    "timeout": Key(_duration, None, "the longest a job may run, unless its header says"),
-    "log_cap": Key(_size, 10 * 1024 * 1024, "the most output kept per attempt"),
+    "lease": _number(limits.LEASE, 60.0, "how long a job's lease lasts between heartbeats"),
+    "max_attempts": _number(limits.ATTEMPTS, 5, "tries before a job is failed for good"),
+    "timeout": _number(limits.TIMEOUT, None,
+                       "the longest a job may run, unless its header says"),
+    "log_cap": _number(limits.LOG_CAP, 10 * 1024 * 1024, "the most output kept per attempt"),
     "notifications": Key(_flag, True, "a desktop notification when a job fails for good"),
 }
 
@@ -110,6 +86,9 @@ def load(path: Path | None = None, *, env: Mapping[str, str] = os.environ,
             f"env {JOBS_ENV}"
     for key, value in (flags or {}).items():
         if value is not None:
+            limit = KEYS[key].limit
+            if limit is not None:  # argparse checked it already; a caller in Python may not
+                value = limit.check(value, f"--{key.replace('_', '-')}")
             values[key], sources[key] = value, "flag"
     return Settings(values, sources, path)
 
@@ -125,6 +104,8 @@ def _read(path: Path) -> dict[str, Any]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SlothError(f"{path} is not valid TOML: {exc}") from None
+    except ValueError:  # an integer of thousands of digits, which Python refuses to read
+        raise SlothError(_overlong_number(path, text)) from None
     parsed = {}
     for key, value in data.items():
         line = _line_of(text, key)
@@ -136,6 +117,18 @@ def _read(path: Path) -> dict[str, Any]:
         except ValueError as exc:
             raise SlothError(f"{path}, line {line}: bad value for {key}: use {exc}") from None
     return parsed
+
+
+def _overlong_number(path: Path, text: str) -> str:
+    """The sentence for a number too long to read, naming its line and key if it can."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if re.search(r"[0-9_]{1000,}", line):
+            key = line.partition("=")[0].strip().strip("\"'")
+            limit = KEYS[key].limit if key in KEYS else None
+            if limit is not None:
+                return f"{path}, line {number}: bad value for {key}: use {limit.accepted}"
+            return f"{path}, line {number}: a number of thousands of digits"
+    return f"{path}: a number of thousands of digits"
 
 
 def _line_of(text: str, key: str) -> int | str:

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sloth_tray import limits
 from sloth_tray.errors import SlothError
-from sloth_tray.timefmt import DURATION_FORM, parse_duration
 
 HEADER_LINES = 20  # options must sit among the first lines, like a shebang's neighbours
 HEAD_BYTES = 64 * 1024
@@ -89,32 +89,13 @@ def command_for(
 _HEADER = re.compile(r"^\s*(?:#|//|--|;|rem\b|::)\s*sloth:(.*)$", re.IGNORECASE)
 
 
-def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError("a whole number of 1 or more, such as 3")
-    return int(text)
-
-
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError:
-        raise ValueError(DURATION_FORM) from None
-
-
-def _positive_duration(text: str) -> float:
-    seconds = _duration(text)
-    if seconds <= 0:
-        raise ValueError(f"more than zero: {DURATION_FORM}")
-    return seconds
-
-
-OPTIONS = {
-    "max_attempts": _positive_int,  # tries before the job is failed for good
-    "timeout": _positive_duration,  # an attempt running longer is stopped
-    "delay": _duration,  # wait this long after the drop before the first run
-    "lease": _positive_duration,  # how long a silent worker keeps the job
-    "every": _positive_duration,  # run again this long after each due time
+# Each option's range lives in limits, shared with config.toml, the flags and the queue.
+OPTIONS: dict[str, limits.Limit] = {
+    "max_attempts": limits.ATTEMPTS,  # tries before the job is failed for good
+    "timeout": limits.TIMEOUT,  # an attempt running longer is stopped
+    "delay": limits.DELAY,  # wait this long after the drop before the first run
+    "lease": limits.LEASE,  # how long a silent worker keeps the job
+    "every": limits.EVERY,  # run again this long after each due time
 }
 
 
@@ -135,12 +116,12 @@ def _parse_settings(text: str, where: str) -> dict[str, Any]:
         key = key.strip().lower()
         if key not in OPTIONS:
             known = ", ".join(sorted(OPTIONS))
-            raise BadJobFile(f"{where}: unknown option {key!r} in the sloth: header "
+            raise BadJobFile(f"{where}: unknown option {limits.shown(key)} in the sloth: header "
                              f"(known: {known})")
         if not equals or not value:
             raise BadJobFile(f"{where}: {key} needs a value, as in {key}=...")
         try:
-            options[key] = OPTIONS[key](value)
-        except ValueError as exc:
-            raise BadJobFile(f"{where}: bad value {value!r} for {key}: use {exc}") from None
+            options[key] = OPTIONS[key].convert(value)
+        except ValueError:
+            raise BadJobFile(OPTIONS[key].refusal(value, where)) from None
     return options

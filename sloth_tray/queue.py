@@ -28,8 +28,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from sloth_tray import limits
 from sloth_tray.dbfile import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, prepare_file
 from sloth_tray.errors import DatabaseProblem, SlothError, UnknownJob
+from sloth_tray.jobfile import OPTIONS as JOB_OPTIONS
 
 Clock = Callable[[], float]
 
@@ -175,14 +177,10 @@ class Queue:
         synchronous: str = "FULL",
         busy_timeout: float = 5.0,
     ) -> None:
-        if lease_seconds <= 0:
-            raise ValueError("lease_seconds must be positive")
-        if max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
         self.path = Path(path)
         self.clock = clock
-        self.lease_seconds = float(lease_seconds)
-        self.max_attempts = int(max_attempts)
+        self.lease_seconds = float(limits.LEASE.check(lease_seconds))
+        self.max_attempts = int(limits.ATTEMPTS.check(max_attempts))
         self.backoff_cap = float(backoff_cap)
         self.busy_timeout = float(busy_timeout)
         self._lock = threading.Lock()
@@ -316,13 +314,15 @@ class Queue:
         `error` makes the job born failed, for `reason` (a refused drop, a bad
         header): the user sees it with the failures, and it never runs.
         """
-        attempts_allowed = self.max_attempts if max_attempts is None else int(max_attempts)
-        if attempts_allowed < 1:
-            raise SlothError("max_attempts must be at least 1")
+        attempts_allowed = (self.max_attempts if max_attempts is None
+                            else int(limits.ATTEMPTS.check(max_attempts)))
+        delay = limits.DELAY.check(delay)
         if job_id is not None and not VALID_ID.fullmatch(job_id):
             raise SlothError(f"{job_id!r} is not a job id (12 lowercase hex characters)")
         now = self.clock()
         options = dict(options or {})
+        for key in options.keys() & JOB_OPTIONS.keys():  # a value no claim could use: refused
+            options[key] = JOB_OPTIONS[key].check(options[key], "the job's options")
         if options.get("every"):
             options.setdefault("scheduled", now + delay)  # the series' clock
         events = [[now, "pushed", f"due in {_seconds(delay)}" if delay else ""]]
@@ -338,7 +338,8 @@ class Queue:
                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (chosen, name, "pending" if error is None else "failed",
                          attempts_allowed, now + delay, script,
-                         json.dumps(options, sort_keys=True), now, now, json.dumps(events),
+                         json.dumps(options, sort_keys=True, allow_nan=False), now, now,
+                         json.dumps(events),
                          error, None if error is None else Reason(reason).value),
                     )
                 return chosen

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import re
 import time
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 DURATION_FORM = "a number of seconds, or a number followed by s, m, h or d (90, 90s, 10m, 2h, 1d)"
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)", re.ASCII)  # not '３' or '١٢'
 
 
 def parse_duration(text: str) -> float:
@@ -16,7 +17,10 @@ def parse_duration(text: str) -> float:
     if not match:
         raise ValueError(f"{text!r} is not a duration: use {DURATION_FORM}")
     number, unit = match.groups()
-    return float(number) * UNITS[unit or "s"]
+    seconds = float(number) * UNITS[unit or "s"]
+    if not math.isfinite(seconds):  # 400 digits make a float infinity, not an error
+        raise ValueError(f"{text!r} is too long to be a duration: use {DURATION_FORM}")
+    return seconds
 
 
 def format_duration(seconds: float) -> str:

@@ -61,7 +61,7 @@ def test_the_app_refuses_to_start_on_a_bad_config(tmp_path):
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 1
     assert done.stderr == (f"sloth-tray: {path}, line 1: bad value for max_attempts: use a "
-                           "whole number of 1 or more, such as 5\n")
+                           "whole number between 1 and 1000\n")
     assert not (tmp_path / "home" / "queue.db").exists()
 
 
@@ -76,3 +76,53 @@ def test_config_command_says_where_each_value_comes_from(tmp_path):
     assert shown["settings"]["max_attempts"] == {"value": 3, "from": f"file {path}"}
     assert shown["settings"]["lease"] == {"value": 60.0, "from": "default"}
     assert shown["settings"]["jobs_dir"]["value"] == str(tmp_path / "home" / "jobs")
+
+
+@pytest.mark.parametrize("text, key, accepted", [
+    ("lease = nan\n", "lease", "between 1s and 1d"),
+    ("lease = inf\n", "lease", "between 1s and 1d"),
+    ("lease = -inf\n", "lease", "between 1s and 1d"),
+    ("lease = 0.001\n", "lease", "between 1s and 1d"),
+    ('lease = "0.5s"\n', "lease", "between 1s and 1d"),
+    ("timeout = 1e400\n", "timeout", "more than 0s and at most 3650d"),
+    (f"timeout = {10**400}\n", "timeout", "more than 0s and at most 3650d"),
+    ('timeout = "１０m"\n', "timeout", "more than 0s and at most 3650d"),
+    ("max_attempts = 99999999999999999999\n", "max_attempts", "between 1 and 1000"),
+    ("max_attempts = 1001\n", "max_attempts", "between 1 and 1000"),
+    (f'log_cap = "{"9" * 400}"\n', "log_cap", "between 1 byte and 1TiB"),
+    ('log_cap = "2TiB"\n', "log_cap", "between 1 byte and 1TiB"),
+    ('log_cap = "0.5"\n', "log_cap", "between 1 byte and 1TiB"),
+    ('log_cap = "1\\u0000"\n', "log_cap", "between 1 byte and 1TiB"),
+    ("log_cap = 0\n", "log_cap", "between 1 byte and 1TiB"),
+])
+def test_a_config_number_out_of_its_range_is_one_sentence_with_the_range(tmp_path, text, key,
+                                                                         accepted):
+    path = write(tmp_path, "\n" + text)
+    with pytest.raises(SlothError) as caught:
+        config.load(path, env={})
+    message = str(caught.value)
+    assert message.startswith(f"{path}, line 2: bad value for {key}: use ")
+    assert accepted in message and "\n" not in message
+
+
+def test_config_numbers_at_the_edges_of_their_ranges_are_kept(tmp_path):
+    path = write(tmp_path, 'lease = 1\nmax_attempts = 1000\ntimeout = "3650d"\n'
+                           'log_cap = "1TiB"\n')
+    settings = config.load(path, env={})
+    assert (settings["lease"], settings["max_attempts"]) == (1.0, 1000)
+    assert (settings["timeout"], settings["log_cap"]) == (3650 * 86400.0, 1024**4)
+
+
+def test_a_flag_value_out_of_range_is_refused_even_when_passed_directly(tmp_path):
+    with pytest.raises(SlothError, match=r"^--lease: bad value nan for lease: use .*"
+                                         r"between 1s and 1d"):
+        config.load(tmp_path / "none.toml", env={}, flags={"lease": float("nan")})
+
+
+def test_an_integer_too_long_for_python_to_read_is_one_sentence(tmp_path):
+    path = write(tmp_path, "max_attempts = 3\nlease = 1" + "0" * 5000 + "\n")
+    with pytest.raises(SlothError) as caught:
+        config.load(path, env={})
+    assert str(caught.value) == (f"{path}, line 2: bad value for lease: use a number of "
+                                 "seconds, or a number followed by s, m, h or d (90, 90s, "
+                                 "10m, 2h, 1d), between 1s and 1d")

@@ -74,12 +74,47 @@ def test_header_options_with_every_comment_style():
                             "(known: delay, every, lease, max_attempts, timeout)"),
     (b"# sloth: timeout=10x", "bad value '10x' for timeout: use a number of seconds, or a "
                               "number followed by s, m, h or d"),
-    (b"# sloth: max_attempts=0", "bad value '0' for max_attempts: use a whole number of 1 or "
-                                 "more"),
-    (b"# sloth: every=0s", "bad value '0s' for every: use more than zero"),
+    (b"# sloth: max_attempts=0", "bad value '0' for max_attempts: use a whole number between 1 "
+                                 "and 1000"),
+    (b"# sloth: every=0s", "bad value '0s' for every: use a number of seconds, or a number "
+                           "followed by s, m, h or d (90, 90s, 10m, 2h, 1d), between 1s and "
+                           "3650d"),
     (b"# sloth: timeout", "timeout needs a value"),
 ])
 def test_a_bad_header_names_the_key_and_the_accepted_form(line, message):
     with pytest.raises(BadJobFile) as caught:
         parse_options(line, "report.sh")
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("line, key, accepted", [
+    (b"# sloth: max_attempts=99999999999999999999", "max_attempts", "between 1 and 1000"),
+    (b"# sloth: max_attempts=1001", "max_attempts", "between 1 and 1000"),
+    (b"# sloth: timeout=" + b"9" * 400, "timeout", "more than 0s and at most 3650d"),
+    (b"# sloth: every=3651d", "every", "between 1s and 3650d"),
+    (b"# sloth: delay=" + b"9" * 30 + b"d", "delay", "between 0s and 3650d"),
+    (b"# sloth: lease=0.001", "lease", "between 1s and 1d"),
+    (b"# sloth: lease=2d", "lease", "between 1s and 1d"),
+    ("# sloth: max_attempts=３".encode(), "max_attempts", "between 1 and 1000"),
+    ("# sloth: timeout=١٢".encode(), "timeout", "more than 0s and at most 3650d"),
+    (b"# sloth: delay=1\0", "delay", "between 0s and 3650d"),
+    (b"# sloth: timeout=inf", "timeout", "more than 0s and at most 3650d"),
+    (b"# sloth: lease=nan", "lease", "between 1s and 1d"),
+    (b"# sloth: delay=-5", "delay", "between 0s and 3650d"),
+])
+def test_a_header_number_out_of_its_range_is_one_sentence_with_the_range(line, key, accepted):
+    with pytest.raises(BadJobFile) as caught:
+        parse_options(line, "report.sh")
+    message = str(caught.value)
+    assert message.startswith("report.sh, line 1: bad value ")
+    assert f" for {key}: use " in message and accepted in message
+    assert "\n" not in message and "\0" not in message
+
+
+def test_header_numbers_at_the_edges_of_their_ranges_are_kept():
+    assert parse_options(b"# sloth: max_attempts=1000 lease=1 timeout=3650d delay=0 "
+                         b"every=1") == {"max_attempts": 1000, "lease": 1.0,
+                                           "timeout": 3650 * 86400.0, "delay": 0.0,
+                                           "every": 1.0}
+    assert parse_options(b"# sloth: lease=1d max_attempts=1") == {"lease": 86400.0,
+                                                                  "max_attempts": 1}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 
@@ -228,3 +229,28 @@ def test_retry_reads_the_header_again_bad_stays_failed_fixed_runs_with_its_optio
     assert jobs(home)[0]["options"] == {"timeout": 1.0}
     sloth(home, "work", "--once")
     assert jobs(home)[0]["last_error"] == "timed out after 1s"
+
+
+def test_ctrl_c_on_an_add_waiting_for_a_locked_queue_exits_and_queues_nothing(home, tmp_path,
+                                                                             pids):
+    ran = tmp_path / "ran"
+    script = tmp_path / "late.sh"
+    script.write_text(f"echo ran >> {ran}")
+    sloth(home, "status")
+    blocker = sqlite3.connect(home.db, isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")  # the queue is locked by another program
+        adding = pids.popen([sys.executable, "-m", "sloth_tray", "add", str(script),
+                             "--home", str(home.root)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: any(home.spool.iterdir()), what="add to copy the script and wait")
+        adding.send_signal(signal.SIGINT)
+        adding.wait(timeout=10)  # before: it hung here for good
+        assert adding.returncode != 0
+        assert adding.stdout.read() == ""
+        assert "Traceback" not in adding.stderr.read()
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    restart(pids, home)
+    assert jobs(home) == [] and not ran.exists()

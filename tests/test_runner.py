@@ -108,7 +108,7 @@ def test_unrunnable_scripts_fail_at_once_with_a_sentence(home, name, text, error
 
 
 def test_a_lost_lease_kills_the_child_at_once(home, tmp_path, pids):
-    queue = Queue(home.db, lease_seconds=0.6)
+    queue = Queue(home.db, lease_seconds=1.0)
     pidfile = tmp_path / "pid"
     path = script(home, "hang.sh", f"echo $$ > {pidfile}; sleep 300; echo 'side effect'")
     job = start(queue, path, owner="A")
@@ -196,7 +196,7 @@ def test_200_mb_of_output_is_capped_and_memory_stays_flat(home):
 
 
 def test_a_wall_clock_jump_is_recorded_as_sleep_and_the_lease_renewed(home, tmp_path, clock):
-    queue = Queue(home.db, clock=clock, lease_seconds=0.6)
+    queue = Queue(home.db, clock=clock, lease_seconds=1.0)
     go, started = tmp_path / "go", tmp_path / "started"
     path = script(home, "nap.sh", f"touch {started}; while [ ! -e {go} ]; do sleep 0.05; done;"
                                   "echo finished")

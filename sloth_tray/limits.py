@@ -1,0 +1,185 @@
+"""Every number a user can give, the one range it must fall in, and the one check.
+
+A script's header, config.toml, the flags and the queue's own arguments all
+call these, so a value is refused with the same words wherever it comes from,
+and before it reaches the database or a timer: an infinite timeout stored as
+JSON `Infinity` stalls every claim, a lease of a millisecond spins a core on
+heartbeats, and an integer past 64 bits cannot be stored at all.
+
+Text is read strictly: ASCII digits in the written forms only. Python's own
+parsers would take '３', '١٢', '1_000', 'inf' and 'nan', none of which a person
+means as a lease.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+from sloth_tray.errors import SlothError
+from sloth_tray.timefmt import DURATION_FORM, parse_duration
+
+DAY = 86400.0
+TEN_YEARS = 3650 * DAY
+TIB = 1024**4
+SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "kib": 1024, "mb": 1000**2, "mib": 1024**2,
+              "gb": 1000**3, "gib": 1024**3, "tb": 1000**4, "tib": TIB}
+SIZE_FORM = 'a number of bytes, or a size such as "10MiB" or "500KB"'
+_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)", re.ASCII)
+_WHOLE = re.compile(r"[0-9]+", re.ASCII)
+_MAX_DIGITS = 20  # more significant digits than any range here allows; int() of 5000 would fail
+_SHOWN = 40  # a refused value is quoted up to this many characters
+
+
+class Kind(Enum):
+    COUNT = "a whole number"
+    DURATION = "a duration"
+    SIZE = "a size"
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The accepted range of one setting; `low_open` means more than `low`, not `low` itself."""
+
+    key: str
+    kind: Kind
+    low: float
+    high: float
+    low_open: bool = False
+    note: str = ""  # what a special value means, such as "0: all"
+
+    # -- the words ------------------------------------------------------------
+
+    @property
+    def range_text(self) -> str:
+        low, high = self._show(self.low), self._show(self.high)
+        text = (f"more than {low} and at most {high}" if self.low_open
+                else f"between {low} and {high}")
+        return f"{text} ({self.note})" if self.note else text
+
+    @property
+    def form(self) -> str:
+        """How the value is written, when that needs more words than its kind."""
+        return {Kind.DURATION: DURATION_FORM, Kind.SIZE: SIZE_FORM}.get(self.kind, "")
+
+    @property
+    def accepted(self) -> str:
+        """What to write instead, after "use": the form and the range."""
+        if self.form:
+            return f"{self.form}, {self.range_text}"
+        return f"{self.kind.value} {self.range_text}"
+
+    def refusal(self, value: object, where: str | None = None) -> str:
+        """The one sentence for a value out of range, naming where it came from."""
+        prefix = f"{where}: " if where else ""
+        return f"{prefix}bad value {shown(value)} for {self.key}: use {self.accepted}"
+
+    def _show(self, bound: float) -> str:
+        if self.kind == Kind.DURATION:
+            return _compact_duration(bound)
+        if self.kind == Kind.SIZE:
+            return "1 byte" if bound == 1 else _compact_size(int(bound))
+        return str(int(bound))
+
+    # -- the checks -----------------------------------------------------------
+
+    def contains(self, number: object) -> bool:
+        if isinstance(number, bool) or not isinstance(number, int | float):
+            return False
+        if self.kind != Kind.DURATION and not isinstance(number, int):
+            return False
+        if isinstance(number, float) and not math.isfinite(number):
+            return False
+        above_low = number > self.low if self.low_open else number >= self.low
+        return above_low and number <= self.high
+
+    def convert(self, value: object) -> int | float:
+        """The value (a number, or text as a person writes it) within range.
+
+        Raises ValueError (its message: what is accepted) for anything else.
+        """
+        number = self._number(value)
+        if not self.contains(number):
+            raise ValueError(self.accepted)
+        return number
+
+    def check(self, value: object, where: str | None = None) -> int | float:
+        """`convert`, refusing with SlothError: one sentence naming `where` and the key."""
+        try:
+            return self.convert(value)
+        except ValueError:
+            raise SlothError(self.refusal(value, where)) from None
+
+    def argument(self, text: str) -> int | float:
+        """An argparse `type`: argparse names the flag, this says what it takes."""
+        try:
+            return self.convert(text)
+        except ValueError:
+            form = f": use {self.form}" if self.form else ""
+            raise argparse.ArgumentTypeError(
+                f"{shown(text)} is not {self.kind.value} {self.range_text}{form}") from None
+
+    def _number(self, value: object) -> int | float | None:
+        """Text or a number as a number of this kind; None when it is not one at all."""
+        if isinstance(value, str):
+            return self._parse(value)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        if self.kind == Kind.DURATION:
+            try:
+                return float(value)
+            except OverflowError:  # an int past a float's range
+                return None
+        return value
+
+    def _parse(self, text: str) -> int | float | None:
+        text = text.strip()
+        if self.kind == Kind.COUNT:
+            if not _WHOLE.fullmatch(text) or len(text.lstrip("0")) > _MAX_DIGITS:
+                return None
+            return int(text)
+        if self.kind == Kind.DURATION:
+            try:
+                return parse_duration(text)
+            except ValueError:
+                return None
+        match = _SIZE.fullmatch(text.lower())
+        if not match or match.group(2) not in SIZE_UNITS:
+            return None
+        size = float(match.group(1)) * SIZE_UNITS[match.group(2)]
+        return int(size) if math.isfinite(size) else None
+
+
+def shown(value: object) -> str:
+    """A value as a refusal quotes it: repr (control characters escaped), shortened."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN else f"{text[:_SHOWN - 3]}..."
+
+
+def _compact_duration(seconds: float) -> str:
+    for unit, length in (("d", DAY), ("h", 3600.0), ("m", 60.0)):
+        if seconds >= length and seconds % length == 0:
+            return f"{int(seconds // length)}{unit}"
+    return f"{seconds:g}s"
+
+
+def _compact_size(size: int) -> str:
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        length = SIZE_UNITS[unit.lower()]
+        if size >= length and size % length == 0:
+            return f"{size // length}{unit}"
+    return f"{size} bytes"
+
+
+# The ranges. Each is the only statement of its bounds; README.md "Limits" lists them.
+LEASE = Limit("lease", Kind.DURATION, 1.0, DAY)  # heartbeats come every lease/3
+ATTEMPTS = Limit("max_attempts", Kind.COUNT, 1, 1000)
+TIMEOUT = Limit("timeout", Kind.DURATION, 0.0, TEN_YEARS, low_open=True)
+EVERY = Limit("every", Kind.DURATION, 1.0, TEN_YEARS)  # a faster series would spin
+DELAY = Limit("delay", Kind.DURATION, 0.0, TEN_YEARS)
+LOG_CAP = Limit("log_cap", Kind.SIZE, 1, TIB)
+OLDER_THAN = Limit("older_than", Kind.DURATION, 0.0, TEN_YEARS)
+LIST_LIMIT = Limit("limit", Kind.COUNT, 0, 1_000_000, note="0: all")
