@@ -70,8 +70,8 @@ class Snapshot:
     failed_count: int = 0
     due_now: int = 0
     running: RunningJob | None = None
-    failed: tuple[FailedJob, ...] = ()
-    waiting: tuple[WaitingJob, ...] = ()
+    failed_jobs: tuple[FailedJob, ...] = ()  # the newest SHOWN_FAILED of failed_count
+    waiting: tuple[WaitingJob, ...] = ()  # the next SHOWN_WAITING of pending
     next_wakeup: float | None = None
     paused: bool = False
     problem: str | None = None  # a sentence for the user: the database is locked, ...
@@ -106,7 +106,7 @@ class Engine:
         self._problem: str | None = None
         self._running: RunningJob | None = None
         self._last: Snapshot | None = None
-        self._lock = threading.Lock()
+        self._publishing = threading.Lock()
         self._actions = ThreadPoolExecutor(max_workers=1, thread_name_prefix="actions")
 
     # -- the API other threads call -------------------------------------------
@@ -281,20 +281,24 @@ class Engine:
         self._publish()
 
     def _publish(self, *, stopped: bool = False) -> None:
-        try:
-            snapshot = self._read(stopped)
-        except SlothError as exc:
-            snapshot = Snapshot(running=self._running, paused=self._paused,
-                                problem=str(exc), stopped=stopped)
-        with self._lock:
+        # One publisher at a time, from reading the queue to telling the
+        # listeners: the engine and the action threads both publish, and a
+        # snapshot read earlier must never land after a later one (the tray
+        # would show the older state until the next change).
+        with self._publishing:
+            try:
+                snapshot = self._read(stopped)
+            except SlothError as exc:
+                snapshot = Snapshot(running=self._running, paused=self._paused,
+                                    problem=str(exc), stopped=stopped)
             if snapshot == self._last:
                 return
             self._last = snapshot
-        for listener in self._listeners:
-            try:
-                listener(snapshot)
-            except Exception:  # a listener's bug is its own
-                log.exception("snapshot listener failed")
+            for listener in self._listeners:
+                try:
+                    listener(snapshot)
+                except Exception:  # a listener's bug is its own
+                    log.exception("snapshot listener failed")
 
     def _read(self, stopped: bool) -> Snapshot:
         counts = self.queue.status()
@@ -305,7 +309,8 @@ class Engine:
                         for j in self.queue.upcoming(SHOWN_WAITING))
         return Snapshot(
             pending=counts["pending"], done=counts["done"], failed_count=counts["failed"],
-            due_now=counts["due_now"], running=self._running, failed=failed, waiting=waiting,
+            due_now=counts["due_now"], running=self._running, failed_jobs=failed,
+            waiting=waiting,
             next_wakeup=self.queue.next_wakeup(), paused=self._paused, problem=self._problem,
             stopped=stopped,
         )

@@ -76,5 +76,5 @@ def record(queue: Queue, owner: str, job: Job, attempt: Attempt) -> Result:
     state = queue.fail(job.id, owner, attempt.detail, reason)
     if state is None:
         return LOST
-    outcome = Outcome.FAILED if state == State.FAILED.value else Outcome.RETRYING
+    outcome = Outcome.FAILED if state == State.FAILED else Outcome.RETRYING
     return Result(outcome, attempt.detail, reason)

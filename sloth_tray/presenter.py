@@ -116,8 +116,8 @@ def short(text: str, limit: int = MENU_ERROR_CHARS) -> str:
 def menu(snapshot: Snapshot, controls: Controls, now: float, *,
          has_default_action: bool = True, starts_at_login: bool = False,
          jobs_folder: str = "") -> tuple[Item, ...]:
-    anything_failed = bool(snapshot.failed)
-    retryable = any(not job.refused for job in snapshot.failed)
+    anything_failed = bool(snapshot.failed_jobs)
+    retryable = any(not job.refused for job in snapshot.failed_jobs)
     failed = tuple(
         # A refused drop never runs: it can only be removed.
         Item(f"{job.name} — {short(job.error)}", submenu=(
@@ -128,7 +128,7 @@ def menu(snapshot: Snapshot, controls: Controls, now: float, *,
             Item("Show log", lambda job_id=job.id: controls.show_log(job_id)),
             Item("Cancel", lambda job_id=job.id: controls.cancel(job_id)),
         ))
-        for job in snapshot.failed
+        for job in snapshot.failed_jobs
     )
     waiting = tuple(
         Item(f"{job.name} — {'due now' if job.due <= now else 'in ' + in_words(job.due - now)}",
@@ -168,5 +168,5 @@ def failures_to_announce(before: Snapshot | None, after: Snapshot) -> list:
     Nothing is announced for the first snapshot (old failures are not news)."""
     if before is None:
         return []
-    seen = {(job.id, job.at) for job in before.failed}
-    return [job for job in after.failed if (job.id, job.at) not in seen]
+    seen = {(job.id, job.at) for job in before.failed_jobs}
+    return [job for job in after.failed_jobs if (job.id, job.at) not in seen]

@@ -32,6 +32,7 @@ from sloth_tray import limits
 from sloth_tray.dbfile import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, prepare_file
 from sloth_tray.errors import DatabaseProblem, SlothError, UnknownJob
 from sloth_tray.jobfile import OPTIONS as JOB_OPTIONS
+from sloth_tray.timefmt import format_duration
 
 Clock = Callable[[], float]
 
@@ -145,15 +146,6 @@ def _history(*events: tuple[str, str]) -> tuple[str, dict[str, str]]:
         parts.append(f"'$[#]', json_array(:now, :kind{i}, :detail{i})")
         params[f"kind{i}"], params[f"detail{i}"] = kind, detail
     return f"history = json_insert(history, {', '.join(parts)})", params
-
-
-def _seconds(value: float) -> str:
-    """2 -> '2s', 90 -> '1m30s', 3600 -> '1h'. For event details."""
-    value = int(round(value))
-    hours, rest = divmod(value, 3600)
-    minutes, seconds = divmod(rest, 60)
-    parts = [f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (seconds, "s")) if n]
-    return "".join(parts) or "0s"
 
 
 VALID_ID = re.compile(r"[0-9a-f]{12}")
@@ -325,7 +317,7 @@ class Queue:
             options[key] = JOB_OPTIONS[key].check(options[key], "the job's options")
         if options.get("every"):
             options.setdefault("scheduled", now + delay)  # the series' clock
-        events = [[now, "pushed", f"due in {_seconds(delay)}" if delay else ""]]
+        events = [[now, "pushed", f"due in {format_duration(delay)}" if delay else ""]]
         if error is not None:
             events.append([now, "failed", error])
         while True:
@@ -428,7 +420,7 @@ class Queue:
             (job_id,),
         ).fetchone()
         if attempts < max_attempts:
-            return f"lease of {owner} expired {_seconds(now - lease_until)} ago"
+            return f"lease of {owner} expired {format_duration(now - lease_until)} ago"
         expiries = 1 + sum(1 for _, kind, _ in json.loads(history) if kind == "reclaimed")
         error = (
             f"its lease expired {expiries} time{'s' if expiries > 1 else ''} without it "
@@ -506,7 +498,7 @@ class Queue:
             "updated_at = :now", ("released", f"by {owner}"))
 
     def fail(self, job_id: str, owner: str, error: str,
-             reason: Reason = Reason.EXIT_CODE) -> str | None:
+             reason: Reason = Reason.EXIT_CODE) -> State | None:
         """Record a failed attempt: back off and retry, or give up at max_attempts.
 
         A PERMANENT reason gives up at once: trying again cannot help (a script
@@ -529,13 +521,13 @@ class Queue:
             if attempts >= max_attempts or reason in PERMANENT:
                 self._finish(db, job_id, now, "failed", ("failed", error), last_error=error,
                              reason=reason.value)
-                return State.FAILED.value
+                return State.FAILED
             delay = min(2.0**attempts, self.backoff_cap)
             self._finish(db, job_id, now, "pending",
                          ("backoff", f"attempt {attempts} of {max_attempts} failed: {error}; "
-                                     f"next try in {_seconds(delay)}"),
+                                     f"next try in {format_duration(delay)}"),
                          last_error=error, reason=reason.value, not_before=now + delay)
-            return State.PENDING.value
+            return State.PENDING
 
     def refuse(self, job_id: str, error: str, reason: Reason = Reason.SCRIPT_GONE) -> bool:
         """A pending or failed job that cannot run as it is (its script vanished,

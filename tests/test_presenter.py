@@ -23,16 +23,17 @@ class Recorder:
 
 IDLE = Snapshot()
 RUNNING = Snapshot(pending=2, running=RunningJob("a1", "tidy_downloads", 2, 5, NOW - 42))
-FAILED = Snapshot(failed_count=1, failed=(FailedJob("f1", "disk_check", "disk check: 82% full",
+FAILED = Snapshot(failed_count=1, failed_jobs=(FailedJob("f1", "disk_check", "disk check: 82% full",
                                                     NOW - 5),))
 PAUSED = Snapshot(paused=True, pending=1, waiting=(WaitingJob("w1", "later", NOW + 240),))
-MANY = Snapshot(failed_count=30, failed=tuple(
+MANY = Snapshot(failed_count=30, failed_jobs=tuple(
     FailedJob(f"f{i}", f"job{i}", "x" * 300, NOW) for i in range(30)))
 
 
 @pytest.mark.parametrize("snapshot, look", [
     (IDLE, Look.IDLE), (RUNNING, Look.RUNNING), (FAILED, Look.FAILED), (PAUSED, Look.PAUSED),
-    (Snapshot(running=RUNNING.running, failed_count=1, failed=FAILED.failed), Look.FAILED),
+    (Snapshot(running=RUNNING.running, failed_count=1, failed_jobs=FAILED.failed_jobs),
+     Look.FAILED),
     (Snapshot(problem="the queue is locked"), Look.FAILED),
 ])
 def test_the_look_failed_wins_over_running_and_paused(snapshot, look):
@@ -114,7 +115,7 @@ def test_a_refused_drop_can_only_be_removed_and_never_claims_the_click():
     controls = Recorder()
     refused = FailedJob("r1", "link", "refused: it is a symbolic link; drop the script itself",
                         NOW, refused=True)
-    items = presenter.menu(Snapshot(failed_count=1, failed=(refused,)), controls, NOW)
+    items = presenter.menu(Snapshot(failed_count=1, failed_jobs=(refused,)), controls, NOW)
     by_label = {item.label: item for item in items}
     (entry,) = by_label["Failed jobs (1)"].submenu
     assert entry.label.startswith("link — refused: it is a symbolic link")
@@ -123,7 +124,7 @@ def test_a_refused_drop_can_only_be_removed_and_never_claims_the_click():
     assert controls.calls == [("cancel", "r1")]
     assert not by_label["Retry all failed"].enabled
     assert presenter.default_action(items).label == "Open jobs folder"
-    with_one_to_retry = Snapshot(failed_count=2, failed=(refused, *FAILED.failed))
+    with_one_to_retry = Snapshot(failed_count=2, failed_jobs=(refused, *FAILED.failed_jobs))
     assert presenter.default_action(
         presenter.menu(with_one_to_retry, controls, NOW)).label == "Retry all failed"
 
@@ -161,7 +162,8 @@ def test_many_failed_jobs_keep_their_entries_short():
 
 def test_a_failure_is_announced_once_and_old_failures_never():
     assert presenter.failures_to_announce(None, FAILED) == []
-    assert presenter.failures_to_announce(IDLE, FAILED) == list(FAILED.failed)
+    assert presenter.failures_to_announce(IDLE, FAILED) == list(FAILED.failed_jobs)
     assert presenter.failures_to_announce(FAILED, FAILED) == []
-    again = Snapshot(failed_count=1, failed=(FailedJob("f1", "disk_check", "still", NOW + 60),))
-    assert presenter.failures_to_announce(FAILED, again) == list(again.failed)
+    again = Snapshot(failed_count=1,
+                     failed_jobs=(FailedJob("f1", "disk_check", "still", NOW + 60),))
+    assert presenter.failures_to_announce(FAILED, again) == list(again.failed_jobs)
