@@ -16,14 +16,30 @@ from collections.abc import Callable
 from sloth_tray.config import KEYS, Settings
 from sloth_tray.dbfile import verify
 from sloth_tray.engine import Engine, default_owner
+from sloth_tray.errors import SlothError
 from sloth_tray.inbox import Inbox, start_inbox
 from sloth_tray.lock import InstanceLock
+from sloth_tray.logfile import PrintableFormatter, QuietRotatingFileHandler
 from sloth_tray.paths import Home
 from sloth_tray.queue import Queue
 from sloth_tray.runner import Runner
-from sloth_tray.watch import make_observer, watch_doorbell
+from sloth_tray.watch import (
+    GONE,
+    IN_ATTRIB,
+    IN_ONLYDIR,
+    PathWatch,
+    identity,
+    make_observer,
+    make_path_watch,
+    watch_doorbell,
+)
 
 log = logging.getLogger("sloth_tray")
+
+# Each ends the app cleanly (a running job stopped, its lease given back).
+# SIGHUP: the terminal that started it was closed.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP")
+                     if hasattr(signal, name))
 
 APP_LOG_BYTES = 1024 * 1024
 APP_LOG_BACKUPS = 3
@@ -31,8 +47,9 @@ APP_LOG_BACKUPS = 3
 
 def setup_logging(home: Home, *, to_stderr: bool) -> None:
     """The app's own log: logs/sloth-tray.log, rotated; and stderr when asked."""
-    formatter = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
-    handlers: list[logging.Handler] = [logging.handlers.RotatingFileHandler(
+    formatter = PrintableFormatter("%(asctime)s %(levelname)s %(message)s")
+    # A full disk is one line on stderr, not a traceback per record.
+    handlers: list[logging.Handler] = [QuietRotatingFileHandler(
         home.logs / "sloth-tray.log", maxBytes=APP_LOG_BYTES, backupCount=APP_LOG_BACKUPS,
         encoding="utf-8", errors="backslashreplace")]  # file names need not be UTF-8
     if to_stderr:
@@ -48,8 +65,16 @@ class Daemon:
     """Everything one running sloth-tray holds. Use as a context manager."""
 
     def __init__(self, home: Home, settings: Settings | None = None, *,
-                 watch: bool = True) -> None:
+                 watch: bool = True, log_to_stderr: bool | None = None) -> None:
+        """`log_to_stderr`: None leaves logging as the caller set it; otherwise the
+        app's log file (and stderr when True) is set up as soon as the lock is
+        held, so that what crash recovery does is told too."""
         self.home = home.ensure()
+        self.log_to_stderr = log_to_stderr
+        self.fatal: str | None = None  # why the daemon stopped itself, for the user
+        self.home_watch: PathWatch | None = None
+        self._db_identity: tuple[int, int] | None = None
+        self._fatal_lock = threading.Lock()
         self.settings = settings or Settings(values={k: v.default for k, v in KEYS.items()})
         self.lock = InstanceLock(home.lock)
         self.watch = watch
@@ -64,6 +89,8 @@ class Daemon:
 
     def __enter__(self) -> Daemon:
         self.lock.acquire()  # before touching the queue: recovery is the lock holder's job
+        if self.log_to_stderr is not None:
+            setup_logging(self.home, to_stderr=self.log_to_stderr)
         self.first_run = not self.home.db.exists()
         try:
             verify(self.home.db)  # before any write: never start on top of damage
@@ -72,6 +99,7 @@ class Daemon:
             runner = Runner(self.queue, self.home, owner, log_cap=self.settings["log_cap"],
                             default_timeout=self.settings["timeout"])
             self.engine = Engine(self.queue, self.home, owner=owner, runner=runner)
+            self._watch_the_queue_file()
             self.engine.recover()
             if self.watch:
                 self.observer = make_observer()
@@ -82,21 +110,64 @@ class Daemon:
                 self.inbox = start_inbox(self.home, self.inbox_queue, self.observer,
                                          self.engine.wake)
         except BaseException:
+            if self._db_identity is not None:
+                self._check_the_queue_file()  # the cause, when the home went during start-up
             self.__exit__()
+            if self.fatal:
+                raise SlothError(self.fatal) from None
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.observer is not None:
+        if self.home_watch is not None:
+            self.home_watch.close()
+        if self.inbox is not None:
+            self.inbox.stop()  # first: it may be re-watching its folder through the observer
+        if self.observer is not None and self.observer.is_alive():
             self.observer.stop()
             self.observer.join()
-        if self.inbox is not None:
-            self.inbox.stop()
         if self.inbox_queue is not None:
             self.inbox_queue.close()
         if self.queue is not None:
             self.queue.close()
         self.lock.release()
+
+    def _watch_the_queue_file(self) -> None:
+        """Stop, saying why, when queue.db is deleted, moved or replaced (or the home
+        with it) while the app runs. Running on would keep a queue nobody else
+        sees, while the CLI writes a new one that nothing runs; and after the
+        home is removed, its new lock file would let a second daemon start.
+
+        The kernel tells (no polling): an unlink of the open file changes its
+        link count (IN_ATTRIB); a move of it or of the home is a self event.
+        """
+        self._db_identity = identity(self.home.db)
+        self.home_watch = make_path_watch(lambda *_: self._check_the_queue_file())
+        if self.home_watch is None:
+            return
+        try:
+            self.home_watch.watch(self.home.root, GONE | IN_ONLYDIR)
+            self.home_watch.watch(self.home.db, GONE | IN_ATTRIB)
+        except OSError as exc:
+            log.warning("cannot watch %s for its removal (%s)", exc.filename, exc.strerror)
+        self._check_the_queue_file()  # in case it went before the watch began
+
+    def _check_the_queue_file(self) -> None:
+        """On the PathWatch thread: is home/queue.db still the file we opened?"""
+        now = identity(self.home.db)
+        with self._fatal_lock:
+            if now == self._db_identity or self.fatal is not None:
+                return
+            self.fatal = self._vanished_sentence(now)
+        log.error("%s", self.fatal)
+        self.engine.stop()  # a running job is ended too, even if nothing can be recorded
+
+    def _vanished_sentence(self, now: tuple[int, int] | None) -> str:
+        if now is None:
+            return (f"{self.home.db} was deleted or moved while sloth-tray was running; "
+                    "stopping. Start it again to begin a new queue.")
+        return (f"{self.home.db} was replaced while sloth-tray was running; "
+                "stopping. Start it again to use the new one.")
 
     def run_until_stopped(self, *, drain: bool = False,
                           on_signal: Callable[[], None] | None = None) -> None:
@@ -104,7 +175,7 @@ class Daemon:
         engine = self.engine
         stop = on_signal or engine.stop
         previous = {sig: signal.signal(sig, lambda *_: stop())
-                    for sig in (signal.SIGTERM, signal.SIGINT)}
+                    for sig in STOP_SIGNALS}
         errors: list[BaseException] = []
 
         def loop() -> None:
@@ -120,5 +191,8 @@ class Daemon:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        if errors:
+        if errors and self.fatal:
+            # What the vanished file made fail on the way out: the sentence says it all.
+            log.debug("while stopping: %s", errors[0])
+        elif errors:
             raise errors[0]

@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from sloth_tray import __version__, autostart, config, spool
-from sloth_tray.app import Daemon, log, setup_logging
+from sloth_tray import __version__, autostart, config, limits, spool
+from sloth_tray.app import Daemon, log
+from sloth_tray.display import printable
 from sloth_tray.errors import SlothError
+from sloth_tray.outcome import Outcome, Result
 from sloth_tray.paths import Home, locate
-from sloth_tray.queue import Job, Queue, State
-from sloth_tray.runner import Outcome, Result
-from sloth_tray.timefmt import clock_time, parse_duration, relative
+from sloth_tray.queue import Job, Queue, Reason, State
+from sloth_tray.timefmt import clock_time, relative
 
 Command = Callable[[argparse.Namespace, Home], int]
+BROKEN_PIPE_STATUS = 128 + 13  # 128 + SIGPIPE, as a shell reports a tool the signal stopped
 COMMANDS: dict[str, Command] = {}
 
 
@@ -32,11 +38,20 @@ def open_queue(home: Home) -> Queue:
 
 
 def emit_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, ensure_ascii=False))
+    text = json.dumps(data, indent=2, ensure_ascii=False)
+    try:
+        text.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict")
+    except UnicodeEncodeError:  # a file name's undecodable bytes: \u escapes are exact too
+        text = json.dumps(data, indent=2)
+    print(text)
 
 
 def table(rows: Sequence[Sequence[str]]) -> str:
-    """Columns padded to their widest cell; the last column is left ragged."""
+    """Columns padded to their widest cell; the last column is left ragged.
+
+    Every cell is made printable first: a name or result carrying a newline or
+    an escape sequence must not forge a row or drive the terminal."""
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join(
         "  ".join([cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
@@ -81,14 +96,15 @@ def cmd_status(args: argparse.Namespace, home: Home) -> int:
 def cmd_list(args: argparse.Namespace, home: Home) -> int:
     with open_queue(home) as queue:
         limit = args.limit or None
-        jobs = queue.jobs(args.state, limit=limit + 1 if limit else None)
+        jobs = queue.jobs(args.state, limit=limit + 1 if limit else None, reason=args.reason)
         more = limit is not None and len(jobs) > limit
         jobs = jobs[:limit]
         if args.json:
             emit_json([job.as_dict() for job in jobs])
             return 0
         if not jobs:
-            print(f"no {args.state} jobs" if args.state else "no jobs yet")
+            which = " ".join(filter(None, [args.state, args.reason and f"{args.reason}"]))
+            print(f"no {which} jobs" if which else "no jobs yet")
             return 0
         now = queue.clock()
         rows = [("ID", "NAME", "STATE", "TRIES", "WHEN", "NOTE")]
@@ -141,13 +157,13 @@ def _each_job(home: Home, ids: Sequence[str], act: Callable[[Queue, str], bool],
             try:
                 job = queue.get(queue.resolve(given))
                 if act(queue, job.id):
-                    print(f"{done:<9} {job.name} ({job.id})")
+                    print(f"{done:<9} {printable(job.name)} ({job.id})")
                 else:
-                    print(f"sloth-tray: {job.name} ({job.id}) is {job.state.value}; "
+                    print(f"sloth-tray: {printable(job.name)} ({job.id}) is {job.state.value}; "
                           f"nothing to {verb}", file=sys.stderr)
                     status = 1
             except SlothError as exc:
-                print(f"sloth-tray: {exc}", file=sys.stderr)
+                print(f"sloth-tray: {printable(exc)}", file=sys.stderr)
                 status = 1
     home.ring_doorbell()
     return status
@@ -160,11 +176,17 @@ def cmd_retry(args: argparse.Namespace, home: Home) -> int:
     ids = args.ids
     if args.all_failed:
         with open_queue(home) as queue:
-            ids = [job.id for job in queue.jobs(State.FAILED)]
+            failed = queue.jobs(State.FAILED)
+        ids = [job.id for job in failed if job.reason != Reason.REFUSED]
+        refused = len(failed) - len(ids)
+        if refused:
+            print(f"skipped {refused} refused job{'' if refused == 1 else 's'}: a refused "
+                  "drop never runs (`sloth-tray list --reason refused` shows them, "
+                  "`sloth-tray cancel ID` removes one)")
         if not ids:
-            print("no failed jobs")
+            print("no failed jobs" if not refused else "nothing else to retry")
             return 0
-    return _each_job(home, ids, Queue.retry, "retry", "retried")
+    return _each_job(home, ids, spool.retry, "retry", "retried")
 
 
 @command
@@ -183,8 +205,9 @@ def cmd_config(args: argparse.Namespace, home: Home) -> int:
                    "settings": {key: {"value": value, "from": sources[key]}
                                 for key, value in shown.items()}})
         return 0
-    print(f"config file: {settings.path}" + ("" if settings.path.exists() else " (none yet)"))
-    print(f"home:        {home.root}\n")
+    print(f"config file: {printable(settings.path)}"
+          + ("" if settings.path.exists() else " (none yet)"))
+    print(f"home:        {printable(home.root)}\n")
     print(table([("SETTING", "VALUE", "FROM")] + [
         (key, "-" if value is None else str(value), sources[key])
         for key, value in shown.items()]))
@@ -199,15 +222,15 @@ def cmd_autostart(args: argparse.Namespace, home: Home) -> int:
     if args.json:
         emit_json({"enabled": state.enabled, "where": state.where, "detail": state.detail})
     else:
-        print(f"start at login: {'on' if state.enabled else 'off'} — {state.detail}\n"
-              f"  ({state.where})")
+        print(f"start at login: {'on' if state.enabled else 'off'} — "
+              f"{printable(state.detail)}\n  ({printable(state.where)})")
     return 0
 
 
 @command
 def cmd_prune(args: argparse.Namespace, home: Home) -> int:
     with open_queue(home) as queue:
-        removed = queue.prune(before=queue.clock() - args.older_than)
+        removed = spool.prune(home, queue, before=queue.clock() - args.older_than)
     print(f"removed {removed} finished job{'' if removed == 1 else 's'}")
     return 0
 
@@ -224,8 +247,7 @@ def cmd_add(args: argparse.Namespace, home: Home) -> int:
 
 @command
 def cmd_run(args: argparse.Namespace, home: Home) -> int:
-    with Daemon(home, args.settings) as daemon:
-        setup_logging(home, to_stderr=True)
+    with Daemon(home, args.settings, log_to_stderr=True) as daemon:
         tray = None if args.headless else open_tray(daemon, args)
         if tray is None:
             log.info("sloth-tray %s running headless; home %s", __version__, home.root)
@@ -236,6 +258,8 @@ def cmd_run(args: argparse.Namespace, home: Home) -> int:
                      home.root)
             tray.run()
         log.info("stopped")
+    if daemon.fatal:  # it stopped itself, cleanly: say why, and fail
+        raise SlothError(daemon.fatal)
     return 0
 
 
@@ -255,10 +279,11 @@ def open_tray(daemon: Daemon, args: argparse.Namespace):
 
 @command
 def cmd_work(args: argparse.Namespace, home: Home) -> int:
-    with Daemon(home, args.settings, watch=not args.once) as daemon:
-        setup_logging(home, to_stderr=False)
+    with Daemon(home, args.settings, watch=not args.once, log_to_stderr=False) as daemon:
         daemon.engine.on_result(print_result)
         daemon.run_until_stopped(drain=args.once)
+    if daemon.fatal:
+        raise SlothError(daemon.fatal)
     return 0
 
 
@@ -272,11 +297,21 @@ def print_result(job: Job, result: Result) -> None:
 # -- parsing --------------------------------------------------------------
 
 
-def duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+class Parser(argparse.ArgumentParser):
+    """argparse, but a mistake on the command line is one line on stderr, like any
+    other error (exit 2, argparse's code for a usage mistake)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {printable(message)}\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        for action in self._actions:
+            # `--lease=--`: argparse (3.11) drops the "--" and stores [], past `type`.
+            if (action.option_strings and action.type is not None and action.nargs is None
+                    and isinstance(getattr(namespace, action.dest, None), list)):
+                self.error(f"argument {action.option_strings[0]}: expected one value")
+        return namespace, extras
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -292,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     json_flag = argparse.ArgumentParser(add_help=False)
     json_flag.add_argument("--json", action="store_true", help="machine-readable output")
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="sloth-tray", parents=[common],
         description="Run the scripts you drop in a folder, one at a time, under leases.")
     parser.add_argument("--version", action="version", version=f"sloth-tray {__version__}")
@@ -305,7 +340,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("status", "how many jobs are in each state", json_flag)
     p = add("list", "the jobs, newest first", json_flag)
     p.add_argument("--state", choices=[s.value for s in State])
-    p.add_argument("--limit", type=int, default=50, help="at most N jobs (0: all; default 50)")
+    p.add_argument("--reason", choices=[r.value for r in Reason],
+                   help="only jobs whose last attempt failed for this reason")
+    p.add_argument("--limit", type=limits.LIST_LIMIT.argument, default=50,
+                   help="at most N jobs (0: all; default 50)")
     p = add("show", "one job: its fields, history and logs", json_flag)
     p.add_argument("id", help="a job id, or enough of its start to be unique")
     p = add("retry", "put failed or cancelled jobs back in line, due now")
@@ -315,12 +353,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("ids", nargs="+", metavar="ID")
     p = add("add", "queue a script (a copy of it: later edits change nothing)")
     p.add_argument("path", help="the script")
-    p.add_argument("--delay", type=duration, default=0.0, metavar="SECONDS",
+    p.add_argument("--delay", type=limits.DELAY.argument, metavar="SECONDS",
                    help="wait this long before the first run (90, 90s, 10m, 2h, 1d)")
-    p.add_argument("--max-attempts", type=int, metavar="N", help="tries before giving up")
+    p.add_argument("--max-attempts", type=limits.ATTEMPTS.argument, metavar="N",
+                   help="tries before giving up (1 to 1000)")
     p.add_argument("--name", help="the job's name (default: the file's name without extension)")
     daemon = argparse.ArgumentParser(add_help=False)
-    daemon.add_argument("--lease", type=duration, metavar="SECONDS",
+    daemon.add_argument("--lease", type=limits.LEASE.argument, metavar="SECONDS",
                         help="how long a job's lease lasts between heartbeats (default 60s)")
     p = add("run", "the daemon: run due jobs as they come", daemon)
     p.add_argument("--headless", action="store_true", help="no tray icon")
@@ -334,7 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["enable", "disable", "status"], nargs="?",
                    default="status")
     p = add("prune", "delete finished (done or cancelled) jobs and their history")
-    p.add_argument("--older-than", type=duration, default=7 * 86400, metavar="AGE",
+    p.add_argument("--older-than", type=limits.OLDER_THAN.argument, default=7 * 86400,
+                   metavar="AGE",
                    help="age such as 7d, 12h, 30m (default 7d)")
     return parser
 
@@ -348,16 +388,56 @@ def load_settings(args: argparse.Namespace) -> config.Settings:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        code = _main(argv)
+        if sys.stdout is not None:  # None in a windowed bundle, which has no console
+            sys.stdout.flush()  # here, not at exit: a reader that went away is seen below
+        return code
+    except BrokenPipeError:
+        # `sloth-tray list | head -1`: the reader has what it wanted. Stop quietly with
+        # the status of a tool stopped by SIGPIPE; stdout goes to devnull so that
+        # Python's own flush at exit does not complain either.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE_STATUS
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:  # plain `sloth-tray` starts the app
         args = parser.parse_args([*(argv or sys.argv[1:]), "run"])
     try:
         args.settings = load_settings(args)
-        home = locate(getattr(args, "home", None), args.settings["jobs_dir"])
-        return COMMANDS[args.command](args, home)
+        home = locate(getattr(args, "home", None), args.settings["jobs_dir"],
+                      jobs_source=args.settings.sources.get("jobs_dir"))
+        with interrupted_at_once(args.command not in DAEMONS):
+            return COMMANDS[args.command](args, home)
     except SlothError as exc:
-        print(f"sloth-tray: {exc}", file=sys.stderr)
+        print(f"sloth-tray: {printable(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+DAEMONS = ("run", "work")  # they stop cleanly on Ctrl-C themselves (app.STOP_SIGNALS)
+
+
+@contextlib.contextmanager
+def interrupted_at_once(one_shot: bool):
+    """Ctrl-C ends a one-shot command at once, as it ends any C tool.
+
+    Python turns it into KeyboardInterrupt wherever the interpreter happens to
+    be, even inside a context manager's own code between taking a lock and
+    the code that gives it back: an `add` waiting on a locked queue then hung
+    for good. A one-shot command has nothing to clean up: each write is one
+    SQLite transaction, and `add` copies where no start would queue it.
+    """
+    if not one_shot or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

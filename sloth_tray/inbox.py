@@ -35,6 +35,7 @@ from sloth_tray import spool
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home
 from sloth_tray.queue import Queue, new_job_id
+from sloth_tray.watch import FolderChange, KeptFolder
 
 log = logging.getLogger("sloth_tray")
 
@@ -60,6 +61,7 @@ class Inbox(FileSystemEventHandler):
         self.close_events = close_events  # the platform says when a writer closes
         self.monotonic = monotonic
         self._lock = threading.Lock()  # one take at a time
+        self._stuck: dict[str, tuple] = {}  # path -> how its last take failed
         self._open: set[str] = set()  # opened and not yet closed (inotify only)
         self._settling: dict[str, tuple[int, int]] = {}  # path -> (size, mtime_ns)
         self._due: list[tuple[float, str]] = []  # heap of settle deadlines
@@ -67,23 +69,46 @@ class Inbox(FileSystemEventHandler):
         self._stopping = False
         self._settler = threading.Thread(target=self._settle_loop, name="inbox-settle",
                                          daemon=True)
+        self._kept: KeptFolder | None = None  # the watch that outlives the folder's removal
 
     # -- life -------------------------------------------------------------------
 
     def start(self, observer: BaseObserver) -> None:
         """Watch the folder, then take what was dropped while the app was off."""
         self._settler.start()
-        observer.schedule(self, str(self.folder), recursive=False)
+        self._kept = KeptFolder(observer, self.folder, self, self._folder_changed)
+        self._kept.start()
         self.scan()
 
     def stop(self) -> None:
+        if self._kept is not None:
+            self._kept.stop()
         with self._wake:
             self._stopping = True
             self._wake.notify()
 
     def scan(self) -> None:
-        for entry in sorted(self.folder.iterdir()):
+        try:
+            entries = sorted(self.folder.iterdir())
+        except (FileNotFoundError, NotADirectoryError):
+            return  # gone again: the kept watch says so and waits for it
+        for entry in entries:
             self._consider(str(entry), settle=True)
+
+    def _folder_changed(self, change: FolderChange) -> None:
+        """The folder was removed, renamed or replaced while the app ran (the
+        PathWatch thread tells). Files dropped into a new one before its watch
+        began raise no event: the scan takes them."""
+        if change is FolderChange.GONE:
+            log.warning("the jobs folder %s was removed; waiting for it to come back",
+                        self.folder)
+            return
+        if change is FolderChange.BACK:
+            log.info("the jobs folder %s is back; watching it again", self.folder)
+        else:
+            log.info("the jobs folder %s was replaced by another folder; watching that one",
+                     self.folder)
+        self.scan()
 
     # -- watchdog's thread: events are hints ---------------------------------------
 
@@ -174,15 +199,24 @@ class Inbox(FileSystemEventHandler):
                 info = os.lstat(source)
             except FileNotFoundError:
                 return
-            refusal = self.refusal(info)
+            refusal = spool.refusal(info, self.folder)
             job_id = new_job_id()
             try:
                 target = spool.place(self.home, source, job_id, move=True)
             except OSError as exc:
+                # Once more after a settle time; failing the same way twice, it
+                # waits for a change to the file instead of retrying forever.
+                failure = (info.st_size, info.st_mtime_ns, info.st_mode, exc.errno)
+                if self._stuck.get(path) == failure:
+                    log.warning("cannot take %s (%s); it stays in the jobs folder until "
+                                "it changes", source.name, exc.strerror)
+                    return
+                self._stuck[path] = failure
                 log.warning("could not take %s yet (%s); will try again", source.name,
                             exc.strerror)
                 self._arm(path, info)
                 return
+            self._stuck.pop(path, None)
             try:
                 spool.push(self.queue, target, job_id, refused=refusal)
             except SlothError as exc:
@@ -196,18 +230,6 @@ class Inbox(FileSystemEventHandler):
                 self._settling.pop(path, None)
         log.info("queued %s as %s%s", source.name, job_id, f" ({refusal})" if refusal else "")
         self.on_push()
-
-    def refusal(self, info: os.stat_result) -> str | None:
-        """Why a dropped file must never run, or None."""
-        if stat.S_ISLNK(info.st_mode):
-            return "refused: it is a symbolic link; drop the script itself"
-        if not stat.S_ISREG(info.st_mode):
-            return "refused: it is not a regular file"
-        if POSIX and info.st_uid != os.getuid():
-            return "refused: not owned by you"
-        if POSIX and os.stat(self.folder).st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return "refused: the jobs folder is writable by other users"
-        return None
 
 
 def start_inbox(home: Home, queue: Queue, observer: BaseObserver,

@@ -1,15 +1,25 @@
-"""watchdog, set up once for the whole app: the observer and the doorbell."""
+"""Watching the file system: watchdog's observer and the doorbell, set up once for
+the whole app; and, on Linux, a small inotify of our own for what watchdog does
+not report: a watched folder or file itself moved away, deleted or replaced.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import enum
 import logging
+import os
+import select
+import stat
+import struct
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
-from watchdog.observers.api import BaseObserver
+from watchdog.observers.api import BaseObserver, ObservedWatch
 
 log = logging.getLogger("sloth_tray")
 
@@ -45,3 +55,262 @@ class Doorbell(FileSystemEventHandler):
 
 def watch_doorbell(observer: BaseObserver, path: Path, ring: Callable[[], None]) -> None:
     observer.schedule(Doorbell(path, ring), str(path.parent), recursive=False)
+
+
+# -- inotify(7), for the paths themselves -------------------------------------------
+
+IN_ATTRIB = 0x4  # on a file: its link count changed (an unlink while it is open)
+IN_MOVED_TO = 0x80
+IN_CREATE = 0x100
+IN_DELETE_SELF = 0x400
+IN_MOVE_SELF = 0x800
+IN_Q_OVERFLOW = 0x4000
+IN_IGNORED = 0x8000  # the kernel dropped the watch: deleted, or its file system unmounted
+IN_ONLYDIR = 0x1000000
+GONE = IN_DELETE_SELF | IN_MOVE_SELF  # self-only: changes inside never wake the watcher
+ARRIVALS = IN_CREATE | IN_MOVED_TO
+_EVENT = struct.Struct("iIII")  # wd, mask, cookie, length of the name that follows
+
+EventCallback = Callable[[int, int, str], None]  # (watch descriptor, mask, name)
+
+
+class PathWatch:
+    """One inotify instance with one thread, blocked in poll() with no timeout:
+    watches cost nothing until something happens to them.
+
+    watchdog leaves out a watched folder being moved away (IN_MOVE_SELF), and a
+    file deleted while it is open tells only through its link count (IN_ATTRIB:
+    IN_DELETE_SELF waits for the last close). Callbacks run on this thread.
+    """
+
+    def __init__(self, on_event: EventCallback) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        self._add_watch = libc.inotify_add_watch
+        self._add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        self._rm_watch = libc.inotify_rm_watch
+        self._rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
+        fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1 failed")
+        self._fd = fd
+        self._stop_r, self._stop_w = os.pipe()
+        self._closing = False
+        self.on_event = on_event
+        self._thread = threading.Thread(target=self._loop, name="path-watch", daemon=True)
+        self._thread.start()
+
+    def watch(self, path: Path, mask: int) -> int:
+        """Watch `path` (its mask replaces any earlier one on the same inode)."""
+        wd = self._add_watch(self._fd, os.fsencode(path), mask)
+        if wd < 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, os.strerror(errno), str(path))
+        return wd
+
+    def unwatch(self, wd: int) -> None:
+        self._rm_watch(self._fd, wd)  # EINVAL when the kernel dropped it already: fine
+
+    def close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        os.write(self._stop_w, b"!")
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    def _loop(self) -> None:
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        poller.register(self._stop_r, select.POLLIN)
+        try:
+            while True:
+                ready = {fd for fd, _ in poller.poll()}  # no timeout: no idle cost
+                if self._stop_r in ready:
+                    return
+                try:
+                    data = os.read(self._fd, 64 * 1024)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                offset = 0
+                while offset + _EVENT.size <= len(data):
+                    wd, mask, _, length = _EVENT.unpack_from(data, offset)
+                    start = offset + _EVENT.size
+                    name = os.fsdecode(data[start:start + length].rstrip(b"\0"))
+                    offset = start + length
+                    try:  # a callback's bug must not end the watching
+                        self.on_event(wd, mask, name)
+                    except Exception:
+                        log.exception("a path watch handler failed")
+        finally:
+            for fd in (self._fd, self._stop_r, self._stop_w):
+                os.close(fd)
+
+
+def make_path_watch(on_event: EventCallback) -> PathWatch | None:
+    """A PathWatch on Linux; None elsewhere (and where inotify is not to be had)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return PathWatch(on_event)
+    except (OSError, AttributeError) as exc:
+        log.warning("cannot watch for removed folders (%s)", exc)
+        return None
+
+
+def identity(path: Path) -> tuple[int, int] | None:
+    """The (device, inode) `path` leads to now, or None."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def folder_identity(path: Path) -> tuple[int, int] | None:
+    """The (device, inode) of the folder at `path` now, or None (no folder there)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino) if stat.S_ISDIR(info.st_mode) else None
+
+
+# -- a folder watched through its removal -------------------------------------------
+
+
+class FolderChange(enum.StrEnum):
+    GONE = "gone"  # nothing (or no folder) at its path any more
+    BACK = "back"  # a folder is at its path again
+    REPLACED = "replaced"  # another folder took its place at once
+
+
+class KeptFolder:
+    """A watchdog handler kept on a folder through the folder's removal, renaming
+    or replacement.
+
+    While the folder is there, its own inode and those of its parents are watched
+    for being deleted or moved (self events: nothing inside wakes them). Once it
+    is missing, the nearest existing parent is also watched for new entries, and
+    only then: a parent such as the home folder changes all day. When a folder is
+    at the path again, watchdog watches it anew and `on_change` hears of it (on
+    the PathWatch thread). Without inotify, the folder is watched as it was at
+    the start.
+    """
+
+    MAX_TRIES = 10  # re-checks when the folder changes while the watches are set up
+
+    def __init__(self, observer: BaseObserver, folder: Path, handler: FileSystemEventHandler,
+                 on_change: Callable[[FolderChange], None]) -> None:
+        self.observer = observer
+        self.folder = folder
+        self.handler = handler
+        self.on_change = on_change
+        self._lock = threading.Lock()
+        self._closed = False
+        self._watch: ObservedWatch | None = None  # watchdog's, while the folder is there
+        self._identity: tuple[int, int] | None = None  # of the folder watchdog watches
+        self._waiting_in: tuple[Path, tuple[int, int] | None] | None = None
+        self._wds: dict[int, Path] = {}
+        self._paths: PathWatch | None = None
+
+    def start(self) -> None:
+        """Watch the folder, or wait for it when it is missing already."""
+        self._paths = make_path_watch(self._on_event)
+        with self._lock:
+            if self._paths is None:
+                self._watch = self.observer.schedule(self.handler, str(self.folder))
+                return
+            self._settle()  # the first watch is no change to tell
+            missing = self._identity is None
+        if missing:
+            self.on_change(FolderChange.GONE)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._closed = True
+        if self._paths is not None:
+            self._paths.close()  # outside the lock: its thread may be waiting for it
+
+    # -- the PathWatch thread ---------------------------------------------------------
+
+    def _on_event(self, wd: int, mask: int, name: str) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            if not mask & IN_Q_OVERFLOW:
+                path = self._wds.get(wd)
+                if path is None:
+                    return  # a watch already given up
+                if mask & IN_IGNORED:
+                    del self._wds[wd]
+                if (mask & ARRIVALS and self._waiting_in is not None
+                        and name != self._next_step(path)):
+                    return  # an entry on no way to the folder
+            change = self._settle()
+        if change is not None:
+            self.on_change(change)
+
+    def _next_step(self, parent: Path) -> str:
+        return self.folder.relative_to(parent).parts[0]
+
+    def _settle(self) -> FolderChange | None:
+        """Bring the watches in line with what is at the folder's path; say what changed."""
+        had = self._identity
+        for tries_left in reversed(range(self.MAX_TRIES)):
+            now = folder_identity(self.folder)
+            try:
+                if now is None:
+                    self._wait_for_folder()
+                elif now != self._identity or self._watch is None:
+                    self._watch_folder(now)
+            except OSError:
+                if not tries_left:
+                    raise  # not a race: it cannot be watched
+                continue  # it changed under us: look again
+            if folder_identity(self.folder) == now:
+                break
+        if self._identity == had:
+            return None
+        if self._identity is None:
+            return FolderChange.GONE
+        return FolderChange.BACK if had is None else FolderChange.REPLACED
+
+    def _watch_folder(self, now: tuple[int, int]) -> None:
+        self._forget()
+        self._identity = None
+        self._watch_path_and_parents(self.folder, GONE | IN_ONLYDIR)
+        self._watch = self.observer.schedule(self.handler, str(self.folder))
+        self._identity = now
+        self._waiting_in = None
+
+    def _wait_for_folder(self) -> None:
+        nearest = next(p for p in self.folder.parents if os.path.isdir(p))
+        waiting = (nearest, folder_identity(nearest))
+        if self._identity is None and self._waiting_in == waiting:
+            return  # already watching the right place
+        self._forget()
+        self._identity = None
+        self._watch_path_and_parents(nearest, GONE | ARRIVALS | IN_ONLYDIR)
+        self._waiting_in = waiting
+
+    def _watch_path_and_parents(self, path: Path, mask: int) -> None:
+        assert self._paths is not None
+        self._wds[self._paths.watch(path, mask)] = path
+        for parent in path.parents:  # one of them moved: the path leads elsewhere
+            try:
+                self._wds[self._paths.watch(parent, GONE | IN_ONLYDIR)] = parent
+            except OSError:
+                pass  # a parent we may not read: its move goes unseen, nothing worse
+
+    def _forget(self) -> None:
+        """Drop every watch: watchdog's on the folder and ours on the paths."""
+        if self._watch is not None:
+            try:
+                self.observer.unschedule(self._watch)
+            except KeyError:
+                pass  # the observer stopped already
+            self._watch = None
+        assert self._paths is not None
+        for wd in self._wds:
+            self._paths.unwatch(wd)
+        self._wds.clear()
