@@ -54,7 +54,9 @@ class Inbox(FileSystemEventHandler):
                  settle: float = SETTLE, close_events: bool = sys.platform.startswith("linux"),
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.home = home
-        self.folder = home.jobs
+        # The folder itself, not a symbolic link to it: inotify watches the link
+        # otherwise, and drops into the folder it names would never be seen.
+        self.folder = home.jobs.resolve()
         self.queue = queue
         self.on_push = on_push
         self.settle = settle

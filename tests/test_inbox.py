@@ -259,3 +259,19 @@ def test_reconcile_finishes_a_move_cut_short_between_link_and_unlink(home, queue
     spool.reconcile(home, queue)
     assert not original.exists(), "left in the inbox, it would become a second job"
     assert [job.name for job in queue.jobs()] == ["half"]
+
+
+def test_a_jobs_folder_reached_through_a_symlink_takes_drops(tmp_path):
+    real = tmp_path / "real-jobs"
+    real.mkdir(mode=0o700)
+    (tmp_path / "jobs-link").symlink_to(real)
+    home = locate(tmp_path / "home", tmp_path / "jobs-link").ensure()
+    queue = Queue(home.db)
+    running = Running(home, queue)
+    try:
+        (real / "via-link.sh").write_text("echo hi\n")
+        (job,) = wait_for(lambda: queue.jobs(), timeout=10, what="the drop to be taken")
+        assert job.name == "via-link" and list(real.iterdir()) == []
+    finally:
+        running.stop()
+        queue.close()
