@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -56,6 +57,17 @@ def wait_for(predicate, timeout: float = 15.0, what: str = "the condition"):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.02)
+
+
+def start_daemon(pids, home, *extra: str) -> subprocess.Popen:
+    """A real `sloth-tray run --headless` on `home`, once it holds its lock."""
+    proc = pids.popen([sys.executable, "-m", "sloth_tray", "run", "--headless",
+                       "--home", str(home.root), *extra],
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: home.lock.exists() and home.lock.read_text().strip() == str(proc.pid)
+             or proc.poll() is not None, what="the daemon to take its lock")
+    assert proc.poll() is None, proc.communicate()
+    return proc
 
 
 def alive(pid: int) -> bool:

@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from conftest import alive, wait_for
+from conftest import alive, start_daemon, wait_for
 
 from sloth_tray.paths import locate
 from sloth_tray.queue import Queue, State
@@ -22,16 +22,6 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="us
 @pytest.fixture
 def home(tmp_path):
     return locate(tmp_path / "home").ensure()
-
-
-def start_daemon(pids, home, *extra: str) -> subprocess.Popen:
-    proc = pids.popen([sys.executable, "-m", "sloth_tray", "run", "--headless",
-                       "--home", str(home.root), *extra],
-                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: home.lock.exists() and home.lock.read_text().strip() == str(proc.pid)
-             or proc.poll() is not None, what="the daemon to take its lock")
-    assert proc.poll() is None, proc.communicate()
-    return proc
 
 
 def add(home, name: str, text: str, *extra: str) -> str:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import alive, wait_for
+from conftest import alive, start_daemon, wait_for
 
 from sloth_tray.paths import locate
 from sloth_tray.queue import Queue, State
@@ -50,16 +50,6 @@ def drop(home, name: str, text: str) -> None:
 
 def jobs(home) -> list[dict]:
     return json.loads(sloth(home, "list", "--json", "--limit", "0").stdout)
-
-
-def start_daemon(pids, home, *extra: str) -> subprocess.Popen:
-    proc = pids.popen([sys.executable, "-m", "sloth_tray", "run", "--headless",
-                       "--home", str(home.root), *extra],
-                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: home.lock.exists() and home.lock.read_text().strip() == str(proc.pid)
-             or proc.poll() is not None, what="the daemon to take its lock")
-    assert proc.poll() is None, proc.communicate()
-    return proc
 
 
 def restart(pids, home) -> str:
