@@ -13,6 +13,11 @@ location is a parameter, so all three OSes are testable on Linux.
   `HKCU\\Software\\Microsoft\\Windows\\CurrentVersion\\Run`. (A "Disable" in Task
   Manager is kept elsewhere, under Explorer\\StartupApproved, and is not read here.)
 
+The entry starts the app on the queue it was enabled from: the home, the
+jobs folder and the config file given to `enable` go into its command as
+`--home`, `--jobs-dir` and `--config` (absolute paths), so an app started with
+SLOTH_TRAY_HOME=... comes back at login on that same queue, not the default one.
+
 The user's own choices win over ours. A file we did not write is never
 overwritten or deleted, whatever is asked: status says so and leaves it alone.
 A file we wrote that the user turned off (`Hidden=true` or
@@ -24,17 +29,24 @@ our own UI is the user changing their mind.
 from __future__ import annotations
 
 import contextlib
+import ntpath
 import os
 import plistlib
+import posixpath
 import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from sloth_tray.config import default_path as default_config_path
 from sloth_tray.errors import SlothError
+
+if TYPE_CHECKING:
+    from sloth_tray.config import Settings
+    from sloth_tray.paths import Home
 
 APP_ID = "sloth-tray"
 DESKTOP_FILE = f"{APP_ID}.desktop"
@@ -57,6 +69,21 @@ class Status:
     enabled: bool
     where: str  # a file path, or for Windows the registry value: RUN_KEY\sloth-tray
     detail: str
+    # The command found there (ours or not), if it could be read: what login starts.
+    command: tuple[str, ...] | None = field(default=None, compare=False)
+
+    @property
+    def home(self) -> str | None:
+        """The app's home that login starts it on; None: the default one."""
+        return option_value(self.command, HOME_OPTION)
+
+    @property
+    def jobs_dir(self) -> str | None:
+        return option_value(self.command, JOBS_OPTION)
+
+    @property
+    def config(self) -> str | None:
+        return option_value(self.command, CONFIG_OPTION)
 
 
 class RunKey(Protocol):
@@ -91,6 +118,53 @@ def default_command(
         if exe.name.lower() == "python.exe" and windowless.is_file():
             executable = str(windowless)
     return [executable, "-m", "sloth_tray"]
+
+
+HOME_OPTION, JOBS_OPTION, CONFIG_OPTION = "--home", "--jobs-dir", "--config"
+
+
+def app_options(home: str | os.PathLike[str] | None = None,
+                jobs: str | os.PathLike[str] | None = None,
+                config: str | os.PathLike[str] | None = None, *,
+                platform: str | None = None) -> list[str]:
+    """The options that bring the app back where it lives. Absolute (by `platform`'s
+    rules, sys.platform's by default): login starts it in another working folder."""
+    rules = ntpath if (platform or sys.platform) == "win32" else posixpath
+    options: list[str] = []
+    for option, place in ((HOME_OPTION, home), (JOBS_OPTION, jobs), (CONFIG_OPTION, config)):
+        if place is not None:
+            path = os.fspath(place)
+            options += [option, path if rules.isabs(path) else os.path.abspath(path)]
+    return options
+
+
+def app_location(home: Home, settings: Settings) -> dict[str, Path]:
+    """The keywords for enable/status that bring the app back on this very queue.
+
+    Its home, always. Its jobs folder when the environment or a flag chose it
+    (one from the config file is read from the file again at login, so a later
+    edit of the file still counts; the default one follows the home). The
+    config file when it is not the default one (--config, SLOTH_TRAY_CONFIG).
+    """
+    where = {"home": home.root}
+    if settings.sources.get("jobs_dir", "default").startswith(("env", "flag")):
+        where["jobs"] = home.jobs
+    if settings.path is not None and Path(settings.path) != default_config_path():
+        where["config"] = Path(settings.path)
+    return where
+
+
+def option_value(argv: Sequence[str] | None, option: str) -> str | None:
+    """The value of `--option VALUE` or `--option=VALUE` in argv, the last one winning
+    (as argparse does); None when it is not there."""
+    value = None
+    args = list(argv or ())
+    for i, arg in enumerate(args):
+        if arg == option and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(option + "="):
+            value = arg[len(option) + 1:]
+    return value
 
 
 # -- Linux: the XDG autostart desktop entry -----------------------------------
@@ -158,6 +232,50 @@ def desktop_entry(argv: Sequence[str]) -> bytes:
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
+_STRING_UNESCAPES = {"s": " ", "n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+
+
+def read_desktop_exec(value: str) -> list[str] | None:
+    """The argv of an Exec value, undone as a desktop undoes it (the string escapes,
+    then the quoting, then `%%`); None when it breaks the spec's rules."""
+    text, i = [], 0
+    while i < len(value):  # the general string escapes
+        if value[i] == "\\" and i + 1 < len(value):
+            text.append(_STRING_UNESCAPES.get(value[i + 1], "\\" + value[i + 1]))
+            i += 2
+        else:
+            text.append(value[i])
+            i += 1
+    line = "".join(text)
+    args: list[str] = []
+    current: list[str] | None = None  # None: between arguments
+    quoted = False
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if c == " " and not quoted:
+            if current is not None:
+                args.append("".join(current))
+            current = None
+        else:
+            current = [] if current is None else current
+            if quoted and c == "\\":
+                if i + 1 >= len(line) or line[i + 1] not in _ESCAPED_IN_QUOTES:
+                    return None
+                i += 1
+                current.append(line[i])
+            elif c == '"':
+                quoted = not quoted
+            else:
+                current.append(c)
+        i += 1
+    if quoted:
+        return None
+    if current is not None:
+        args.append("".join(current))
+    return [arg.replace("%%", "%") for arg in args]
+
+
 def parse_desktop_entry(text: str) -> dict[str, str]:
     """The raw values of the [Desktop Entry] group; comments and other groups are skipped."""
     entries: dict[str, str] = {}
@@ -209,12 +327,15 @@ class _XdgAutostart:
         if current is None:
             return Status(False, where, NOT_SET)
         entries = current[1]
+        found = read_desktop_exec(entries["Exec"]) if "Exec" in entries else None
+        command = tuple(found) if found is not None else None
         off = _turned_off_by_user(entries)
         if MARKER_KEY not in entries:
-            return Status(off is None, where, FOREIGN)
+            return Status(off is None, where, FOREIGN, command)
         if off:
-            return Status(False, where, f"disabled by you ({off})")
-        return Status(True, where, STARTS if entries.get("Exec") == self.exec else OTHER_COMMAND)
+            return Status(False, where, f"disabled by you ({off})", command)
+        same = entries.get("Exec") == self.exec
+        return Status(True, where, STARTS if same else OTHER_COMMAND, command)
 
     def status(self) -> Status:
         return self._status(self._read())
@@ -279,12 +400,15 @@ class _LaunchAgent:
         agent = current[1]
         if agent is None:
             return Status(False, where, "this is not a launch agent plist, so it is left alone")
+        found = agent.get("ProgramArguments")
+        command = tuple(found) if isinstance(found, list) and all(
+            isinstance(arg, str) for arg in found) else None
         if agent.get("Label") != AGENT_LABEL:
-            return Status(agent.get("Disabled") is not True, where, FOREIGN)
+            return Status(agent.get("Disabled") is not True, where, FOREIGN, command)
         if agent.get("Disabled") is True:
-            return Status(False, where, "disabled by you (Disabled=true)")
-        same = agent.get("ProgramArguments") == self.argv
-        return Status(True, where, STARTS if same else OTHER_COMMAND)
+            return Status(False, where, "disabled by you (Disabled=true)", command)
+        same = found == self.argv
+        return Status(True, where, STARTS if same else OTHER_COMMAND, command)
 
     def status(self) -> Status:
         return self._status(self._read())
@@ -314,6 +438,42 @@ def run_value(argv: Sequence[str]) -> str:
     if not argv:
         raise ValueError("the command to start at login is empty")
     return subprocess.list2cmdline(argv)
+
+
+def split_run_value(line: str) -> list[str]:
+    """A command line split as the C runtime splits it for the program: 2n
+    backslashes before a quote are n and the quote delimits, 2n+1 are n and a
+    literal quote; other backslashes are themselves (list2cmdline's inverse)."""
+    args: list[str] = []
+    current: list[str] | None = None  # None: between arguments
+    quoted = False
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if c in " \t" and not quoted:
+            if current is not None:
+                args.append("".join(current))
+            current = None
+            i += 1
+            continue
+        current = [] if current is None else current
+        if c == "\\":
+            run = len(line[i:]) - len(line[i:].lstrip("\\"))
+            before_quote = i + run < len(line) and line[i + run] == '"'
+            current.append("\\" * (run // 2 if before_quote else run))
+            i += run
+            if before_quote and run % 2:
+                current.append('"')  # an escaped quote: a literal one
+                i += 1
+        elif c == '"':
+            quoted = not quoted
+            i += 1
+        else:
+            current.append(c)
+            i += 1
+    if current is not None:
+        args.append("".join(current))
+    return args
 
 
 class WinregRunKey:
@@ -365,7 +525,8 @@ class _RunValue:
     def _status(self, current: str | None) -> Status:
         if current is None:
             return Status(False, self.where, NOT_SET)
-        return Status(True, self.where, STARTS if current == self.data else OTHER_COMMAND)
+        return Status(True, self.where, STARTS if current == self.data else OTHER_COMMAND,
+                      tuple(split_run_value(current)))
 
     def status(self) -> Status:
         return self._status(self._get())
@@ -449,28 +610,39 @@ class _Backend(Protocol):
 
 def _backend(
     *,
+    home: str | os.PathLike[str] | None = None,
+    jobs: str | os.PathLike[str] | None = None,
+    config: str | os.PathLike[str] | None = None,
     platform: str | None = None,
-    home: Path | None = None,
+    user_home: Path | None = None,
     env: Mapping[str, str] | None = None,
     registry: RunKey | None = None,
     command: Sequence[str] | None = None,
 ) -> _Backend:
-    """Where start-at-login is decided. `platform` defaults to sys.platform, `home` to
-    Path.home(), `env` to os.environ, `registry` to the real Run key (Windows only),
-    `command` to default_command(). status/enable/disable take the same keywords."""
+    """Where start-at-login is decided, and what it starts.
+
+    `home`, `jobs` and `config`: the app's home, jobs folder and config file,
+    written into the command (see app_options); None leaves that one to its
+    default at login. `platform` defaults to sys.platform, `user_home` (the
+    user's login folder) to Path.home(), `env` to os.environ, `registry` to the
+    real Run key (Windows only), `command` to default_command().
+    status/enable/disable take the same keywords."""
     platform = platform or sys.platform
     argv = list(command) if command is not None else default_command(platform=platform)
+    argv += app_options(home, jobs, config, platform=platform)
     if platform == "win32":
         return _RunValue(registry if registry is not None else WinregRunKey(), argv)
-    home = home if home is not None else Path.home()
+    user_home = user_home if user_home is not None else Path.home()
     if platform == "darwin":
-        return _LaunchAgent(launch_agent_path(home), argv)
+        return _LaunchAgent(launch_agent_path(user_home), argv)
     # Linux, the BSDs and any other desktop that follows XDG.
-    return _XdgAutostart(xdg_autostart_path(home, os.environ if env is None else env), argv)
+    return _XdgAutostart(xdg_autostart_path(user_home, os.environ if env is None else env),
+                         argv)
 
 
 def status(**where: Any) -> Status:
-    """Whether the app starts at login (keywords: see _backend)."""
+    """Whether the app starts at login (keywords: see _backend). Given the home,
+    jobs folder and config it runs with, says whether login starts it on those."""
     return _backend(**where).status()
 
 

@@ -28,7 +28,8 @@ COMMANDS: dict[str, Command] = {}
 
 
 def command(function: Command) -> Command:
-    COMMANDS[function.__name__.removeprefix("cmd_")] = function
+    """cmd_run_now is `sloth-tray run-now`."""
+    COMMANDS[function.__name__.removeprefix("cmd_").replace("_", "-")] = function
     return function
 
 
@@ -84,11 +85,12 @@ def cmd_paths(args: argparse.Namespace, home: Home) -> int:
 @command
 def cmd_status(args: argparse.Namespace, home: Home) -> int:
     with open_queue(home) as queue:
-        counts = queue.status()
+        counts = queue.summary()
     if args.json:
         emit_json(counts)
     else:
-        print(table([(state, str(counts[state])) for state in counts]))
+        print(table([(key, str(value)) for key, value in counts.items() if key != "paused"]
+                    + [("paused", "yes" if counts["paused"] else "no")]))
     return 0
 
 
@@ -148,9 +150,15 @@ def cmd_show(args: argparse.Namespace, home: Home) -> int:
     return 0
 
 
+Hint = Callable[[Job], "str | None"]
+
+
 def _each_job(home: Home, ids: Sequence[str], act: Callable[[Queue, str], bool],
-              verb: str, done: str) -> int:
-    """Apply `act` to each id; one line per job; non-zero if any could not be done."""
+              verb: str, done: str, hint: Hint | None = None) -> int:
+    """Apply `act` to each id; one line per job; non-zero if any could not be done.
+
+    `hint` may say what to do instead with a job `act` cannot change (the
+    command that would), in place of "nothing to <verb>"."""
     status = 0
     with open_queue(home) as queue:
         for given in ids:
@@ -159,14 +167,27 @@ def _each_job(home: Home, ids: Sequence[str], act: Callable[[Queue, str], bool],
                 if act(queue, job.id):
                     print(f"{done:<9} {printable(job.name)} ({job.id})")
                 else:
-                    print(f"sloth-tray: {printable(job.name)} ({job.id}) is {job.state.value}; "
-                          f"nothing to {verb}", file=sys.stderr)
+                    why = (hint and hint(job)) or f"is {job.state.value}; nothing to {verb}"
+                    print(f"sloth-tray: {printable(job.name)} ({job.id}) {why}",
+                          file=sys.stderr)
                     status = 1
             except SlothError as exc:
                 print(f"sloth-tray: {printable(exc)}", file=sys.stderr)
                 status = 1
     home.ring_doorbell()
     return status
+
+
+def _run_now_instead(job: Job) -> str | None:
+    if job.state == State.PENDING:
+        return f"is waiting; `sloth-tray run-now {job.id}` starts it now"
+    return None
+
+
+def _retry_instead(job: Job) -> str | None:
+    if job.state in (State.FAILED, State.CANCELLED):
+        return f"is {job.state.value}; `sloth-tray retry {job.id}` puts it back in line"
+    return None
 
 
 @command
@@ -186,7 +207,37 @@ def cmd_retry(args: argparse.Namespace, home: Home) -> int:
         if not ids:
             print("no failed jobs" if not refused else "nothing else to retry")
             return 0
-    return _each_job(home, ids, spool.retry, "retry", "retried")
+    return _each_job(home, ids, spool.retry, "retry", "retried", _run_now_instead)
+
+
+@command
+def cmd_run_now(args: argparse.Namespace, home: Home) -> int:
+    status = _each_job(home, args.ids, Queue.run_now, "run now", "due now", _retry_instead)
+    with open_queue(home) as queue:
+        paused = queue.paused()
+    if paused and status == 0:
+        print("the queue is paused: it starts after `sloth-tray resume`")
+    return status
+
+
+@command
+def cmd_pause(args: argparse.Namespace, home: Home) -> int:
+    with open_queue(home) as queue:
+        queue.set_paused(True)
+    home.ring_doorbell()
+    print("paused: no new job starts until `sloth-tray resume` (a running job finishes)")
+    return 0
+
+
+@command
+def cmd_resume(args: argparse.Namespace, home: Home) -> int:
+    with open_queue(home) as queue:
+        queue.set_paused(False)
+        due = queue.summary()["due_now"]
+    home.ring_doorbell()
+    print(f"resumed: {due} job{'' if due == 1 else 's'} due now" if due else
+          "resumed: nothing is due now")
+    return 0
 
 
 @command
@@ -218,12 +269,20 @@ def cmd_config(args: argparse.Namespace, home: Home) -> int:
 def cmd_autostart(args: argparse.Namespace, home: Home) -> int:
     change = {"enable": autostart.enable, "disable": autostart.disable,
               "status": autostart.status}[args.action]
-    state = change()
+    # The entry starts the app on this home (and jobs folder, and config file):
+    # enabled from a SLOTH_TRAY_HOME, login must not bring it back on another queue.
+    state = change(**autostart.app_location(home, args.settings))
+    places = {"home": state.home, "jobs_dir": state.jobs_dir, "config": state.config}
     if args.json:
-        emit_json({"enabled": state.enabled, "where": state.where, "detail": state.detail})
-    else:
-        print(f"start at login: {'on' if state.enabled else 'off'} — "
-              f"{printable(state.detail)}\n  ({printable(state.where)})")
+        emit_json({"enabled": state.enabled, "where": state.where, "detail": state.detail}
+                  | places | {"command": list(state.command) if state.command else None})
+        return 0
+    print(f"start at login: {'on' if state.enabled else 'off'} — "
+          f"{printable(state.detail)}\n  ({printable(state.where)})")
+    labels = {"home": "home:       ", "jobs_dir": "jobs folder:", "config": "config:     "}
+    for key, place in places.items():
+        if place is not None:
+            print(f"  {labels[key]} {printable(place)}")
     return 0
 
 
@@ -280,6 +339,9 @@ def open_tray(daemon: Daemon, args: argparse.Namespace):
 @command
 def cmd_work(args: argparse.Namespace, home: Home) -> int:
     with Daemon(home, args.settings, watch=not args.once, log_to_stderr=False) as daemon:
+        if daemon.engine.paused:
+            print("sloth-tray: the queue is paused; no job starts until `sloth-tray resume`",
+                  file=sys.stderr)
         daemon.engine.on_result(print_result)
         daemon.run_until_stopped(drain=args.once)
     if daemon.fatal:
@@ -351,6 +413,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all-failed", action="store_true", help="every failed job")
     p = add("cancel", "cancel pending, running or failed jobs")
     p.add_argument("ids", nargs="+", metavar="ID")
+    p = add("run-now", "make waiting jobs due now (failed ones: use retry)")
+    p.add_argument("ids", nargs="+", metavar="ID")
+    add("pause", "start no new job until resume, in this and every later start "
+                 "(a running job finishes)")
+    add("resume", "start due jobs again after a pause")
     p = add("add", "queue a script (a copy of it: later edits change nothing)")
     p.add_argument("path", help="the script")
     p.add_argument("--delay", type=limits.DELAY.argument, metavar="SECONDS",

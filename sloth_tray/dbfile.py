@@ -101,6 +101,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # Refusals were only prose before: find them by it.
         "UPDATE jobs SET reason = 'refused' WHERE state = 'failed' AND last_error LIKE 'refused:%'",
     ),
+    (
+        # Switches of the whole queue, a row each (`paused`: start no new job). In
+        # the file, not in the daemon's memory: a pause outlives a restart, and
+        # the command line sets and reads the very same one.
+        "CREATE TABLE flags (name TEXT PRIMARY KEY, value NOT NULL) WITHOUT ROWID",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

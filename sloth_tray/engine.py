@@ -3,7 +3,12 @@
 With nothing due, the loop blocks in its Alarm until something rings it (a new
 job, a retry, the CLI's doorbell, pause, quit) or until the queue's next
 wake-up time. After every change it publishes an immutable Snapshot to its
-listeners, so a UI never has to touch SQLite.
+listeners, so a UI never has to touch SQLite: the loop publishes around each
+job, and every wake() and menu action publishes from the action thread, so a
+change shows at once even while a job runs for hours.
+
+The pause lives in the queue's file (Queue.paused), read on every pass of the
+loop: the command line's `pause` and a restart see the same one.
 """
 
 from __future__ import annotations
@@ -102,7 +107,10 @@ class Engine:
         self._listeners: list[Listener] = []
         self._result_listeners: list[ResultListener] = []
         self._stopping = False
-        self._paused = False
+        self._paused = queue.paused()  # the file's, refreshed at every read of it
+        self._pause_seen: bool | None = None  # what the loop last said of the pause
+        self._publish_queued = False  # a publish waits on the action thread
+        self._publish_queued_lock = threading.Lock()
         self._problem: str | None = None
         self._running: RunningJob | None = None
         self._last: Snapshot | None = None
@@ -118,23 +126,28 @@ class Engine:
         self._result_listeners.append(listener)
 
     def wake(self) -> None:
-        """The queue changed: look again (and let a running job check its lease)."""
+        """The queue changed: look again (and let a running job check its lease).
+
+        The loop may be inside a job for hours, so the new state is published
+        from the action thread too (the CLI's retry must clear the red badge now)."""
         self.runner.nudge()
         self.alarm.ring()
+        self._publish_soon()
 
     def pause(self) -> None:
-        """Claim nothing new; a running job finishes."""
-        self._paused = True
-        self.alarm.ring()
-        self._actions.submit(self._publish)  # even while a job runs, show it at once
+        """Claim nothing new, in this app and every later start, until resume();
+        a running job finishes."""
+        self._paused = True  # at once, for a menu that toggles twice quickly
+        self._act(lambda queue: queue.set_paused(True))
 
     def resume(self) -> None:
         self._paused = False
-        self.alarm.ring()
-        self._actions.submit(self._publish)
+        self._act(lambda queue: queue.set_paused(False))
 
     @property
     def paused(self) -> bool:
+        """The pause as last read from the queue (or as just asked for): no SQLite
+        on the caller's thread."""
         return self._paused
 
     def stop(self) -> None:
@@ -179,10 +192,37 @@ class Engine:
                 log.warning("%s", exc)
             except Exception:  # a bug of ours: said in the log, the app goes on
                 log.exception("a change asked for from the menu failed")
-            self.wake()
+            self.runner.nudge()
+            self.alarm.ring()
             self._publish()
 
-        self._actions.submit(act)
+        self._submit(act)
+
+    def _publish_soon(self) -> None:
+        """A publish on the action thread; a burst of wakes (a hundred drops)
+        shares the one that is still waiting to run."""
+        with self._publish_queued_lock:
+            if self._publish_queued:
+                return
+            self._publish_queued = True
+
+        def publish() -> None:
+            with self._publish_queued_lock:
+                self._publish_queued = False  # a change after this reads again
+            self._publish()
+
+        if not self._submit(publish):
+            with self._publish_queued_lock:
+                self._publish_queued = False
+
+    def _submit(self, work: Callable[[], None]) -> bool:
+        """Run `work` on the action thread; False once the engine has stopped (a
+        doorbell rung during the quit changes nothing any more)."""
+        try:
+            self._actions.submit(work)
+        except RuntimeError:  # shut down: the final snapshot has been published
+            return False
+        return True
 
     # -- the loop -------------------------------------------------------------
 
@@ -213,13 +253,14 @@ class Engine:
         try:
             while not self._stopping:
                 try:
-                    if self._step():
+                    paused = self._read_pause()
+                    if not paused and self._step():
                         continue
                     self._problem = None
                     self._publish()
                     if drain:
                         return
-                    self.alarm.wait(None if self._paused else self.queue.next_wakeup())
+                    self.alarm.wait(None if paused else self.queue.next_wakeup())
                 except DatabaseProblem as exc:
                     self._report(exc)
                     if drain:
@@ -232,10 +273,20 @@ class Engine:
             self._actions.shutdown(wait=True)
             self._publish(stopped=True)
 
+    def _read_pause(self) -> bool:
+        """The pause, from the file, once per pass; its changes are said in the log."""
+        paused = self._paused = self.queue.paused()
+        if paused != self._pause_seen:
+            if paused:
+                log.info("paused: no job starts until resumed (`sloth-tray resume`, "
+                         "or Pause in the menu)")
+            elif self._pause_seen is not None:
+                log.info("resumed")
+            self._pause_seen = paused
+        return paused
+
     def _step(self) -> bool:
         """Claim and run one job. False when nothing could be claimed."""
-        if self._paused:
-            return False
         job = self.queue.claim(self.owner)
         if job is None:
             return False
@@ -301,7 +352,8 @@ class Engine:
                     log.exception("snapshot listener failed")
 
     def _read(self, stopped: bool) -> Snapshot:
-        counts = self.queue.status()
+        counts = self.queue.summary()
+        self._paused = bool(counts["paused"])
         failed = tuple(FailedJob(j.id, j.name, j.last_error or "", j.updated_at,
                                  refused=j.reason == Reason.REFUSED)
                        for j in self.queue.jobs(State.FAILED, limit=SHOWN_FAILED))
@@ -311,6 +363,7 @@ class Engine:
             pending=counts["pending"], done=counts["done"], failed_count=counts["failed"],
             due_now=counts["due_now"], running=self._running, failed_jobs=failed,
             waiting=waiting,
-            next_wakeup=self.queue.next_wakeup(), paused=self._paused, problem=self._problem,
+            next_wakeup=self.queue.next_wakeup(), paused=bool(counts["paused"]),
+            problem=self._problem,
             stopped=stopped,
         )

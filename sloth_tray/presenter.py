@@ -11,11 +11,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from sloth_tray.engine import Snapshot
+from sloth_tray.display import printable
+from sloth_tray.engine import FailedJob, Snapshot
 from sloth_tray.icons import Look
 from sloth_tray.timefmt import format_duration
 
-MENU_ERROR_CHARS = 60
+# A failed job's label: its name whole, then as much of the error as fits in the
+# rest of FAILED_LABEL_CHARS, but never less than ERROR_CHARS_AT_LEAST of it.
+FAILED_LABEL_CHARS = 48
+ERROR_CHARS_AT_LEAST = 16
+ERROR_ROW_CHARS = 120  # the error's own row, first in the job's submenu
+REFRESH_SECONDS = 1.0  # how often a running job's elapsed time moves on screen
 
 
 class Controls(Protocol):
@@ -62,7 +68,7 @@ def title(snapshot: Snapshot, now: float) -> str:
     if snapshot.problem:
         return f"sloth: {snapshot.problem}"
     if snapshot.running:
-        parts = [f"running {snapshot.running.name}"]
+        parts = [f"running {printable(snapshot.running.name)}"]
     elif snapshot.paused:
         parts = ["paused"]
     else:
@@ -75,11 +81,14 @@ def title(snapshot: Snapshot, now: float) -> str:
 
 
 def status_line(snapshot: Snapshot, now: float, jobs_folder: str = "") -> str:
+    """The menu's first row. Every time in it is counted from `now`, the moment the
+    menu is built: a snapshot can be minutes old when the menu opens."""
     if snapshot.problem:
         return snapshot.problem
     if snapshot.running:
         job = snapshot.running
-        return f"Running {job.name} (attempt {job.attempt}, {clock(now - job.started_at)})"
+        return (f"Running {printable(job.name)} "
+                f"(attempt {job.attempt}, {clock(now - job.started_at)})")
     if snapshot.paused:
         return "Paused"
     never_used = not (snapshot.pending or snapshot.done or snapshot.failed_count)
@@ -87,9 +96,19 @@ def status_line(snapshot: Snapshot, now: float, jobs_folder: str = "") -> str:
         return f"Idle — drop scripts into {jobs_folder}"
     if snapshot.next_wakeup is None:
         return "Idle — nothing waiting"
-    if snapshot.next_wakeup <= now:
-        return "Idle — next job starting"
-    return f"Idle — next job in {in_words(snapshot.next_wakeup - now)}"
+    return f"Idle — next job {due_in(snapshot.next_wakeup, now)}"
+
+
+def due_in(due: float, now: float) -> str:
+    """`due now` once the time has come (never `in 1 s` for a job already late)."""
+    return "due now" if due <= now else "in " + in_words(due - now)
+
+
+def running_refresh_needed(snapshot: Snapshot) -> bool:
+    """Whether what is shown moves on by itself: only a running job's elapsed time
+    does. The tray refreshes it every REFRESH_SECONDS while this holds, and never
+    otherwise (an idle app costs nothing)."""
+    return snapshot.running is not None and not snapshot.problem and not snapshot.stopped
 
 
 def clock(seconds: float) -> str:
@@ -108,9 +127,32 @@ def in_words(seconds: float) -> str:
     return format_duration(seconds)
 
 
-def short(text: str, limit: int = MENU_ERROR_CHARS) -> str:
-    text = " ".join(text.split())
+def short(text: str, limit: int = ERROR_ROW_CHARS) -> str:
+    """One line, at most `limit` characters; control characters shown, never obeyed
+    (a name or an error comes from a file anyone can write)."""
+    text = printable(" ".join(text.split()))
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def failed_label(job: FailedJob) -> str:
+    """`nightly-backup-of-photos — rsync: connection re…`: the name is what tells
+    the jobs apart, so it is never cut; the error gets what room is left."""
+    name = printable(job.name)
+    room = max(ERROR_CHARS_AT_LEAST, FAILED_LABEL_CHARS - len(name) - len(" — "))
+    return f"{name} — {short(job.error, room) or 'failed'}"
+
+
+def failed_submenu(job: FailedJob, controls: Controls) -> tuple[Item, ...]:
+    """The whole error first (as much as a menu row holds; Show log has the rest),
+    then what can be done: a refused drop never runs, it can only be removed."""
+    error = (Item(short(job.error, ERROR_ROW_CHARS), enabled=False), SEPARATOR) \
+        if job.error.strip() else ()
+    if job.refused:
+        return (*error, Item("Remove", lambda: controls.cancel(job.id)))
+    return (*error,
+            Item("Retry", lambda: controls.retry(job.id)),
+            Item("Show log", lambda: controls.show_log(job.id)),
+            Item("Cancel", lambda: controls.cancel(job.id)))
 
 
 def menu(snapshot: Snapshot, controls: Controls, now: float, *,
@@ -118,20 +160,10 @@ def menu(snapshot: Snapshot, controls: Controls, now: float, *,
          jobs_folder: str = "") -> tuple[Item, ...]:
     anything_failed = bool(snapshot.failed_jobs)
     retryable = any(not job.refused for job in snapshot.failed_jobs)
-    failed = tuple(
-        # A refused drop never runs: it can only be removed.
-        Item(f"{job.name} — {short(job.error)}", submenu=(
-            Item("Remove", lambda job_id=job.id: controls.cancel(job_id)),
-        )) if job.refused else
-        Item(f"{job.name} — {short(job.error) or 'failed'}", submenu=(
-            Item("Retry", lambda job_id=job.id: controls.retry(job_id)),
-            Item("Show log", lambda job_id=job.id: controls.show_log(job_id)),
-            Item("Cancel", lambda job_id=job.id: controls.cancel(job_id)),
-        ))
-        for job in snapshot.failed_jobs
-    )
+    failed = tuple(Item(failed_label(job), submenu=failed_submenu(job, controls))
+                   for job in snapshot.failed_jobs)
     waiting = tuple(
-        Item(f"{job.name} — {'due now' if job.due <= now else 'in ' + in_words(job.due - now)}",
+        Item(f"{printable(job.name)} — {due_in(job.due, now)}",
              submenu=(Item("Run now", lambda job_id=job.id: controls.run_now(job_id)),))
         for job in snapshot.waiting
     )

@@ -737,6 +737,31 @@ class Queue:
             ).fetchone()[0]
         return {state.value: counts.get(state.value, 0) for state in State} | {"due_now": due_now}
 
+    def summary(self) -> dict[str, int | bool]:
+        """status(), and whether the queue is paused. While it is, nothing is due
+        now, whatever the clock says: nothing will start."""
+        counts: dict[str, int | bool] = dict(self.status())
+        paused = self.paused()
+        if paused:
+            counts["due_now"] = 0
+        return counts | {"paused": paused}
+
+    # -- the pause -------------------------------------------------------------
+
+    def set_paused(self, paused: bool) -> None:
+        """Start no new job (a running one finishes) until set_paused(False). Kept
+        in the file: every process and every later start sees the same pause."""
+        with self._writing() as db:
+            db.execute("INSERT INTO flags(name, value) VALUES ('paused', ?) "
+                       "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                       (int(bool(paused)),))
+
+    def paused(self) -> bool:
+        """One primary-key read: cheap enough for every pass of the daemon's loop."""
+        with self._reading() as db:
+            row = db.execute("SELECT value FROM flags WHERE name = 'paused'").fetchone()
+        return bool(row and row[0])
+
     def next_wakeup(self) -> float | None:
         """The earliest wall time at which claim() could return a job; None if never."""
         with self._reading() as db:

@@ -96,6 +96,12 @@ def test_exec_quoting_follows_the_spec(argv, expected):
 ])
 def test_exec_round_trips_through_a_spec_reader(argv):
     assert read_exec(desktop_exec(argv)) == argv
+    assert autostart.read_desktop_exec(desktop_exec(argv)) == argv  # the module's own reader
+
+
+@pytest.mark.parametrize("value", ['/bin/echo "unclosed', r'/bin/echo "a\\qb"'])
+def test_an_exec_that_breaks_the_quoting_rules_reads_as_no_command(value):
+    assert autostart.read_desktop_exec(value) is None
 
 
 @pytest.mark.parametrize("argv", [["/opt/a=b/python"], ["/bin/echo", "bell\x07"]])
@@ -110,9 +116,9 @@ def test_exec_refuses_what_the_spec_cannot_hold(argv):
 
 @pytest.fixture
 def xdg(tmp_path):
-    """Keyword arguments that put a Linux desktop under tmp_path."""
+    """Keyword arguments that put a Linux desktop (the user's login folder) under tmp_path."""
     env = {"XDG_CONFIG_HOME": str(tmp_path / "cfg")}
-    return {"platform": "linux", "home": tmp_path, "env": env}
+    return {"platform": "linux", "user_home": tmp_path, "env": env}
 
 
 def spaced_python(tmp_path: Path) -> list[str]:
@@ -217,7 +223,7 @@ def test_linux_an_old_command_shows_and_enable_updates_it(tmp_path, xdg):
 ])
 def test_linux_where_follows_xdg_config_home(tmp_path, env, expected):
     env = {k: v.format(tmp=tmp_path) for k, v in env.items()}
-    result = enable(platform="linux", home=tmp_path, env=env)
+    result = enable(platform="linux", user_home=tmp_path, env=env)
     assert result.where == str(tmp_path / expected)
     assert Path(result.where).is_file()
 
@@ -249,7 +255,7 @@ def test_a_folder_that_cannot_be_made_is_one_sentence(tmp_path, xdg):
 
 
 def test_other_xdg_platforms_use_the_desktop_file(tmp_path):
-    result = enable(platform="freebsd14", home=tmp_path, env={})
+    result = enable(platform="freebsd14", user_home=tmp_path, env={})
     assert result.where.endswith(".config/autostart/sloth-tray.desktop")
 
 
@@ -258,7 +264,7 @@ def test_other_xdg_platforms_use_the_desktop_file(tmp_path):
 
 def test_macos_launch_agent(tmp_path):
     argv = spaced_python(tmp_path)
-    mac = {"platform": "darwin", "home": tmp_path, "command": argv}
+    mac = {"platform": "darwin", "user_home": tmp_path, "command": argv}
     path = tmp_path / "Library" / "LaunchAgents" / "org.sloth-tray.agent.plist"
     assert status(**mac) == Status(False, str(path), "not set to start at login")
 
@@ -282,7 +288,7 @@ def test_macos_launch_agent(tmp_path):
 
 
 def test_macos_a_user_disabled_agent_is_honoured(tmp_path):
-    mac = {"platform": "darwin", "home": tmp_path}
+    mac = {"platform": "darwin", "user_home": tmp_path}
     path = Path(enable(**mac).where)
     agent = plistlib.loads(path.read_bytes())
     path.write_bytes(plistlib.dumps({**agent, "Disabled": True}))
@@ -293,7 +299,7 @@ def test_macos_a_user_disabled_agent_is_honoured(tmp_path):
 
 
 def test_macos_an_old_command_shows_and_enable_updates_it(tmp_path):
-    mac = {"platform": "darwin", "home": tmp_path}
+    mac = {"platform": "darwin", "user_home": tmp_path}
     enable(**mac, command=["/old/python", "-m", "sloth_tray"])
 
     stale = status(**mac, command=["/new/python", "-m", "sloth_tray"])
@@ -309,7 +315,7 @@ def test_macos_an_old_command_shows_and_enable_updates_it(tmp_path):
     b"this is not a plist",
 ])
 def test_macos_an_agent_that_is_not_ours_is_never_touched(tmp_path, content):
-    mac = {"platform": "darwin", "home": tmp_path}
+    mac = {"platform": "darwin", "user_home": tmp_path}
     path = tmp_path / "Library" / "LaunchAgents" / f"{AGENT_LABEL}.plist"
     path.parent.mkdir(parents=True)
     path.write_bytes(content)
@@ -388,7 +394,7 @@ def test_windows_a_registry_refusal_is_one_sentence():
 
 def test_the_default_command_runs_the_package(tmp_path):
     assert default_command() == [sys.executable, "-m", "sloth_tray"]
-    path = Path(enable(platform="linux", home=tmp_path, env={}).where)
+    path = Path(enable(platform="linux", user_home=tmp_path, env={}).where)
     exec_value = parse_desktop_entry(path.read_text("utf-8"))["Exec"]
     assert read_exec(exec_value) == [sys.executable, "-m", "sloth_tray"]
 
@@ -418,3 +424,79 @@ def test_winreg_is_only_imported_when_the_real_registry_is_used():
     # Importing the module on Linux worked (there is no winreg here); making the adapter too.
     assert "winreg" not in sys.modules
     assert isinstance(autostart.WinregRunKey(), autostart.WinregRunKey)
+
+
+# -- where the app lives: its home, jobs folder and config file ---------------------------------
+
+
+def odd_places(tmp_path: Path) -> dict[str, Path]:
+    return {"home": tmp_path / "sloth $HOME 100%", "jobs": tmp_path / 'jobs "quoted" \\ `x`',
+            "config": tmp_path / "conf; #1" / "c.toml"}
+
+
+def test_linux_the_entry_starts_the_app_on_the_home_and_jobs_folder_it_was_enabled_for(
+        tmp_path, xdg):
+    places = odd_places(tmp_path)
+    after = enable(**xdg, **places)
+
+    assert after.detail == "starts at login"
+    exec_value = parse_desktop_entry(Path(after.where).read_text("utf-8"))["Exec"]
+    assert read_exec(exec_value) == [*default_command(), "--home", str(places["home"]),
+                                     "--jobs-dir", str(places["jobs"]),
+                                     "--config", str(places["config"])]
+    assert (after.home, after.jobs_dir, after.config) == tuple(map(str, places.values()))
+    assert status(**xdg, **places) == after
+
+    # Asked about from another home, the entry is another command, and says whose it is.
+    other = status(**xdg, home=tmp_path / "other")
+    assert other.enabled and other.detail == autostart.OTHER_COMMAND
+    assert other.home == str(places["home"])
+
+
+def test_only_the_places_given_are_written_and_relative_ones_are_made_absolute(
+        tmp_path, xdg, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    after = enable(**xdg, home="rel/home")
+    exec_value = parse_desktop_entry(Path(after.where).read_text("utf-8"))["Exec"]
+    assert read_exec(exec_value) == [*default_command(), "--home", str(tmp_path / "rel/home")]
+    assert (after.home, after.jobs_dir, after.config) == (str(tmp_path / "rel/home"), None, None)
+    assert enable(**xdg).home is None  # enabled again with none: the entry names none
+
+
+def test_a_place_a_desktop_entry_cannot_hold_is_one_sentence(tmp_path, xdg):
+    with pytest.raises(SlothError) as caught:
+        enable(**xdg, home=tmp_path / "new\x07line")
+    assert "control character" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_macos_the_agent_starts_the_app_on_its_home_and_jobs_folder(tmp_path):
+    places = odd_places(tmp_path)
+    mac = {"platform": "darwin", "user_home": tmp_path, "command": ["/py", "-m", "sloth_tray"]}
+    after = enable(**mac, **places)
+    agent = plistlib.loads(Path(after.where).read_bytes())
+    assert agent["ProgramArguments"] == ["/py", "-m", "sloth_tray", "--home", str(places["home"]),
+                                         "--jobs-dir", str(places["jobs"]),
+                                         "--config", str(places["config"])]
+    assert (after.home, after.jobs_dir, after.config) == tuple(map(str, places.values()))
+
+
+@pytest.mark.parametrize("home", [r"C:\Users\Ann\sloth home", "C:\\odd\\ \"q\" \\", r"C:\plain"])
+def test_windows_the_run_value_starts_the_app_on_its_home(home):
+    registry = FakeRunKey()
+    win = {"platform": "win32", "registry": registry, "command": [r"C:\a b\sloth-tray.exe"]}
+    after = enable(**win, home=home, jobs=r"D:\jobs")
+    line = registry.values["sloth-tray"]
+    argv = [r"C:\a b\sloth-tray.exe", "--home", home, "--jobs-dir", r"D:\jobs"]
+    assert line == subprocess.list2cmdline(argv)
+    assert autostart.split_run_value(line) == argv
+    assert (after.home, after.jobs_dir, after.config) == (home, r"D:\jobs", None)
+    assert after.detail == "starts at login"
+
+
+@pytest.mark.parametrize("line, argv", [
+    (r'"C:\a b\x.exe" --home "C:\h\\"', [r"C:\a b\x.exe", "--home", "C:\\h\\"]),
+    (r'x.exe a\\\"b "c d" e', ["x.exe", 'a\\"b', "c d", "e"]),
+    (r'x.exe ""', ["x.exe", ""]),
+])
+def test_a_run_value_is_read_as_windows_splits_a_command_line(line, argv):
+    assert autostart.split_run_value(line) == argv

@@ -40,7 +40,8 @@ def test_status_json_on_a_brand_new_home_is_all_zero_and_creates_it_private(home
     done = sloth("status", "--json", "--home", str(home))
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {
-        "pending": 0, "running": 0, "done": 0, "failed": 0, "cancelled": 0, "due_now": 0}
+        "pending": 0, "running": 0, "done": 0, "failed": 0, "cancelled": 0, "due_now": 0,
+        "paused": False}
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
     assert stat.S_IMODE((home / "queue.db").stat().st_mode) == 0o600
 
@@ -153,3 +154,103 @@ def test_autostart_round_trips_for_real_under_a_temporary_home(tmp_path):
     assert json.loads(sloth("autostart", "--json", env=env).stdout)["enabled"]
     assert not json.loads(sloth("autostart", "disable", "--json", env=env).stdout)["enabled"]
     assert not entry.exists()
+
+
+def test_pause_and_resume_are_kept_in_the_queue_and_ring_the_doorbell(home, capsys):
+    ids = seed(home)
+    with Queue(home / "queue.db") as q:
+        q.retry(ids["bad"])  # due now
+    code, out, _ = run(capsys, "pause", "--home", str(home))
+    assert code == 0 and out.startswith("paused: no new job starts until `sloth-tray resume`")
+    assert (home / "doorbell" / "ring").exists()
+    with Queue(home / "queue.db") as q:
+        assert q.paused()
+    code, out, _ = run(capsys, "status", "--json", "--home", str(home))
+    status = json.loads(out)
+    assert (status["paused"], status["due_now"], status["pending"]) == (True, 0, 2)
+    code, out, _ = run(capsys, "status", "--home", str(home))
+    assert out.splitlines()[-1].split() == ["paused", "yes"]
+    (home / "doorbell" / "ring").unlink()
+    code, out, _ = run(capsys, "resume", "--home", str(home))
+    assert code == 0 and out.startswith("resumed")
+    assert (home / "doorbell" / "ring").exists()
+    status = json.loads(run(capsys, "status", "--json", "--home", str(home))[1])
+    assert (status["paused"], status["due_now"]) == (False, 1)
+
+
+def test_run_now_hurries_a_waiting_job_and_points_a_failed_one_to_retry(home, capsys):
+    ids = seed(home)
+    code, out, err = run(capsys, "run-now", ids["later"][:8], "--home", str(home))
+    assert (code, err) == (0, "")
+    assert out == f"due now   later ({ids['later']})\n"
+    assert (home / "doorbell" / "ring").exists()
+    with Queue(home / "queue.db") as q:
+        assert q.get(ids["later"]).not_before <= q.clock()
+        assert q.status()["due_now"] == 1
+    code, out, err = run(capsys, "run-now", ids["bad"], "--home", str(home))
+    assert code == 1 and out == ""
+    assert err == (f"sloth-tray: disk_check ({ids['bad']}) is failed; "
+                   f"`sloth-tray retry {ids['bad']}` puts it back in line\n")
+
+
+def test_run_now_while_paused_says_it_waits_for_resume(home, capsys):
+    ids = seed(home)
+    run(capsys, "pause", "--home", str(home))
+    code, out, _ = run(capsys, "run-now", ids["later"], "--home", str(home))
+    assert code == 0
+    assert out.splitlines()[-1] == ("the queue is paused: it starts after "
+                                    "`sloth-tray resume`")
+
+
+def test_retry_of_a_waiting_job_says_how_to_start_it_now(home, capsys):
+    ids = seed(home)
+    code, out, err = run(capsys, "retry", ids["later"], "--home", str(home))
+    assert code == 1 and out == ""
+    assert err == (f"sloth-tray: later ({ids['later']}) is waiting; "
+                   f"`sloth-tray run-now {ids['later']}` starts it now\n")
+
+
+def test_autostart_records_the_home_and_jobs_folder_it_was_enabled_for(tmp_path, monkeypatch):
+    from test_autostart import read_exec
+
+    from sloth_tray.autostart import parse_desktop_entry
+
+    monkeypatch.delenv("SLOTH_TRAY_CONFIG")  # the default config file, found again at login
+    env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / ".config")}
+    app_home = tmp_path / "my sloth $HOME"
+    jobs = tmp_path / "jobs 100% \\ \"odd\""
+    jobs.mkdir()
+    done = sloth("autostart", "enable", "--json", "--home", str(app_home),
+                 "--jobs-dir", str(jobs), env=env)
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert shown["enabled"] and shown["detail"] == "starts at login"
+    assert (shown["home"], shown["jobs_dir"]) == (str(app_home), str(jobs))
+    entry = tmp_path / ".config" / "autostart" / "sloth-tray.desktop"
+    argv = read_exec(parse_desktop_entry(entry.read_text("utf-8"))["Exec"])
+    assert argv[argv.index("--home") + 1] == str(app_home)
+    assert argv[argv.index("--jobs-dir") + 1] == str(jobs)
+    assert "--config" not in argv  # none was given: the default is found at login
+
+    status = sloth("autostart", "status", "--home", str(app_home), "--jobs-dir", str(jobs),
+                   env=env)
+    assert status.returncode == 0, status.stderr
+    assert f"home:        {app_home}" in status.stdout
+    assert f"jobs folder: {jobs}" in status.stdout
+    assert "start at login: on — starts at login" in status.stdout
+    elsewhere = sloth("autostart", "status", "--home", str(tmp_path / "other"), env=env)
+    assert "with another command" in elsewhere.stdout
+    assert f"home:        {app_home}" in elsewhere.stdout  # what login would start
+
+
+def test_autostart_records_a_config_file_given_by_the_environment(tmp_path):
+    """A jobs folder the config file names is not copied into the entry: at login
+    the file is read again, so an edit of it still counts."""
+    config = tmp_path / "conf" / "sloth.toml"
+    config.parent.mkdir()
+    config.write_text(f'jobs_dir = "{tmp_path / "from-file"}"\n')
+    env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / ".config"),
+           "SLOTH_TRAY_CONFIG": str(config), "SLOTH_TRAY_HOME": str(tmp_path / "h")}
+    shown = json.loads(sloth("autostart", "enable", "--json", env=env).stdout)
+    assert (shown["home"], shown["config"], shown["jobs_dir"]) == (
+        str(tmp_path / "h"), str(config), None)

@@ -59,19 +59,92 @@ def test_drain_runs_every_due_job_and_publishes_what_happened(home):
 def test_paused_claims_nothing_and_resume_goes_on(home, tmp_path):
     queue = Queue(home.db)
     engine = Engine(queue, home)
-    engine.pause()
     seen: list[Snapshot] = []
     engine.subscribe(seen.append)
+    engine.pause()
+    wait_for(lambda: seen and seen[-1].paused, what="the pause to be published")
     thread = threading.Thread(target=engine.run)
     thread.start()
     try:
         job_id = push_script(queue, home, "a.sh", "echo a")
         engine.wake()
-        wait_for(lambda: seen and seen[-1].paused and seen[-1].pending == 1,
+        wait_for(lambda: seen[-1].paused and seen[-1].pending == 1,
                  what="a paused snapshot with the job waiting")
+        assert seen[-1].due_now == 0  # nothing will start while paused
         assert queue.get(job_id).state == State.PENDING
         engine.resume()
         wait_for(lambda: queue.get(job_id).state == State.DONE, what="the job to run")
+    finally:
+        engine.stop()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+
+
+def test_a_pause_is_kept_in_the_queue_where_every_connection_and_restart_sees_it(home):
+    queue = Queue(home.db)
+    other = Queue(home.db)  # another process's, as the command line's
+    engine = Engine(queue, home)
+    engine.pause()
+    wait_for(other.paused, what="the pause to reach the database")
+    assert engine.paused
+    assert Engine(Queue(home.db), home).paused  # a new start is paused too
+    engine.resume()
+    wait_for(lambda: not other.paused(), what="the resume to reach the database")
+    assert not engine.paused
+
+
+def test_a_pause_and_resume_written_elsewhere_hold_and_free_the_running_loop(home):
+    queue = Queue(home.db)
+    other = Queue(home.db)
+    engine = Engine(queue, home)
+    seen: list[Snapshot] = []
+    engine.subscribe(seen.append)
+    thread = threading.Thread(target=engine.run)
+    thread.start()
+    try:
+        wait_for(lambda: seen and not seen[-1].paused, what="the first snapshot")
+        other.set_paused(True)
+        engine.wake()  # the doorbell
+        wait_for(lambda: seen[-1].paused, what="the pause to be seen")
+        job_id = push_script(other, home, "a.sh", "echo a")
+        engine.wake()
+        wait_for(lambda: seen[-1].pending == 1, what="the new job in a snapshot")
+        assert (seen[-1].paused, seen[-1].due_now) == (True, 0)
+        assert queue.get(job_id).state == State.PENDING
+        other.set_paused(False)
+        engine.wake()
+        wait_for(lambda: queue.get(job_id).state == State.DONE, what="the job to run")
+        assert not engine.paused
+    finally:
+        engine.stop()
+        thread.join(timeout=10)
+
+
+def test_a_change_made_elsewhere_while_a_job_runs_is_published_within_a_second(home):
+    queue = Queue(home.db, max_attempts=1)
+    failed = push_script(queue, home, "bad.sh", "exit 1")
+    Engine(queue, home).run(drain=True)
+    later = push_script(queue, home, "later.sh", "echo later", delay=3600)
+    slow = push_script(queue, home, "slow.sh", "sleep 60")
+    engine = Engine(queue, home)
+    seen: list[Snapshot] = []
+    engine.subscribe(seen.append)
+    thread = threading.Thread(target=engine.run)
+    thread.start()
+    try:
+        wait_for(lambda: seen and seen[-1].running, what="the slow job to start")
+        assert (seen[-1].failed_count, seen[-1].pending) == (1, 1)
+        with Queue(home.db) as cli:  # the command line's own connection
+            assert cli.retry(failed) and cli.cancel(later)
+        engine.wake()  # its doorbell
+        wait_for(lambda: seen[-1].failed_count == 0 and seen[-1].waiting[0].id == failed,
+                 timeout=1.0, what="the retry and the cancel in a snapshot")
+        assert seen[-1].running.id == slow and seen[-1].pending == 1
+        assert queue.get(slow).state == State.RUNNING  # the job still runs
+
+        engine.cancel(failed)  # the tray's menu, while the job runs
+        wait_for(lambda: seen[-1].pending == 0, timeout=1.0, what="the tray's cancel shown")
+        assert seen[-1].running.id == slow
     finally:
         engine.stop()
         thread.join(timeout=10)

@@ -103,8 +103,9 @@ def test_failed_menu_retries_on_click_and_offers_retry_log_cancel_per_job():
     assert presenter.default_action(items).label == "Retry all failed"
     (entry,) = by_label["Failed jobs (1)"].submenu
     assert entry.label == "disk_check — disk check: 82% full"
-    assert labels(entry.submenu) == ["Retry", "Show log", "Cancel"]
-    for item in entry.submenu:
+    assert labels(entry.submenu) == ["disk check: 82% full", "-", "Retry", "Show log", "Cancel"]
+    assert not entry.submenu[0].enabled
+    for item in entry.submenu[2:]:
         item.action()
     presenter.default_action(items).action()
     assert controls.calls == [("retry", "f1"), ("show_log", "f1"), ("cancel", "f1"),
@@ -119,8 +120,8 @@ def test_a_refused_drop_can_only_be_removed_and_never_claims_the_click():
     by_label = {item.label: item for item in items}
     (entry,) = by_label["Failed jobs (1)"].submenu
     assert entry.label.startswith("link — refused: it is a symbolic link")
-    assert labels(entry.submenu) == ["Remove"]
-    entry.submenu[0].action()
+    assert labels(entry.submenu) == [refused.error, "-", "Remove"]
+    entry.submenu[-1].action()
     assert controls.calls == [("cancel", "r1")]
     assert not by_label["Retry all failed"].enabled
     assert presenter.default_action(items).label == "Open jobs folder"
@@ -167,3 +168,88 @@ def test_a_failure_is_announced_once_and_old_failures_never():
     again = Snapshot(failed_count=1,
                      failed_jobs=(FailedJob("f1", "disk_check", "still", NOW + 60),))
     assert presenter.failures_to_announce(FAILED, again) == list(again.failed_jobs)
+
+
+# -- times are read when the menu is built, never when the snapshot was taken ------------
+
+
+def test_every_time_in_the_menu_is_counted_from_the_moment_it_is_built():
+    snapshot = Snapshot(pending=1, running=RunningJob("a1", "slow20", 1, 5, NOW),
+                        waiting=(WaitingJob("w1", "later", NOW + 15),))
+    at_start = {item.label: item for item in presenter.menu(snapshot, Recorder(), NOW)}
+    assert "Running slow20 (attempt 1, 0:00)" in at_start
+    ten_later = {item.label: item for item in presenter.menu(snapshot, Recorder(), NOW + 10)}
+    assert "Running slow20 (attempt 1, 0:10)" in ten_later
+    assert [w.label for w in ten_later["Waiting (1)"].submenu] == ["later — in 5 s"]
+    overdue = {item.label: item for item in presenter.menu(snapshot, Recorder(), NOW + 16)}
+    assert [w.label for w in overdue["Waiting (1)"].submenu] == ["later — due now"]
+
+
+def test_an_overdue_next_job_is_due_now_never_in_one_second():
+    waiting = Snapshot(pending=1, next_wakeup=NOW + 15)
+    assert presenter.status_line(waiting, NOW) == "Idle — next job in 15 s"
+    assert presenter.status_line(waiting, NOW + 14.5) == "Idle — next job in 1 s"
+    assert presenter.status_line(waiting, NOW + 15) == "Idle — next job due now"
+    assert presenter.status_line(waiting, NOW + 600) == "Idle — next job due now"
+
+
+@pytest.mark.parametrize("snapshot, needed", [
+    (RUNNING, True),
+    (IDLE, False),
+    (FAILED, False),
+    (PAUSED, False),
+    (Snapshot(pending=1, next_wakeup=NOW + 15), False),
+    (Snapshot(running=RUNNING.running, problem="the queue x is locked"), False),
+    (Snapshot(running=RUNNING.running, stopped=True), False),
+])
+def test_only_a_running_job_asks_for_the_once_a_second_refresh(snapshot, needed):
+    assert presenter.running_refresh_needed(snapshot) is needed
+    assert presenter.REFRESH_SECONDS == 1.0
+
+
+# -- failed jobs: the name whole, the error shortened, the whole error one click away ------
+
+
+def test_a_failed_job_keeps_its_whole_name_and_only_the_error_is_shortened():
+    job = FailedJob("f9", "nightly-backup-of-photos",
+                    "rsync: connection refused by photos.local (port 873); giving up after "
+                    "3 tries " + "and then some more words " * 10, NOW)
+    items = presenter.menu(Snapshot(failed_count=1, failed_jobs=(job,)), Recorder(), NOW)
+    (entry,) = next(i for i in items if i.label == "Failed jobs (1)").submenu
+    assert entry.label == "nightly-backup-of-photos — rsync: connection re…"
+    error_row, separator, *actions = entry.submenu
+    assert not error_row.enabled and error_row.action is None
+    assert error_row.label.startswith("rsync: connection refused by photos.local (port 873)")
+    assert len(error_row.label) <= 120 and error_row.label.endswith("…")
+    assert separator is presenter.SEPARATOR
+    assert labels(actions) == ["Retry", "Show log", "Cancel"]
+
+
+def test_a_long_name_is_never_cut_and_still_shows_some_of_the_error():
+    name = "a-very-long-job-name-that-someone-gave-their-weekly-report-script"
+    job = FailedJob("f9", name, "exit status 2: the report server said no", NOW)
+    items = presenter.menu(Snapshot(failed_count=1, failed_jobs=(job,)), Recorder(), NOW)
+    (entry,) = next(i for i in items if i.label == "Failed jobs (1)").submenu
+    assert entry.label.startswith(name + " — exit status 2")
+    assert entry.label.endswith("…")
+
+
+def test_a_failure_without_a_message_has_no_empty_row():
+    job = FailedJob("f9", "quiet", "", NOW)
+    items = presenter.menu(Snapshot(failed_count=1, failed_jobs=(job,)), Recorder(), NOW)
+    (entry,) = next(i for i in items if i.label == "Failed jobs (1)").submenu
+    assert entry.label == "quiet — failed"
+    assert labels(entry.submenu) == ["Retry", "Show log", "Cancel"]
+
+
+def test_names_and_errors_in_the_menu_show_control_characters_never_obey_them():
+    job = FailedJob("f9", "two\nlines\u202e", "bad\x1b[2J news", NOW)
+    waiting = WaitingJob("w1", "tab\there", NOW + 60)
+    snapshot = Snapshot(failed_count=1, failed_jobs=(job,), pending=1, waiting=(waiting,),
+                        running=RunningJob("r1", "bell\x07", 1, 5, NOW))
+    items = presenter.menu(snapshot, Recorder(), NOW)
+    everything = [items[0].label] + [sub.label for item in items for sub in item.submenu] + [
+        row.label for item in items for sub in item.submenu for row in sub.submenu]
+    everything.append(presenter.title(snapshot, NOW))
+    assert all(label.isprintable() for label in everything), everything
+    assert "two\\nlines\\u202e — bad\\x1b[2J news" in everything

@@ -435,3 +435,40 @@ def test_two_queues_in_one_process_keep_their_locks_so_the_wal_is_never_deleted(
     assert (tmp_path / "q.db-wal").exists()
     second.close()
     first.close()
+
+
+def test_a_pause_is_kept_in_the_file_off_until_set_and_seen_by_every_connection(queue, clock):
+    assert not queue.paused()
+    queue.push("due")
+    assert queue.summary() == {"pending": 1, "running": 0, "done": 0, "failed": 0,
+                               "cancelled": 0, "due_now": 1, "paused": False}
+    queue.set_paused(True)
+    queue.set_paused(True)  # twice is the same as once
+    with Queue(queue.path, clock=clock) as other:  # another process, a later start
+        assert other.paused()
+        assert other.summary()["due_now"] == 0, "nothing will start while paused"
+        assert other.summary()["paused"] is True
+        other.set_paused(False)
+    assert not queue.paused()
+    assert queue.summary()["due_now"] == 1
+
+
+def test_a_queue_of_the_previous_schema_is_migrated_in_place_and_is_not_paused(tmp_path):
+    from sloth_tray.dbfile import APPLICATION_ID, MIGRATIONS
+
+    path = tmp_path / "q.db"
+    with sqlite3.connect(path, isolation_level=None) as raw:
+        for statements in MIGRATIONS[:2]:
+            for statement in statements:
+                raw.execute(statement)
+        raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        raw.execute("PRAGMA user_version = 2")
+        raw.execute("INSERT INTO jobs(id, name, state, max_attempts, not_before, created_at, "
+                    "updated_at) VALUES ('0123456789ab', 'old', 'pending', 5, 0, 0, 0)")
+    with Queue(path) as q:
+        assert q.get("0123456789ab").name == "old"
+        assert not q.paused()
+        q.set_paused(True)
+        assert q.paused()
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
