@@ -1,37 +1,37 @@
-"""The pystray adapter: Snapshot -> icon, title, menu. The ONLY module that imports pystray.
+"""The tray: Snapshots in, an icon, a tooltip and a menu out, on whatever Surface.
 
-pystray's loop owns the main thread. The engine runs on a thread of its own and
-publishes Snapshots; every change to the icon reaches the UI thread through
-`post()`, the one helper that crosses threads. The menu is built from the last
-Snapshot: opening it never touches SQLite.
+The surface's loop owns the main thread; the engine runs on a thread of its
+own and publishes Snapshots; every change reaches the surface's thread through
+`surface.post()`. The menu is built from the last Snapshot when it is about to
+be shown, so its times are right when seen, and opening it never touches
+SQLite. Which surface draws it (a StatusNotifierItem over D-Bus, or one of
+pystray's backends) is chosen once, in `make_surface`; nothing else here
+knows.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sloth_tray import autostart, presenter, procs
+from sloth_tray import autostart, presenter
 from sloth_tray.app import STOP_SIGNALS, Daemon
-from sloth_tray.engine import Snapshot
+from sloth_tray.engine import FailedJob, Snapshot
 from sloth_tray.errors import SlothError
-from sloth_tray.icons import render
+from sloth_tray.surface import Appearance, Status, Surface
 
 log = logging.getLogger("sloth_tray")
 
-APP_NAME = "sloth-tray"
 NO_MENU_HINT = (
-    "this tray has no menu (pystray fell back to its plain X11 backend): a click retries "
-    "every failed job. For the full menu install PyGObject into this environment "
-    "(pip install PyGObject) or use your distribution's python3-gi with a virtualenv "
-    "made with --system-site-packages"
+    "this tray has no menu (pystray fell back to its plain X11 backend): a click does the "
+    "menu's default (retry every failed job, or open the jobs folder). A desktop with a "
+    "StatusNotifier host (KDE, GNOME with AppIndicator, Xfce, ...) shows the full menu; "
+    "on a bare X11 tray, install PyGObject into this environment for pystray's GTK menu"
 )
 
 
@@ -42,69 +42,83 @@ def display_available() -> bool:
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
-def open_path(path: Path) -> None:
-    """Show a folder or file in the desktop's own app."""
-    if sys.platform == "darwin":
-        subprocess.Popen(["open", str(path)])
-    elif os.name == "nt":
-        os.startfile(str(path))  # noqa: S606 - the desktop's own opener
-    else:
-        subprocess.Popen(["xdg-open", str(path)], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True,
-                         env=procs.job_environment(os.environ))
+def make_surface() -> Surface:
+    """A StatusNotifierItem where the session has a watcher for one (what KDE, GNOME
+    with AppIndicator, Xfce, Cinnamon, MATE and waybar show) unless PYSTRAY_BACKEND
+    asks for pystray; pystray's backends everywhere else."""
+    if sys.platform.startswith("linux") and not os.environ.get("PYSTRAY_BACKEND"):
+        try:
+            from sloth_tray.desktop.sni import SniSurface, watcher_present
+
+            if watcher_present():
+                return SniSurface(stop_signals=STOP_SIGNALS)
+        except Exception as exc:  # no session bus, no dbus-fast: pystray it is
+            log.info("no StatusNotifierItem host (%s); using pystray", exc)
+    from sloth_tray.pystray_surface import PystraySurface
+
+    return PystraySurface(stop_signals=STOP_SIGNALS)
+
+
+def make_notifier(surface: Surface):
+    """Desktop notifications: org.freedesktop.Notifications on Linux (with buttons),
+    the surface's own elsewhere."""
+    if sys.platform.startswith("linux"):
+        try:
+            from sloth_tray.desktop.notify import Notifier
+
+            return Notifier()
+        except Exception as exc:
+            log.info("no desktop notifications (%s)", exc)
+    from sloth_tray.desktop.notify import CallbackNotifier
+
+    return CallbackNotifier(getattr(surface, "notify", None))
 
 
 class Tray:
-    """The icon and its menu, in front of a running Daemon."""
+    """The icon and its menu, in front of a running Daemon. presenter.Controls."""
 
     def __init__(self, daemon: Daemon, *, notifications: bool = True,
-                 opener: Callable[[Path], None] = open_path) -> None:
-        import pystray  # here, not at the top: it needs a display to import on Linux
-
-        self.pystray = pystray
+                 surface: Surface | None = None,
+                 opener: Callable[[Path], None] | None = None) -> None:
         self.daemon = daemon
         self.engine = daemon.engine
         self.home = daemon.home
+        self.surface = surface or make_surface()
+        self.backend = self.surface.name
         self.notifications = notifications
-        self.opener = opener
-        self.backend = pystray.Icon.__module__.rsplit("_", 1)[-1]  # gtk, appindicator, ...
-        if self.backend in ("gtk", "appindicator"):
-            from gi.repository import GLib
-
-            GLib.set_prgname(APP_NAME)  # the window class, not "__main__.py"
+        self.notifier = make_notifier(self.surface) if notifications else None
+        self.opener = opener or self._open
         self._snapshot: Snapshot | None = None
         self._announced: set[tuple[str, float]] = set()
-        self.icon = pystray.Icon(APP_NAME, icon=render(presenter.Look.IDLE, 64),
-                                 title="sloth: starting",
-                                 menu=pystray.Menu(self._menu_items))
+        self._running_refresh = threading.Event()  # set while a job runs
+        self._stopping = threading.Event()
         self._engine_thread = threading.Thread(target=self._run_engine, name="engine")
+        self._refresher = threading.Thread(target=self._refresh_while_running,
+                                           name="tray-refresh", daemon=True)
+        self.surface.set_menu(self._menu_items)
 
     # -- life --------------------------------------------------------------------
 
     def run(self) -> None:
-        """Block on the main thread until Quit (or SIGTERM / SIGINT)."""
+        """Block on the main thread until Quit (or a stop signal)."""
         try:
-            self.icon.run(setup=self._setup)
-        except Exception as exc:
-            if not self._engine_thread.is_alive() and self._engine_thread.ident:
-                # pystray's GTK teardown asks the session's notification service to
-                # hide a notification and raises when there is no such service.
-                log.debug("tray teardown: %s", exc)
-            else:
-                raise
-        self.engine.stop()
-        self._engine_thread.join()
+            self.surface.run(self._ready, on_signal=self.quit)
+        finally:
+            self._stopping.set()
+            self._running_refresh.set()
+            self.engine.stop()
+            if self._engine_thread.ident:
+                self._engine_thread.join()
 
-    def _setup(self, icon) -> None:
-        icon.visible = True
-        if not icon.HAS_MENU:
+    def _ready(self) -> None:
+        if not self.surface.has_menu:
             log.warning("%s", NO_MENU_HINT)
-        self._catch_signals()
         self.engine.subscribe(self._on_snapshot)
         self._engine_thread.start()
+        self._refresher.start()
         if self.daemon.first_run:
-            self._tell(f"Drop scripts into {self.home.jobs} and they run one at a time.",
-                       "sloth-tray is ready")
+            self._tell("sloth-tray is ready",
+                       f"Drop scripts into {self.home.jobs} and they run one at a time.")
 
     def _run_engine(self) -> None:
         try:
@@ -112,88 +126,76 @@ class Tray:
         except SlothError as exc:
             log.error("%s", exc)
         finally:
-            self.post(self.icon.stop)
+            self.surface.stop()
 
-    def _catch_signals(self) -> None:
-        if self.backend in ("gtk", "appindicator"):
-            from gi.repository import GLib  # the GTK loop would hold Python's handlers back
-
-            for sig in STOP_SIGNALS:
-                GLib.unix_signal_add(GLib.PRIORITY_HIGH, sig, self._quit_from_signal)
-        else:
-            for sig in STOP_SIGNALS:
-                signal.signal(sig, lambda *_: self.quit())
-
-    def _quit_from_signal(self) -> bool:
-        self.quit()
-        return True  # keep the source; the loop is ending anyway
-
-    # -- crossing threads ----------------------------------------------------------
-
-    def post(self, call: Callable[[], object]) -> None:
-        """Run `call` on the UI thread: the one way other threads reach the icon."""
-        if self.backend in ("gtk", "appindicator"):
-            from gi.repository import GLib
-
-            GLib.idle_add(lambda: call() and False)
-        elif self.backend == "darwin":
-            from PyObjCTools import AppHelper
-
-            AppHelper.callAfter(call)
-        else:  # win32 and xorg serialise updates on their own
-            call()
+    def _refresh_while_running(self) -> None:
+        """While a job runs, its elapsed time in the menu and tooltip moves once a
+        second; with nothing running this thread blocks with no timeout."""
+        while not self._stopping.is_set():
+            self._running_refresh.wait()
+            while self._running_refresh.is_set() and not self._stopping.is_set():
+                if self._stopping.wait(presenter.REFRESH_SECONDS):
+                    return
+                snapshot = self._snapshot
+                if snapshot is not None and presenter.running_refresh_needed(snapshot):
+                    self.surface.post(lambda snapshot=snapshot: self._show_state(snapshot))
 
     def _on_snapshot(self, snapshot: Snapshot) -> None:  # engine or action thread
-        self.post(lambda: self._show(snapshot))
+        if presenter.running_refresh_needed(snapshot):
+            self._running_refresh.set()
+        else:
+            self._running_refresh.clear()
+        self.surface.post(lambda: self._show(snapshot))
 
-    # -- the UI thread ---------------------------------------------------------------
+    # -- the surface's thread ---------------------------------------------------------
 
     def _show(self, snapshot: Snapshot) -> None:
         before, self._snapshot = self._snapshot, snapshot
-        now = time.time()
-        self.icon.icon = render(presenter.look(snapshot), 64)
-        self.icon.title = presenter.title(snapshot, now)
-        if self.icon.HAS_MENU:
-            self.icon.update_menu()
+        self._show_state(snapshot)
         for job in presenter.failures_to_announce(before, snapshot):
             self._announce(job)
 
-    def _announce(self, job) -> None:
+    def _show_state(self, snapshot: Snapshot) -> None:
+        attention = snapshot.failed_count > 0 or snapshot.problem is not None
+        self.surface.show(Appearance(
+            presenter.look(snapshot), presenter.title(snapshot, time.time()),
+            Status.NEEDS_ATTENTION if attention else Status.ACTIVE))
+        self.surface.menu_changed()
+
+    def _menu_items(self) -> tuple[presenter.Item, ...]:
+        return presenter.menu(self._snapshot or Snapshot(), self, time.time(),
+                              has_default_action=self.surface.has_default_action,
+                              starts_at_login=self._starts_at_login(),
+                              jobs_folder=presenter.tilde(str(self.home.jobs),
+                                                          str(Path.home())))
+
+    # -- telling the user ------------------------------------------------------------
+
+    def _announce(self, job: FailedJob) -> None:
         key = (job.id, job.at)
-        if key in self._announced or not self.notifications:
+        if key in self._announced or job.refused:
             return
         self._announced.add(key)
-        self._tell(f"{job.name}: {job.error}", "sloth-tray: a job failed")
 
-    def _tell(self, message: str, title: str) -> None:
-        """A desktop notification where the backend has them (always with a title:
-        pystray's darwin notify crashes without one)."""
-        if not (self.notifications and self.icon.HAS_NOTIFICATION):
-            return
-        try:
-            self.icon.notify(message, title)
-        except Exception:  # no notification service on this desktop: the log has it
+        def act(action: str) -> None:
+            if action == "retry":
+                self.retry(job.id)
+            elif action == "log":
+                self.show_log(job.id)
+
+        self._tell("sloth-tray: a job failed", f"{job.name}: {job.error}",
+                   actions=[("retry", "Retry"), ("log", "Show log")], on_action=act)
+
+    def _tell(self, title: str, message: str, **buttons) -> None:
+        if self.notifier is None:
             log.info("%s: %s", title, message)
+            return
+        self.notifier.notify(title, message, **buttons)
 
-    def _menu_items(self):
-        items = presenter.menu(self._snapshot or Snapshot(), self, time.time(),
-                               has_default_action=self.icon.HAS_DEFAULT_ACTION,
-                               starts_at_login=self._starts_at_login(),
-                               jobs_folder=presenter.tilde(str(self.home.jobs),
-                                                           str(Path.home())))
-        if not self.icon.HAS_MENU:  # xorg: only the default action exists, and it retries
-            return (self.pystray.MenuItem("Retry all failed", self.retry_all_failed,
-                                          default=True),)
-        return tuple(self._convert(item) for item in items)
+    def _open(self, path: Path) -> None:
+        from sloth_tray.desktop.opener import open_path
 
-    def _convert(self, item: presenter.Item):
-        if item is presenter.SEPARATOR:
-            return self.pystray.Menu.SEPARATOR
-        action = self.pystray.Menu(*(self._convert(sub) for sub in item.submenu)) \
-            if item.submenu else item.action
-        checked = None if item.checked is None else (lambda _, value=item.checked: value)
-        return self.pystray.MenuItem(item.label, action, enabled=item.enabled,
-                                     checked=checked, default=item.default)
+        open_path(path, notifier=self.notifier)
 
     # -- what the menu does (presenter.Controls) ---------------------------------------
 
@@ -226,18 +228,24 @@ class Tray:
     def open_logs(self) -> None:
         self.opener(self.home.logs)
 
+    def _app_location(self) -> dict:
+        """Where this app lives (home, and the jobs folder and config when chosen),
+        so that the app started at login runs the same queue."""
+        return autostart.app_location(self.home, self.daemon.settings)
+
     def _starts_at_login(self) -> bool:
         try:
-            return autostart.status().enabled
+            return autostart.status(**self._app_location()).enabled
         except SlothError:
             return False
 
     def toggle_autostart(self) -> None:
+        change = autostart.disable if self._starts_at_login() else autostart.enable
         try:
-            (autostart.disable if self._starts_at_login() else autostart.enable)()
+            change(**self._app_location())
         except SlothError as exc:
             log.warning("%s", exc)
-        self.icon.update_menu()
+        self.surface.menu_changed()
 
     def quit(self) -> None:
         """Clean: the engine stops, a running job's lease is released, then the icon goes."""

@@ -1,0 +1,167 @@
+"""The session bus, on an asyncio loop that runs on the thread that calls `run`.
+
+One thread does everything: the loop serves the bus, runs what other threads `post`,
+and sleeps in epoll with no timer when nothing happens (waiting costs nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from dbus_fast import DBusError, Message, MessageType
+from dbus_fast.aio import MessageBus
+
+from sloth_tray.errors import SlothError
+
+log = logging.getLogger("sloth_tray")
+
+DBUS_NAME = "org.freedesktop.DBus"
+DBUS_PATH = "/org/freedesktop/DBus"
+
+Start = Callable[[MessageBus], Awaitable[None]]
+
+
+def describe(call: Callable[..., object]) -> str:
+    return getattr(call, "__qualname__", None) or repr(call)
+
+
+def guarded(call: Callable[[], object], what: str = "") -> None:
+    """Run `call`; an exception is logged as what it is and never ends the loop."""
+    try:
+        call()
+    except Exception:
+        log.exception("%s failed", what or describe(call))
+
+
+async def connect(address: str | None = None) -> MessageBus:
+    """The session bus (or the bus at `address`), connected; SlothError when unreachable."""
+    try:
+        return await MessageBus(bus_address=address).connect()
+    except Exception as exc:  # OSError, AuthError, InvalidAddressError, ...: all mean "no bus"
+        where = address or "the address in DBUS_SESSION_BUS_ADDRESS"
+        raise SlothError(f"could not connect to the session D-Bus at {where}: {exc}") from exc
+
+
+async def call(bus: MessageBus, destination: str, path: str, interface: str, member: str,
+               signature: str = "", body: Sequence[Any] = ()) -> list[Any]:
+    """A method call's reply body; an error reply raises DBusError."""
+    reply = await bus.call(Message(destination=destination, path=path, interface=interface,
+                                   member=member, signature=signature, body=list(body)))
+    if reply.message_type == MessageType.ERROR:
+        text = reply.body[0] if reply.body and isinstance(reply.body[0], str) else ""
+        raise DBusError(reply.error_name or "org.freedesktop.DBus.Error.Failed", text)
+    return reply.body
+
+
+async def add_match(bus: MessageBus, rule: str) -> None:
+    await call(bus, DBUS_NAME, DBUS_PATH, DBUS_NAME, "AddMatch", "s", [rule])
+
+
+def name_owner_rule(name: str) -> str:
+    """A match rule for the bus telling that `name` got a new owner or lost it."""
+    return (f"type='signal',sender='{DBUS_NAME}',interface='{DBUS_NAME}',"
+            f"member='NameOwnerChanged',arg0='{name}'")
+
+
+def name_reachable(name: str, address: str | None = None, *, timeout: float = 2.0) -> bool:
+    """Whether `name` is owned on the bus now, or the bus would start its owner on demand.
+    False, never an exception, when there is no bus at all."""
+
+    async def ask() -> bool:
+        bus = await connect(address)
+        try:
+            [owned] = await call(bus, DBUS_NAME, DBUS_PATH, DBUS_NAME, "NameHasOwner", "s",
+                                 [name])
+            if owned:
+                return True
+            [activatable] = await call(bus, DBUS_NAME, DBUS_PATH, DBUS_NAME,
+                                       "ListActivatableNames")
+            return name in activatable
+        finally:
+            bus.disconnect()
+
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(asyncio.wait_for(ask(), timeout))
+    except (SlothError, DBusError, TimeoutError, OSError) as exc:
+        log.debug("%s is not on the session bus: %s", name, exc or "no answer")
+        return False
+    finally:
+        loop.close()
+
+
+class BusLoop:
+    """A bus connection served on the thread that calls `run`, until `stop`."""
+
+    def __init__(self, address: str | None = None) -> None:
+        self.address = address
+        self.loop = asyncio.new_event_loop()
+        self.bus: MessageBus | None = None
+        self._stop_wanted = False
+        self._stopped: asyncio.Future[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.thread: int | None = None  # the ident of the thread inside run()
+
+    def run(self, start: Start) -> None:
+        """Connect, `await start(bus)`, then serve until stop() or until the bus goes away.
+        Blocks; disconnecting gives back every name owned. The loop is closed afterwards."""
+        self.thread = threading.get_ident()
+        try:
+            self.loop.run_until_complete(self._serve(start))
+        finally:
+            self.thread = None
+            self.loop.close()
+
+    async def _serve(self, start: Start) -> None:
+        self._stopped = self.loop.create_future()
+        if self._stop_wanted:  # stopped before it ran: never show up at all
+            return
+        self.bus = bus = await connect(self.address)
+        gone = asyncio.ensure_future(bus.wait_for_disconnect())
+        try:
+            await start(bus)
+            await asyncio.wait({self._stopped, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if gone.done():
+                # The session is ending (or its bus crashed): nothing could show the icon.
+                log.warning("the session D-Bus closed the connection; the tray icon is gone")
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            bus.disconnect()  # the bus daemon drops every name we own
+            # Until dbus-fast has seen the end of the stream and closed the socket.
+            await asyncio.wait({gone}, timeout=5)
+            if gone.done() and not gone.cancelled():
+                gone.exception()  # retrieved: a lost connection was logged above
+
+    def post(self, call: Callable[[], object]) -> None:
+        """Run `call` on the loop's thread, from any thread (also before run())."""
+        try:
+            self.loop.call_soon_threadsafe(guarded, call)
+        except RuntimeError:  # the loop is closed: the surface is gone, nothing to update
+            log.debug("dropped %s: the tray icon is gone", describe(call))
+
+    def stop(self) -> None:
+        """End run(), from any thread; before run() it makes run() return at once."""
+        self.post(self._stop_now)
+
+    def _stop_now(self) -> None:
+        self._stop_wanted = True
+        if self._stopped is not None and not self._stopped.done():
+            self._stopped.set_result(None)
+
+    def spawn(self, work: Awaitable[Any]) -> None:
+        """Start a coroutine on the loop and keep it alive until it ends (on the loop's
+        thread). Its failure is logged."""
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            log.error("D-Bus: %s", exc, exc_info=exc)

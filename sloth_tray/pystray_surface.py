@@ -1,0 +1,143 @@
+"""pystray as a Surface: XEmbed on X11 (gtk or plain xorg), macOS, Windows.
+The ONLY module that imports pystray.
+
+pystray looks at how many parameters an action takes and passes the Icon (and
+the MenuItem) accordingly; a `lambda job_id=job.id: ...` has one, so it got
+the Icon as its job id. Every action reaches pystray here, wrapped in a
+function of exactly (icon, item) that calls the model's action with nothing,
+so no model action can ever see a toolkit object.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Callable
+
+from sloth_tray.icons import Look, render
+from sloth_tray.presenter import SEPARATOR, Item
+from sloth_tray.surface import Appearance, MenuBuilder
+
+log = logging.getLogger("sloth_tray")
+
+APP_NAME = "sloth-tray"
+ICON_PIXELS = 64
+
+
+def guarded(action: Callable[[], None], label: str) -> Callable[[object, object], None]:
+    """pystray's callback for a model action: two parameters, errors said as they are."""
+
+    def call(icon: object, item: object) -> None:
+        try:
+            action()
+        except Exception:
+            log.exception("the menu item %r failed", label)
+
+    return call
+
+
+class PystraySurface:
+    def __init__(self, stop_signals: tuple[int, ...] = ()) -> None:
+        import pystray  # here, not at the top: it needs a display to import on Linux
+
+        self.pystray = pystray
+        self.name = pystray.Icon.__module__.rsplit("_", 1)[-1]  # gtk, appindicator, xorg, ...
+        if self.name in ("gtk", "appindicator"):
+            from gi.repository import GLib
+
+            GLib.set_prgname(APP_NAME)  # the window class, not "__main__.py"
+        self._build: MenuBuilder = tuple
+        self._stop_signals = stop_signals
+        self._quit: Callable[[], None] = self.stop
+        self.icon = pystray.Icon(APP_NAME, icon=render(Look.IDLE, ICON_PIXELS),
+                                 title="sloth: starting", menu=pystray.Menu(self._items))
+        self.has_menu = bool(self.icon.HAS_MENU)
+        self.has_default_action = bool(self.icon.HAS_DEFAULT_ACTION)
+        self.has_notification = bool(self.icon.HAS_NOTIFICATION)
+
+    # -- life --------------------------------------------------------------------
+
+    def run(self, ready: Callable[[], None], on_signal: Callable[[], None] | None = None) -> None:
+        """Block on the main thread until stop(); a stop signal calls `on_signal`."""
+        self._quit = on_signal or self.stop
+
+        def setup(icon) -> None:
+            icon.visible = True
+            self._catch_signals()
+            ready()
+
+        try:
+            self.icon.run(setup=setup)
+        except Exception as exc:
+            # pystray's GTK teardown asks the session's notification service to
+            # hide a notification and raises when there is no such service.
+            log.debug("tray teardown: %s", exc)
+
+    def stop(self) -> None:
+        self.post(self.icon.stop)
+
+    def _catch_signals(self) -> None:
+        if self.name in ("gtk", "appindicator"):
+            from gi.repository import GLib  # the GTK loop would hold Python's handlers back
+
+            for sig in self._stop_signals:
+                GLib.unix_signal_add(GLib.PRIORITY_HIGH, sig, self._quit_from_signal)
+        else:
+            for sig in self._stop_signals:
+                signal.signal(sig, lambda *_: self._quit())
+
+    def _quit_from_signal(self) -> bool:
+        self._quit()
+        return True  # keep the source; the loop is ending anyway
+
+    def post(self, call: Callable[[], object]) -> None:
+        if self.name in ("gtk", "appindicator"):
+            from gi.repository import GLib
+
+            GLib.idle_add(lambda: call() and False)
+        elif self.name == "darwin":
+            from PyObjCTools import AppHelper
+
+            AppHelper.callAfter(call)
+        else:  # win32 and xorg serialise updates on their own
+            call()
+
+    # -- what it shows -------------------------------------------------------------
+
+    def show(self, appearance: Appearance) -> None:
+        self.icon.icon = render(appearance.look, ICON_PIXELS)
+        self.icon.title = appearance.title
+
+    def set_menu(self, build: MenuBuilder) -> None:
+        self._build = build
+        self.menu_changed()
+
+    def menu_changed(self) -> None:
+        if self.has_menu:
+            self.icon.update_menu()
+
+    def notify(self, title: str, message: str) -> None:
+        """pystray's own notification (always with a title: darwin's crashes without)."""
+        self.icon.notify(message, title)
+
+    def _items(self):
+        """pystray calls this each time it shows the menu: fresh labels every time."""
+        items = self._build()
+        if not self.has_menu:  # xorg: only the default action exists
+            default = next((item for item in items if item.default), None)
+            return (self.pystray.MenuItem(default.label, guarded(default.action, default.label),
+                                          default=True),) if default else ()
+        return tuple(self._convert(item) for item in items)
+
+    def _convert(self, item: Item):
+        if item is SEPARATOR or item.label == SEPARATOR.label:
+            return self.pystray.Menu.SEPARATOR
+        if item.submenu:
+            action = self.pystray.Menu(*(self._convert(sub) for sub in item.submenu))
+        elif item.action is not None:
+            action = guarded(item.action, item.label)
+        else:
+            action = None
+        checked = None if item.checked is None else (lambda _, value=item.checked: value)
+        return self.pystray.MenuItem(item.label, action, enabled=item.enabled,
+                                     checked=checked, default=item.default)
