@@ -585,3 +585,16 @@ def test_without_a_session_bus_run_raises_one_sentence():
     with pytest.raises(SlothError, match="could not connect to the session D-Bus at "
                                          "unix:path=/nonexistent/bus"):
         surface.run(lambda: None)
+
+
+def test_a_panel_asking_for_everything_at_once_never_costs_the_connection(tray):
+    """Replies larger than the socket's buffer, all at once: the kernel answers
+    EAGAIN, which must mean "wait until it drains", never "the bus is gone"."""
+    async def burst() -> list[Any]:
+        calls = [busmod.call(tray.panel.bus, tray.name, "/StatusNotifierItem", PROPS, "GetAll",
+                             "s", [ITEM]) for _ in range(40)]
+        return await asyncio.gather(*calls)
+
+    replies = tray.panel.do(burst(), timeout=30)
+    assert len(replies) == 40 and all("IconPixmap" in reply[0] for reply in replies)
+    assert tray.prop("Id") == "sloth-tray"  # the item still answers

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -40,10 +41,49 @@ def guarded(call: Callable[[], object], what: str = "") -> None:
 async def connect(address: str | None = None) -> MessageBus:
     """The session bus (or the bus at `address`), connected; SlothError when unreachable."""
     try:
-        return await MessageBus(bus_address=address).connect()
+        bus = await MessageBus(bus_address=address).connect()
     except Exception as exc:  # OSError, AuthError, InvalidAddressError, ...: all mean "no bus"
         where = address or "the address in DBUS_SESSION_BUS_ADDRESS"
         raise SlothError(f"could not connect to the session D-Bus at {where}: {exc}") from exc
+    return tolerate_full_socket(bus)
+
+
+class _WaitWhenFull:
+    """A socket whose send() says "nothing sent yet" where the kernel says EAGAIN.
+
+    dbus-fast's writer sends straight away and takes any error for a lost
+    connection; a socket buffer that is merely full (a panel asking for all the
+    icon's pixmaps at once, a bus daemon slower for a moment) then cost the
+    whole connection, and the icon left the panel. With nothing sent, the
+    writer waits until the socket is writable, as it does for a partial send.
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def send(self, data, *flags) -> int:
+        try:
+            return self._sock.send(data, *flags)
+        except (BlockingIOError, InterruptedError):
+            return 0
+
+    def sendmsg(self, *args) -> int:
+        try:
+            return self._sock.sendmsg(*args)
+        except (BlockingIOError, InterruptedError):
+            return 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def tolerate_full_socket(bus: MessageBus) -> MessageBus:
+    """Make a full send buffer a wait, not a disconnect (see _WaitWhenFull).
+    Reaches into dbus-fast's writer; a version without one is left as it is."""
+    writer = getattr(bus, "_writer", None)
+    if writer is not None and isinstance(getattr(writer, "sock", None), socket.socket):
+        writer.sock = _WaitWhenFull(writer.sock)
+    return bus
 
 
 async def call(bus: MessageBus, destination: str, path: str, interface: str, member: str,

@@ -298,7 +298,10 @@ async def session_bus(address: str | None = None, *, unix_fds: bool = False) -> 
     address = address or session_address()
     if address is None:
         raise LookupError("DBUS_SESSION_BUS_ADDRESS is not set")
-    return await MessageBus(bus_address=address, negotiate_unix_fd=unix_fds).connect()
+    from sloth_tray.desktop.bus import tolerate_full_socket
+
+    return tolerate_full_socket(
+        await MessageBus(bus_address=address, negotiate_unix_fd=unix_fds).connect())
 
 
 def _describe(exc: BaseException) -> str:
