@@ -135,8 +135,9 @@ echo "$status_out"
 import json, sys
 status = json.loads(sys.argv[1])
 keys = {"pending", "running", "done", "failed", "cancelled", "due_now"}
-if set(status) != keys or any(status[key] != 0 for key in keys):
-    raise SystemExit(f"expected zero for each of {sorted(keys)}, got {status}")
+if set(status) != keys | {"paused"} or any(status[key] != 0 for key in keys) \
+        or status["paused"] is not False:
+    raise SystemExit(f"expected zero for each of {sorted(keys)} and not paused, got {status}")
 EOF
 
 if [ "$EXE" = "$APP/sloth-tray" ]; then  # not on Windows, where .sh jobs do not run

@@ -21,7 +21,7 @@ from sloth_tray.timefmt import format_duration
 FAILED_LABEL_CHARS = 48
 ERROR_CHARS_AT_LEAST = 16
 ERROR_ROW_CHARS = 120  # the error's own row, first in the job's submenu
-REFRESH_SECONDS = 1.0  # how often a running job's elapsed time moves on screen
+REFRESH_SECONDS = 1.0  # how often an open menu's times move (a running job's)
 
 
 class Controls(Protocol):
@@ -102,13 +102,6 @@ def status_line(snapshot: Snapshot, now: float, jobs_folder: str = "") -> str:
 def due_in(due: float, now: float) -> str:
     """`due now` once the time has come (never `in 1 s` for a job already late)."""
     return "due now" if due <= now else "in " + in_words(due - now)
-
-
-def running_refresh_needed(snapshot: Snapshot) -> bool:
-    """Whether what is shown moves on by itself: only a running job's elapsed time
-    does. The tray refreshes it every REFRESH_SECONDS while this holds, and never
-    otherwise (an idle app costs nothing)."""
-    return snapshot.running is not None and not snapshot.problem and not snapshot.stopped
 
 
 def clock(seconds: float) -> str:

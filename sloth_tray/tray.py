@@ -4,9 +4,10 @@ The surface's loop owns the main thread; the engine runs on a thread of its
 own and publishes Snapshots; every change reaches the surface's thread through
 `surface.post()`. The menu is built from the last Snapshot when it is about to
 be shown, so its times are right when seen, and opening it never touches
-SQLite. Which surface draws it (a StatusNotifierItem over D-Bus, or one of
-pystray's backends) is chosen once, in `make_surface`; nothing else here
-knows.
+SQLite. Nothing here ticks: a running job's elapsed time moves only in an open
+menu, where the surface rebuilds it once a second (desktop/dbusmenu.py).
+Which surface draws it (a StatusNotifierItem over D-Bus, or one of pystray's
+backends) is chosen once, in `make_surface`; nothing else here knows.
 """
 
 from __future__ import annotations
@@ -90,11 +91,7 @@ class Tray:
         self.opener = opener or self._open
         self._snapshot: Snapshot | None = None
         self._announced: set[tuple[str, float]] = set()
-        self._running_refresh = threading.Event()  # set while a job runs
-        self._stopping = threading.Event()
         self._engine_thread = threading.Thread(target=self._run_engine, name="engine")
-        self._refresher = threading.Thread(target=self._refresh_while_running,
-                                           name="tray-refresh", daemon=True)
         self.surface.set_menu(self._menu_items)
 
     # -- life --------------------------------------------------------------------
@@ -104,8 +101,6 @@ class Tray:
         try:
             self.surface.run(self._ready, on_signal=self.quit)
         finally:
-            self._stopping.set()
-            self._running_refresh.set()
             self.engine.stop()
             if self._engine_thread.ident:
                 self._engine_thread.join()
@@ -115,7 +110,6 @@ class Tray:
             log.warning("%s", NO_MENU_HINT)
         self.engine.subscribe(self._on_snapshot)
         self._engine_thread.start()
-        self._refresher.start()
         if self.daemon.first_run:
             self._tell("sloth-tray is ready",
                        f"Drop scripts into {self.home.jobs} and they run one at a time.")
@@ -128,23 +122,7 @@ class Tray:
         finally:
             self.surface.stop()
 
-    def _refresh_while_running(self) -> None:
-        """While a job runs, its elapsed time in the menu and tooltip moves once a
-        second; with nothing running this thread blocks with no timeout."""
-        while not self._stopping.is_set():
-            self._running_refresh.wait()
-            while self._running_refresh.is_set() and not self._stopping.is_set():
-                if self._stopping.wait(presenter.REFRESH_SECONDS):
-                    return
-                snapshot = self._snapshot
-                if snapshot is not None and presenter.running_refresh_needed(snapshot):
-                    self.surface.post(lambda snapshot=snapshot: self._show_state(snapshot))
-
     def _on_snapshot(self, snapshot: Snapshot) -> None:  # engine or action thread
-        if presenter.running_refresh_needed(snapshot):
-            self._running_refresh.set()
-        else:
-            self._running_refresh.clear()
         self.surface.post(lambda: self._show(snapshot))
 
     # -- the surface's thread ---------------------------------------------------------

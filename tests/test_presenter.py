@@ -193,18 +193,6 @@ def test_an_overdue_next_job_is_due_now_never_in_one_second():
     assert presenter.status_line(waiting, NOW + 600) == "Idle — next job due now"
 
 
-@pytest.mark.parametrize("snapshot, needed", [
-    (RUNNING, True),
-    (IDLE, False),
-    (FAILED, False),
-    (PAUSED, False),
-    (Snapshot(pending=1, next_wakeup=NOW + 15), False),
-    (Snapshot(running=RUNNING.running, problem="the queue x is locked"), False),
-    (Snapshot(running=RUNNING.running, stopped=True), False),
-])
-def test_only_a_running_job_asks_for_the_once_a_second_refresh(snapshot, needed):
-    assert presenter.running_refresh_needed(snapshot) is needed
-    assert presenter.REFRESH_SECONDS == 1.0
 
 
 # -- failed jobs: the name whole, the error shortened, the whole error one click away ------

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -598,3 +599,25 @@ def test_a_panel_asking_for_everything_at_once_never_costs_the_connection(tray):
     replies = tray.panel.do(burst(), timeout=30)
     assert len(replies) == 40 and all("IconPixmap" in reply[0] for reply in replies)
     assert tray.prop("Id") == "sloth-tray"  # the item still answers
+
+
+def test_an_open_menus_times_move_once_a_second_and_a_closed_one_costs_nothing(tray, scene):
+    def event(name: str) -> None:
+        tray.panel.call(tray.name, "/MenuBar", MENU, "Event", "isvu",
+                        [0, name, Variant("s", ""), 0])
+
+    def updates() -> int:
+        return tray.members().count("LayoutUpdated")
+
+    event("opened")
+    before = updates()
+    scene.now += 60  # a running job's minute passes while the menu is open
+    wait_for(lambda: updates() > before, timeout=5, what="the open menu to move on by itself")
+    _revision, (_root, _props, children) = tray.layout()
+    assert "1:42" in children[0].value[1]["label"].value
+
+    event("closed")
+    closed = updates()
+    scene.now += 60
+    time.sleep(2.5 * presenter.REFRESH_SECONDS)  # the scenario: time passes, menu closed
+    assert updates() == closed, "a closed menu was rebuilt"

@@ -33,7 +33,7 @@ from dbus_fast.service import (
     dbus_signal,
 )
 
-from sloth_tray.presenter import SEPARATOR, Item, default_action
+from sloth_tray.presenter import REFRESH_SECONDS, SEPARATOR, Item, default_action
 from sloth_tray.surface import MenuBuilder
 
 from .bus import guarded
@@ -46,6 +46,7 @@ ROOT_ID = 0
 VERSION = 3  # the protocol libdbusmenu >= 0.4 and every current host speak
 LAYOUT_SIGNATURE = "(ia{sv}av)"
 BAD_ID = "org.freedesktop.DBus.Error.InvalidArgs"
+OPEN_AT_MOST = 600.0  # seconds an open menu is kept fresh without a new "opened"
 
 # The D-Bus types of the methods below (dbus-fast reads them from the annotations).
 Ints = Annotated[list[int], DBusSignature("ai")]
@@ -186,6 +187,8 @@ class DbusMenu(ServiceInterface):
         super().__init__(INTERFACE)
         self.model = MenuModel()
         self.build = build
+        self._ticking: asyncio.TimerHandle | None = None  # while the menu is open
+        self._opened_at = 0.0
 
     def refresh(self) -> bool:
         """Ask the builder again; tell hosts (LayoutUpdated) when the layout changed."""
@@ -229,8 +232,36 @@ class DbusMenu(ServiceInterface):
             self.click(node_id)
         elif event_id == "opened" and node_id == ROOT_ID:
             self.refresh()  # hosts that skip AboutToShow still see fresh times
+            self._keep_fresh()
+        elif event_id == "closed" and node_id == ROOT_ID:
+            self._stop_ticking()
         else:
-            self.model.node(node_id)  # hovered, closed, ...: nothing to do; check the id
+            self.model.node(node_id)  # hovered, ...: nothing to do; check the id
+
+    # -- an open menu's moving times -------------------------------------------------------
+
+    def _keep_fresh(self) -> None:
+        """While the menu is open (from "opened" to "closed"), rebuild it once a
+        second, so a running job's elapsed time moves where the user is looking;
+        LayoutUpdated goes out only when a label did change. A closed menu costs
+        no wake-up: it is rebuilt when it opens. A host that never says "closed"
+        is stopped after OPEN_AT_MOST."""
+        loop = asyncio.get_running_loop()
+        self._opened_at = loop.time()
+        if self._ticking is None:
+            self._ticking = loop.call_later(REFRESH_SECONDS, self._tick)
+
+    def _tick(self) -> None:
+        self._ticking = None
+        self.refresh()
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._opened_at < OPEN_AT_MOST:
+            self._ticking = loop.call_later(REFRESH_SECONDS, self._tick)
+
+    def _stop_ticking(self) -> None:
+        if self._ticking is not None:
+            self._ticking.cancel()
+            self._ticking = None
 
     # -- com.canonical.dbusmenu --------------------------------------------------------
 
@@ -273,7 +304,9 @@ class DbusMenu(ServiceInterface):
     @dbus_method()
     def AboutToShow(self, node_id: DBusInt32) -> DBusBool:
         if node_id == ROOT_ID:
-            return self.refresh()  # the menu opens: times in labels are of now
+            changed = self.refresh()  # the menu opens: times in labels are of now
+            self._keep_fresh()
+            return changed
         self.model.node(node_id)
         return False
 

@@ -1,0 +1,270 @@
+"""The tray in a real StatusNotifier host: Xvfb, a private D-Bus session, xfce4-panel.
+
+xfce4-panel's systray is an org.kde.StatusNotifierWatcher that draws the item's
+icon and renders its dbusmenu as a real GTK menu, as KDE, GNOME with
+AppIndicator, Cinnamon, MATE and waybar do. The app is installed as the README
+says (no PyGObject needed on this path) and every menu item is clicked in the
+panel's menu, by keyboard (the menu's own navigation, so no pixel guessing),
+and each one's effect is checked. A fake notification server on the same bus
+receives the failure notification, and its Retry button is pressed.
+Every process started here is killed by pid at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import wait_for
+
+from sloth_tray.paths import locate
+from sloth_tray.queue import Queue, State
+
+TOOLS = ("Xvfb", "xfce4-panel", "xdotool", "xdpyinfo", "dbus-daemon", "gdbus")
+ICON = (11, 16)  # the first item of a 32 px panel at the top
+SHOTS = os.environ.get("SLOTH_TRAY_SHOTS")  # a folder for the menu's screenshot, if wanted
+
+
+def missing() -> str | None:
+    if not sys.platform.startswith("linux"):
+        return "the desktop tests need Linux and X11"
+    absent = [tool for tool in TOOLS if shutil.which(tool) is None]
+    return f"not installed: {', '.join(absent)} (.ci/run installs them)" if absent else None
+
+
+pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
+
+PANEL_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<channel name="xfce4-panel" version="1.0">
+  <property name="configver" type="int" value="2"/>
+  <property name="panels" type="array">
+    <value type="int" value="1"/>
+    <property name="panel-1" type="empty">
+      <property name="position" type="string" value="p=6;x=0;y=0"/>
+      <property name="length" type="uint" value="100"/>
+      <property name="position-locked" type="bool" value="true"/>
+      <property name="size" type="uint" value="32"/>
+      <property name="plugin-ids" type="array"><value type="int" value="1"/></property>
+    </property>
+  </property>
+  <property name="plugins" type="empty">
+    <property name="plugin-1" type="string" value="systray"/>
+  </property>
+</channel>
+"""
+
+
+def free_display() -> int:
+    return next(n for n in range(120, 250) if not os.path.exists(f"/tmp/.X11-unix/X{n}")
+                and not os.path.exists(f"/tmp/.X{n}-lock"))
+
+
+def registered_items(env) -> str:
+    return subprocess.run(
+        ["gdbus", "call", "--session", "--dest", "org.kde.StatusNotifierWatcher",
+         "--object-path", "/StatusNotifierWatcher", "--method",
+         "org.freedesktop.DBus.Properties.Get", "org.kde.StatusNotifierWatcher",
+         "RegisteredStatusNotifierItems"], env=env, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def panel(pids, tmp_path):
+    """Xvfb + a private session bus + xfce4-panel with only its systray; the environment."""
+    display = f":{free_display()}"
+    config = tmp_path / "panel-config"
+    (config / "xfce4/xfconf/xfce-perchannel-xml").mkdir(parents=True)
+    (config / "xfce4/xfconf/xfce-perchannel-xml/xfce4-panel.xml").write_text(PANEL_XML)
+    pids.popen(["Xvfb", display, "-screen", "0", "800x600x24", "-nolisten", "tcp"],
+               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, "DISPLAY": display, "NO_AT_BRIDGE": "1",
+           "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(config)}
+    env.pop("PYSTRAY_BACKEND", None)
+    wait_for(lambda: subprocess.run(["xdpyinfo"], env=env, capture_output=True).returncode == 0,
+             what="Xvfb to answer")
+    # xfconfd is started by the bus and takes the bus's environment: HOME and
+    # XDG_CONFIG_HOME must be the test's before the bus starts.
+    bus = pids.popen(["dbus-daemon", "--session", "--nofork", "--print-address=1"], env=env,
+                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    env["DBUS_SESSION_BUS_ADDRESS"] = bus.stdout.readline().strip()
+    pids.popen(["xfce4-panel", "--disable-wm-check"], env=env, stdout=subprocess.DEVNULL,
+               stderr=subprocess.DEVNULL)
+    wait_for(lambda: "@as" in registered_items(env) or "[" in registered_items(env),
+             what="xfce4-panel's StatusNotifierWatcher")
+    return env
+
+
+def grab(env, box=None):
+    from PIL import ImageGrab
+
+    image = ImageGrab.grab(xdisplay=env["DISPLAY"])
+    return image.crop(box) if box else image
+
+
+def red_pixels(image) -> int:
+    rgb = image.convert("RGB")
+    pixels = rgb.load()
+    return sum(1 for x in range(rgb.width) for y in range(rgb.height)
+               if (lambda r, g, b: r > 180 and g < 90 and b < 90)(*pixels[x, y]))
+
+
+def xdotool(env, *args: str) -> None:
+    subprocess.run(["xdotool", *args], env=env, check=True)
+
+
+def screen_changes(env, act, what: str) -> None:
+    """Do `act` (a key, a click), then wait until the screen shows it: a menu or
+    submenu mapped, a row highlighted. GTK maps menus asynchronously, and a key
+    sent before its menu is up would go elsewhere."""
+    before = grab(env).tobytes()
+    act()
+    wait_for(lambda: grab(env).tobytes() != before, timeout=5, what=what)
+
+
+def open_menu(env) -> None:
+    """Right click on the icon, once the screen is back to the bare panel."""
+    xdotool(env, "key", "Escape", "Escape", "Escape")
+    xdotool(env, "mousemove", "400", "400")
+    wait_for(lambda: grab(env, (0, 40, 300, 300)).getbbox() is None,
+             what="every menu to close")
+    xdotool(env, "mousemove", str(ICON[0]), str(ICON[1]))
+    screen_changes(env, lambda: xdotool(env, "click", "3"), "the menu to open")
+
+
+def choose(env, *keys: str) -> None:
+    """Open the menu and walk it by keyboard: Down moves over enabled rows only,
+    Right opens a submenu on its first enabled row, Up from the top is the last
+    row, Return clicks."""
+    open_menu(env)
+    for key in keys:
+        screen_changes(env, lambda key=key: xdotool(env, "key", key), f"the menu to take {key}")
+    xdotool(env, "key", "Return")
+
+
+# The menu's enabled rows, top to bottom, with one failed job and one waiting job
+# (the status line and the error row inside a job's submenu are disabled).
+FAILED_JOBS, RETRY_ALL, WAITING, PAUSE, OPEN_JOBS, OPEN_LOGS, AUTOSTART = range(1, 8)
+
+
+def row(n: int) -> tuple[str, ...]:
+    return ("Down",) * n
+
+
+def history(home, job_id: str) -> list[str]:
+    with Queue(home.db) as queue:
+        return [event.kind for event in queue.history(job_id)]
+
+
+def state(home, job_id: str) -> State:
+    with Queue(home.db) as queue:
+        return queue.get(job_id).state
+
+
+def paused(home) -> bool:
+    done = subprocess.run([sys.executable, "-m", "sloth_tray", "status", "--json",
+                           "--home", str(home.root)], capture_output=True, text=True)
+    return json.loads(done.stdout)["paused"]
+
+
+def add(home, env, name: str, text: str, *extra: str) -> str:
+    path = home.root.parent / f"{name}.sh"
+    path.write_text(text)
+    done = subprocess.run([sys.executable, "-m", "sloth_tray", "add", str(path), "--home",
+                           str(home.root), *extra], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_every_menu_item_works_in_a_real_statusnotifier_panel(panel, pids, tmp_path):
+    from test_notify_open import Desktop
+
+    services = Desktop(panel["DBUS_SESSION_BUS_ADDRESS"])
+    notifications = services.notifications(["actions", "body"])
+    opened = tmp_path / "opened"
+    bin_dir = tmp_path / "bin"  # the desktop's opener, recording what it was asked to open
+    bin_dir.mkdir()
+    (bin_dir / "xdg-open").write_text(f'#!/bin/sh\necho "$1" >> {opened}\n')
+    (bin_dir / "xdg-open").chmod(0o755)
+    env = {**panel, "PATH": f"{bin_dir}:{panel['PATH']}",
+           "XDG_CONFIG_HOME": str(tmp_path / "user-config")}
+    home = locate(tmp_path / "home").ensure()
+    app = pids.popen([sys.executable, "-m", "sloth_tray", "run", "--home", str(home.root)],
+                     env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: "StatusNotifierItem" in registered_items(panel),
+                 what="the item to register with the panel")
+        icon_box = (0, 0, 32, 32)
+        wait_for(lambda: grab(panel, icon_box).getbbox() and red_pixels(grab(panel, icon_box))
+                 == 0, what="the idle sloth in the panel")
+
+        failing = add(home, env, "disk_check", '# sloth: max_attempts=1\n'
+                      'echo "disk check: 82% full" >&2\nexit 1\n')
+        waiting = add(home, env, "tidy_downloads", "echo tidy\n", "--delay", "1h")
+        wait_for(lambda: red_pixels(grab(panel, icon_box)) > 10,
+                 what="the icon to show the failure")
+        def failure_notices() -> list[int]:
+            return [number for number, sent in enumerate(notifications.sent, start=101)
+                    if "disk_check" in sent["body"]]
+
+        wait_for(failure_notices, what="the failure's notification")
+        [notice] = failure_notices()  # one per failure, never repeated
+        assert notifications.sent[notice - 101]["actions"] == ["retry", "Retry",
+                                                               "log", "Show log"]
+
+        open_menu(panel)
+        if SHOTS:
+            grab(panel, (0, 0, 260, 290)).save(Path(SHOTS) / "sni-menu.png")
+
+        # The notification's Retry button.
+        services.call(notifications.ActionInvoked, notice, "retry")
+        wait_for(lambda: history(home, failing).count("retried") == 1,
+                 what="the notification's Retry to retry the job")
+        wait_for(lambda: state(home, failing) == State.FAILED, what="the job to fail again")
+
+        choose(panel, *row(FAILED_JOBS), "Right", "Right")  # Failed jobs > disk_check > Retry
+        wait_for(lambda: history(home, failing).count("retried") == 2, what="Retry")
+        wait_for(lambda: state(home, failing) == State.FAILED, what="the job to fail again")
+
+        choose(panel, *row(RETRY_ALL))
+        wait_for(lambda: history(home, failing).count("retried") == 3, what="Retry all failed")
+        wait_for(lambda: state(home, failing) == State.FAILED, what="the job to fail again")
+
+        choose(panel, *row(FAILED_JOBS), "Right", "Right", "Down")  # ... > Show log
+        wait_for(lambda: opened.exists() and f"logs/{failing}/" in opened.read_text(),
+                 what="Show log to open the job's log")
+
+        choose(panel, *row(OPEN_JOBS))
+        wait_for(lambda: str(home.jobs) in opened.read_text(), what="Open jobs folder")
+        choose(panel, *row(OPEN_LOGS))
+        wait_for(lambda: opened.read_text().splitlines()[-1] == str(home.logs),
+                 what="Open logs")
+
+        choose(panel, *row(PAUSE))
+        wait_for(lambda: paused(home), what="Pause")
+        choose(panel, *row(PAUSE))
+        wait_for(lambda: not paused(home), what="Resume")
+
+        entry = tmp_path / "user-config" / "autostart" / "sloth-tray.desktop"
+        choose(panel, *row(AUTOSTART))
+        wait_for(entry.exists, what="Start at login to write the autostart entry")
+        assert str(home.root) in entry.read_text()
+        choose(panel, *row(AUTOSTART))
+        wait_for(lambda: not entry.exists(), what="Start at login to remove it again")
+
+        choose(panel, *row(WAITING), "Right", "Right")  # Waiting > tidy_downloads > Run now
+        wait_for(lambda: state(home, waiting) == State.DONE, what="Run now to run the job")
+        assert "hurried" in history(home, waiting)
+
+        choose(panel, *row(FAILED_JOBS), "Right", "Right", "Down", "Down")  # ... > Cancel
+        wait_for(lambda: state(home, failing) == State.CANCELLED, what="Cancel")
+
+        choose(panel, "Up")  # Quit: the last row, however many rows above are enabled now
+        assert app.wait(timeout=20) == 0
+        log = app.stderr.read()
+        assert "in the tray (sni)" in log and "Traceback" not in log
+    finally:
+        services.close()
