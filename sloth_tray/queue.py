@@ -623,6 +623,13 @@ class Queue:
                 (before,),
             ).fetchall()
 
+    def prunable_scripts(self, before: float) -> list[str]:
+        """The scripts of the jobs prune(before) would delete now."""
+        with self._reading() as db:
+            return [row[0] for row in db.execute(
+                "SELECT script FROM jobs WHERE state IN ('done', 'cancelled') "
+                "AND updated_at < ? AND script IS NOT NULL", (before,))]
+
     def folders_in_use(self, folders: list[str], spool: str) -> set[str]:
         """Which of these spool folders (`spool`/<12-hex id>) still hold some job's
         script: a recurring job's later runs share the first run's folder.

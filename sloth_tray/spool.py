@@ -237,8 +237,8 @@ def retry(queue: Queue, job_id: str) -> bool:
         except BadJobFile as exc:
             queue.refuse(job.id, str(exc), Reason.BAD_HEADER)
             raise BadJobFile(f"{job.name} ({job.id}) still cannot run: {exc}") from None
-        if options.get("every") and "scheduled" in job.options:
-            options["scheduled"] = job.options["scheduled"]  # the series' clock
+        if options.get("every"):  # the series' clock: kept, or started now
+            options["scheduled"] = job.options.get("scheduled", queue.clock())
         max_attempts = options.get("max_attempts")
     return queue.retry(job.id, options=options, max_attempts=max_attempts)
 
@@ -263,6 +263,13 @@ def prune(home: Home, queue: Queue, before: float) -> int:
     spool folders. Rows go first: a job retried meanwhile is not pruned and
     keeps its files, and a crash halfway leaves only folders that reconcile
     sets aside (their marker says the queue once held them)."""
+    # Marked first: a crash between a push and its marker leaves a folder that
+    # only start-up would mark, and a prune cut short before then must not leave
+    # it looking like a drop that never reached the queue.
+    for script in queue.prunable_scripts(before):
+        folder = Path(script).parent
+        if _in_spool(home, folder) and folder.is_dir():
+            _mark_queued(folder)
     pruned = queue.prune(before)
     for job_id, _ in pruned:
         shutil.rmtree(home.job_logs(job_id), ignore_errors=True)
