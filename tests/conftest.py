@@ -70,6 +70,25 @@ def start_daemon(pids, home, *extra: str) -> subprocess.Popen:
     return proc
 
 
+# -- the desktop tests' eyes: an X display's pixels -------------------------------------
+
+
+def grab(env, box=None):
+    """The screen of env["DISPLAY"] (or the `box` of it) as a Pillow image."""
+    from PIL import ImageGrab
+
+    image = ImageGrab.grab(xdisplay=env["DISPLAY"])
+    return image.crop(box) if box else image
+
+
+def red_pixels(image) -> int:
+    """How many pixels are the red of the failure badge."""
+    rgb = image.convert("RGB")
+    pixels = rgb.load()
+    return sum(1 for x in range(rgb.width) for y in range(rgb.height)
+               if (lambda r, g, b: r > 180 and g < 90 and b < 90)(*pixels[x, y]))
+
+
 def alive(pid: int) -> bool:
     """True while `pid` runs (a zombie counts as gone)."""
     try:

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from conftest import grab, red_pixels, wait_for
 
 from sloth_tray.paths import locate
 from sloth_tray.queue import Queue, State
@@ -96,20 +96,6 @@ def panel(pids, tmp_path):
     wait_for(lambda: "@as" in registered_items(env) or "[" in registered_items(env),
              what="xfce4-panel's StatusNotifierWatcher")
     return env
-
-
-def grab(env, box=None):
-    from PIL import ImageGrab
-
-    image = ImageGrab.grab(xdisplay=env["DISPLAY"])
-    return image.crop(box) if box else image
-
-
-def red_pixels(image) -> int:
-    rgb = image.convert("RGB")
-    pixels = rgb.load()
-    return sum(1 for x in range(rgb.width) for y in range(rgb.height)
-               if (lambda r, g, b: r > 180 and g < 90 and b < 90)(*pixels[x, y]))
 
 
 def xdotool(env, *args: str) -> None:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from conftest import grab, red_pixels, wait_for
 from PIL import ImageStat
 
 from sloth_tray.paths import locate
@@ -78,20 +78,6 @@ def icon_box(env) -> tuple[str, int, int, int, int] | None:
             title, w, h, x, y = found.groups()
             return title, int(x), int(y), int(w), int(h)
     return None
-
-
-def grab(env, box=None):
-    from PIL import ImageGrab
-
-    image = ImageGrab.grab(xdisplay=env["DISPLAY"])
-    return image.crop(box) if box else image
-
-
-def red_pixels(image) -> int:
-    rgb = image.convert("RGB")
-    pixels = rgb.load()
-    return sum(1 for x in range(rgb.width) for y in range(rgb.height)
-               if (lambda r, g, b: r > 180 and g < 90 and b < 90)(*pixels[x, y]))
 
 
 def click(env, x: int, y: int, button: int) -> None:
