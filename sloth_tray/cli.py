@@ -350,10 +350,11 @@ def cmd_work(args: argparse.Namespace, home: Home) -> int:
 
 
 def print_result(job: Job, result: Result) -> None:
-    label = {Outcome.DONE: "ok", Outcome.RELEASED: "stop", Outcome.LOST: "lost"}.get(
-        result.outcome, "fail")
+    label = {Outcome.DONE: "ok", Outcome.RELEASED: "stop", Outcome.LOST: "lost",
+             Outcome.LATER: "later"}.get(result.outcome, "fail")
     where = f"-> {result.outcome.value.replace('retrying', 'pending')}: " if label == "fail" else ""
-    print(f"{label:<5} {job.name} ({job.id}) {where}{result.detail}".rstrip(), flush=True)
+    print(f"{label:<5} {printable(job.name)} ({job.id}) {where}{printable(result.detail)}"
+          .rstrip(), flush=True)
 
 
 # -- parsing --------------------------------------------------------------

@@ -107,6 +107,31 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # the command line sets and reads the very same one.
         "CREATE TABLE flags (name TEXT PRIMARY KEY, value NOT NULL) WITHOUT ROWID",
     ),
+    (
+        # Calendar jobs (options.at, options.cron) are followed by their next run in
+        # Python (queue.Queue._follow_calendar_run), in the transaction that ends the
+        # run: SQL cannot find the next weekday 09:00 across a clock change. The
+        # trigger keeps every= as it was and leaves calendar jobs alone. The new
+        # schema number also keeps an older sloth-tray, which would end such a
+        # series without a word, from opening this queue.
+        "DROP TRIGGER recur",
+        """CREATE TRIGGER recur AFTER UPDATE OF state ON jobs
+            WHEN OLD.state = 'running' AND NEW.state IN ('done', 'failed')
+             AND json_extract(NEW.options, '$.every') > 0
+             AND json_type(NEW.options, '$.at') IS NULL
+             AND json_type(NEW.options, '$.cron') IS NULL
+            BEGIN
+            INSERT INTO jobs(id, name, state, max_attempts, not_before, script, options,
+                             created_at, updated_at, history)
+            SELECT lower(hex(randomblob(6))), NEW.name, 'pending', NEW.max_attempts, due,
+                   NEW.script, json_set(NEW.options, '$.scheduled', due),
+                   NEW.updated_at, NEW.updated_at,
+                   json_array(json_array(NEW.updated_at, 'pushed', 'the next run after '
+                                         || NEW.id))
+            FROM (SELECT max(json_extract(NEW.options, '$.scheduled')
+                             + json_extract(NEW.options, '$.every'), NEW.updated_at) AS due);
+        END""",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -9,10 +9,11 @@ import os
 import re
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sloth_tray import limits
+from sloth_tray import limits, schedule
 from sloth_tray.errors import SlothError
 
 HEADER_LINES = 20  # options must sit among the first lines, like a shebang's neighbours
@@ -99,6 +100,21 @@ OPTIONS: dict[str, limits.Limit] = {
 }
 
 
+# Options that are words rather than numbers: how to read each, and what it accepts.
+# (window is a duration, but only means something beside at= or cron=.)
+WORD_OPTIONS: dict[str, tuple[Callable[[str], Any], str]] = {
+    "at": (lambda text: schedule.parse_at(text).text, schedule.AT_FORM),  # calendar times
+    "cron": (lambda text: schedule.parse_cron(text).text, schedule.CRON_FORM),
+    "catchup": (schedule.parse_catchup, schedule.CATCHUP_FORM),  # what missed times become
+    "window": (schedule.WINDOW.convert, schedule.WINDOW.accepted),  # how late is still useful
+}
+SCHEDULES = ("every", "at", "cron")  # each says when a job repeats; one at most
+CALENDARS = ("at", "cron")
+
+# key=value, where a value in double quotes may hold spaces: at="mon-fri 09:00".
+_ITEM = re.compile(r'([^\s=]*)(=?)(?:"([^"]*)"(?=\s|$)|(\S*))')
+
+
 def parse_options(head: bytes, filename: str = "the script") -> dict[str, Any]:
     """The options of the first `sloth:` comment line among the first 20 lines."""
     lines = head.decode("utf-8", "replace").splitlines()[:HEADER_LINES]
@@ -109,19 +125,85 @@ def parse_options(head: bytes, filename: str = "the script") -> dict[str, Any]:
     return {}
 
 
+def _items(text: str) -> list[tuple[str, bool, str, bool]]:
+    """(key, has '=', value, was quoted) for each whitespace-separated setting."""
+    items, position = [], 0
+    while True:
+        while position < len(text) and text[position].isspace():
+            position += 1
+        if position >= len(text):
+            return items
+        match = _ITEM.match(text, position)
+        quoted = match.group(3) is not None
+        value = match.group(3) if quoted else match.group(4)
+        items.append((match.group(1), bool(match.group(2)), value, quoted))
+        position = match.end()
+
+
 def _parse_settings(text: str, where: str) -> dict[str, Any]:
     options: dict[str, Any] = {}
-    for item in text.split():
-        key, equals, value = item.partition("=")
-        key = key.strip().lower()
-        if key not in OPTIONS:
-            known = ", ".join(sorted(OPTIONS))
+    items = _items(text)
+    for index, (raw_key, equals, value, quoted) in enumerate(items):
+        key = raw_key.strip().lower()
+        if key in WORD_OPTIONS and not quoted and value.startswith('"'):
+            raise BadJobFile(f"{where}: the value of {key} opens a quote that does not close "
+                             f'before the next setting: write {key}="..."')
+        if key in CALENDARS and not quoted:
+            _refuse_a_spaced_value(key, value, items[index + 1:], where)
+        if key not in OPTIONS and key not in WORD_OPTIONS:
+            known = ", ".join(sorted([*OPTIONS, *WORD_OPTIONS]))
             raise BadJobFile(f"{where}: unknown option {limits.shown(key)} in the sloth: header "
                              f"(known: {known})")
-        if not equals or not value:
+        if not equals or (not value and not quoted):
             raise BadJobFile(f"{where}: {key} needs a value, as in {key}=...")
+        if key in WORD_OPTIONS:
+            read, accepted = WORD_OPTIONS[key]
+            try:
+                options[key] = read(value)
+            except ValueError:
+                raise BadJobFile(f"{where}: bad value {limits.shown(value)} for {key}: "
+                                 f"use {accepted}") from None
+            continue
         try:
             options[key] = OPTIONS[key].convert(value)
         except ValueError:
             raise BadJobFile(OPTIONS[key].refusal(value, where)) from None
+    _check_schedule(options, where)
     return options
+
+
+def _refuse_a_spaced_value(key: str, value: str, rest: list[tuple[str, bool, str, bool]],
+                           where: str) -> None:
+    """at=mon-fri 09:00 reads as at=mon-fri and an option '09:00': say how to write it."""
+    cut: list[str] = []
+    for raw, equals, _, _ in rest:
+        if equals or len(cut) == 4:
+            break
+        cut.append(raw)
+    if not cut:
+        return
+    if key == "at":
+        raise BadJobFile(f"{where}: the value of at ends at the space before "
+                         f"{limits.shown(cut[0])}: join days and times with @ "
+                         f'(at=mon-fri@09:00) or put them in quotes (at="mon-fri 09:00"), '
+                         "and several times with commas (at=09:00,17:30)")
+    words = " ".join([value, *cut])
+    example = words if len(words) <= 40 and words.isprintable() else "0 9 * * 1-5"
+    raise BadJobFile(f"{where}: the value of cron ends at the space before "
+                     f"{limits.shown(cut[0])}: put all five fields in quotes, as in "
+                     f'cron="{example}"')
+
+
+def _check_schedule(options: dict[str, Any], where: str) -> None:
+    """Options that each make sense alone but not together."""
+    given = [key for key in SCHEDULES if key in options]
+    if len(given) > 1:
+        raise BadJobFile(f"{where}: every, at and cron each say when the job repeats: "
+                         f"use one of them, not {' and '.join(given)}")
+    for key in ("catchup", "window"):
+        if key in options and not any(calendar in options for calendar in CALENDARS):
+            raise BadJobFile(f"{where}: {key} applies only to at= and cron= schedules: "
+                             f"add one, or remove {key}=")
+    if options.get("catchup") == "skip" and "window" in options:
+        raise BadJobFile(f"{where}: window applies only to catchup=once (catchup=skip "
+                         "drops every missed time): remove one of them")

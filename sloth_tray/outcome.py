@@ -20,6 +20,7 @@ class Ending(StrEnum):
 
     SUCCEEDED = "succeeded"  # exit 0; detail is the last line of its output
     FAILED = "failed"  # detail says why; reason says what kind of failure
+    LATER = "later"  # exit 75 (EX_TEMPFAIL): run it again later; the attempt does not count
     LEASE_LOST = "lease_lost"  # cancelled, or another worker holds it: nothing to record
     STOPPED = "stopped"  # the app is quitting: the lease goes back, the attempt uncounted
 
@@ -44,6 +45,7 @@ class Outcome(StrEnum):
     FAILED = "failed"  # failed for good
     LOST = "lost"  # another owner holds the job now; we recorded nothing
     RELEASED = "released"  # stopped for a clean quit; due again at the next start
+    LATER = "later"  # the script asked to be run later; due again after a backoff
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,14 @@ def record(queue: Queue, owner: str, job: Job, attempt: Attempt) -> Result:
         if queue.release(job.id, owner):
             return Result(Outcome.RELEASED, "stopped for quit; due again at the next start")
         return LOST
+    if attempt.ending == Ending.LATER:
+        state = queue.later(job.id, owner, attempt.detail)
+        if state is None:
+            return LOST
+        if state == State.FAILED:
+            return Result(Outcome.FAILED, queue.get(job.id).last_error or attempt.detail,
+                          Reason.LATER_TOO_LONG)
+        return Result(Outcome.LATER, attempt.detail)
     if attempt.ending == Ending.LEASE_LOST:
         return Result(Outcome.LOST, attempt.detail or LOST.detail)
     reason = attempt.reason or Reason.INTERNAL_ERROR

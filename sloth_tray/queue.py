@@ -24,19 +24,24 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import tzinfo
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from sloth_tray import limits
+from sloth_tray import limits, schedule
 from sloth_tray.dbfile import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, prepare_file
 from sloth_tray.errors import DatabaseProblem, SlothError, UnknownJob
 from sloth_tray.jobfile import OPTIONS as JOB_OPTIONS
+from sloth_tray.jobfile import WORD_OPTIONS
 from sloth_tray.timefmt import format_duration
 
 Clock = Callable[[], float]
 
 ERROR_LIMIT = 2000  # characters of an error message kept in the row
+LATER_FOR_AT_MOST = 86400.0  # seconds of nothing but "try again later" before giving up
+# Events that may sit between two "later"s of one unbroken run of them.
+_BETWEEN_LATERS = frozenset({"claimed", "started", "slept", "renewed", "reclaimed", "hurried"})
 
 
 class State(StrEnum):
@@ -60,6 +65,7 @@ class Reason(StrEnum):
     LEASE_EXPIRED = "lease_expired"  # its holder vanished on the last attempt
     SCRIPT_GONE = "script_gone"  # its copy in the spool disappeared
     INTERNAL_ERROR = "internal_error"  # sloth-tray itself failed while running it
+    LATER_TOO_LONG = "later_too_long"  # it asked to run later (exit 75) for a day straight
 
 
 # Reasons that no number of tries can change: the job fails for good at once.
@@ -148,6 +154,17 @@ def _history(*events: tuple[str, str]) -> tuple[str, dict[str, str]]:
     return f"history = json_insert(history, {', '.join(parts)})", params
 
 
+def _trailing_laters(history: list) -> list[float]:
+    """When each "later" of the unbroken run of them that ends the history came."""
+    laters: list[float] = []
+    for at, kind, _detail in reversed(history):
+        if kind == "later":
+            laters.append(at)
+        elif kind not in _BETWEEN_LATERS:
+            break
+    return laters[::-1]
+
+
 VALID_ID = re.compile(r"[0-9a-f]{12}")
 
 
@@ -168,9 +185,11 @@ class Queue:
         backoff_cap: float = 3600.0,
         synchronous: str = "FULL",
         busy_timeout: float = 5.0,
+        tz: tzinfo | None = None,
     ) -> None:
         self.path = Path(path)
         self.clock = clock
+        self._tz = tz  # calendar jobs' zone; None: this machine's, read when first needed
         self.lease_seconds = float(limits.LEASE.check(lease_seconds))
         self.max_attempts = int(limits.ATTEMPTS.check(max_attempts))
         self.backoff_cap = float(backoff_cap)
@@ -317,6 +336,11 @@ class Queue:
             options[key] = JOB_OPTIONS[key].check(options[key], "the job's options")
         if options.get("every"):
             options.setdefault("scheduled", now + delay)  # the series' clock
+        not_before = self._first_calendar_time(options, now + delay)
+        if not_before is None:
+            not_before = now + delay
+        else:
+            delay = not_before - now
         events = [[now, "pushed", f"due in {format_duration(delay)}" if delay else ""]]
         if error is not None:
             events.append([now, "failed", error])
@@ -329,7 +353,7 @@ class Queue:
                         "options, created_at, updated_at, history, last_error, reason) "
                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (chosen, name, "pending" if error is None else "failed",
-                         attempts_allowed, now + delay, script,
+                         attempts_allowed, not_before, script,
                          json.dumps(options, sort_keys=True, allow_nan=False), now, now,
                          json.dumps(events),
                          error, None if error is None else Reason(reason).value),
@@ -348,6 +372,7 @@ class Queue:
         job as failed instead of handing it out again.
         """
         now = self.clock()
+        self._settle_missed_calendar_runs(now)
         with self._reading() as db:
             expired = db.execute(
                 "SELECT 1 FROM jobs WHERE state = 'running' AND lease_until <= ? LIMIT 1", (now,)
@@ -430,10 +455,13 @@ class Queue:
                      reason=Reason.LEASE_EXPIRED.value)
         return None
 
-    @staticmethod
-    def _finish(db: sqlite3.Connection, job_id: str, now: float, state: str,
+    def _finish(self, db: sqlite3.Connection, job_id: str, now: float, state: str,
                 event: tuple[str, str], **columns: Any) -> None:
-        """Move a job out of running and record why (the caller checked the owner)."""
+        """Move a job out of running and record why (the caller checked the owner).
+
+        A calendar job that ends (done, or failed for good) is followed by its
+        next run in this same transaction, as the `recur` trigger does for every=.
+        """
         history, params = _history(event)
         sets = "".join(f", {name} = :{name}" for name in columns)
         db.execute(
@@ -441,6 +469,8 @@ class Queue:
             f"updated_at = :now{sets}, {history} WHERE id = :id",
             {"state": state, "now": now, "id": job_id, **columns, **params},
         )
+        if state in (State.DONE, State.FAILED):
+            self._follow_calendar_run(db, job_id, now)
 
     def heartbeat(self, job_id: str, owner: str, lease: float | None = None) -> bool:
         """Extend the lease; False means `owner` no longer holds it (stop the work).
@@ -475,9 +505,17 @@ class Queue:
         return changed == 1
 
     def complete(self, job_id: str, owner: str, result: str = "") -> bool:
-        return self._owned_update(
-            job_id, owner, "state = 'done', result = :result, lease_owner = NULL, "
-            "lease_until = NULL, updated_at = :now", ("completed", result), result=result)
+        now = self.clock()
+        with self._transaction() as db:
+            if not self._holds(db, job_id, owner):
+                return False
+            self._finish(db, job_id, now, "done", ("completed", result), result=result)
+        return True
+
+    @staticmethod
+    def _holds(db: sqlite3.Connection, job_id: str, owner: str) -> bool:
+        return db.execute("SELECT 1 FROM jobs WHERE id = ? AND state = 'running' "
+                          "AND lease_owner = ?", (job_id, owner)).fetchone() is not None
 
     def started(self, job_id: str, owner: str, child: dict[str, Any]) -> bool:
         """Remember the attempt's process; owner-checked like a heartbeat.
@@ -496,6 +534,36 @@ class Queue:
             job_id, owner, "state = 'pending', not_before = :now, "
             "attempts = max(attempts - 1, 0), lease_owner = NULL, lease_until = NULL, "
             "updated_at = :now", ("released", f"by {owner}"))
+
+    def later(self, job_id: str, owner: str, detail: str) -> State | None:
+        """The script asked to be run again later (exit 75, EX_TEMPFAIL): back off
+        as after a failure, but the attempt does not count. After LATER_FOR_AT_MOST
+        of nothing but "later" the job fails for good (LATER_TOO_LONG). Returns
+        the new state, or None when `owner` does not hold the lease."""
+        now = self.clock()
+        detail = detail[:ERROR_LIMIT]
+        with self._transaction() as db:
+            row = db.execute(
+                "SELECT history FROM jobs WHERE id = ? AND state = 'running' "
+                "AND lease_owner = ?", (job_id, owner)).fetchone()
+            if row is None:
+                return None
+            earlier = _trailing_laters(json.loads(row[0]))
+            since = earlier[0] if earlier else now
+            if now - since >= LATER_FOR_AT_MOST:
+                error = (f"it asked to run later for {format_duration(now - since)} "
+                         f"({len(earlier) + 1} times); gave up. Last: {detail}")[:ERROR_LIMIT]
+                self._finish(db, job_id, now, "failed", ("failed", error), last_error=error,
+                             reason=Reason.LATER_TOO_LONG.value)
+                return State.FAILED
+            delay = min(2.0 ** (len(earlier) + 1), self.backoff_cap)
+            self._finish(db, job_id, now, "pending",
+                         ("later", f"{detail}; asked to run later: next try in "
+                                   f"{format_duration(delay)}"),
+                         last_error=detail, not_before=now + delay,
+                         attempts=db.execute("SELECT max(attempts - 1, 0) FROM jobs "
+                                             "WHERE id = ?", (job_id,)).fetchone()[0])
+            return State.PENDING
 
     def fail(self, job_id: str, owner: str, error: str,
              reason: Reason = Reason.EXIT_CODE) -> State | None:
@@ -647,6 +715,144 @@ class Queue:
     def exists(self, job_id: str) -> bool:
         with self._reading() as db:
             return db.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is not None
+
+    # -- calendar jobs (at=, cron=) ----------------------------------------------
+
+    @property
+    def tz(self) -> tzinfo:
+        """The zone calendar times are read in: the injected one, else this machine's."""
+        if self._tz is None:
+            self._tz = schedule.local_zone()
+        return self._tz
+
+    def _first_calendar_time(self, options: dict[str, Any], earliest: float) -> float | None:
+        """Vet a calendar job's options and set its first run at its first calendar time
+        after `earliest` (the push, plus any delay=); None for any other job."""
+        for key in options.keys() & WORD_OPTIONS.keys():
+            read, accepted = WORD_OPTIONS[key]
+            try:
+                options[key] = read(options[key])
+            except (ValueError, TypeError):
+                raise SlothError(f"the job's options: bad value {limits.shown(options[key])} "
+                                 f"for {key}: use {accepted}") from None
+        calendar = schedule.calendar_of(options)
+        if calendar is None:
+            return None
+        if options.get("every"):
+            raise SlothError("the job's options: every, at and cron each say when the job "
+                             "repeats: use one of them")
+        first = schedule.next_time(calendar, earliest, self.tz)
+        options["scheduled"] = first  # the series' clock, as for every=
+        return first
+
+    def _settle_missed_calendar_runs(self, now: float) -> None:
+        """Before a claim: when the job next in line is a calendar run whose time was
+        missed (the machine slept or was off), apply its catchup= and window=.
+
+        Only the head of the line is looked at, on the partial index: a run is
+        judged at the moment it would start, and a claim pays one cheap read.
+        A run already judged (or made due by hand: run-now, retry) has a
+        not_before other than its scheduled time, and is left as it is.
+        """
+        for _ in range(100):  # each pass moves one run away from the head
+            with self._reading() as db:
+                row = db.execute(
+                    "SELECT id FROM jobs WHERE id = (SELECT id FROM jobs "
+                    "WHERE state = 'pending' AND not_before <= :now "
+                    "ORDER BY not_before, rowid LIMIT 1) "
+                    "AND not_before < :late AND json_extract(options, '$.scheduled') = not_before "
+                    "AND (json_type(options, '$.at') IS NOT NULL "
+                    "OR json_type(options, '$.cron') IS NOT NULL)",
+                    {"now": now, "late": now - schedule.GRACE},
+                ).fetchone()
+            if row is None or not self._settle_missed_run(row[0], now):
+                return
+
+    def _settle_missed_run(self, job_id: str, now: float) -> bool:
+        """One late calendar run: it runs now for the times it stands for, or it
+        moves to its next calendar time; every dropped time is told in a
+        `skipped` event. False when there was nothing to do after all."""
+        with self._transaction() as db:
+            row = db.execute("SELECT not_before, options FROM jobs "
+                             "WHERE id = ? AND state = 'pending'", (job_id,)).fetchone()
+            if row is None:
+                return False
+            not_before, options = row[0], json.loads(row[1])
+            calendar = self._calendar_or_none(db, job_id, options, now)
+            if calendar is None or options.get("scheduled") != not_before \
+                    or not schedule.is_late(not_before, now):
+                return False
+            plan = schedule.catch_up(calendar, not_before, now, self.tz,
+                                     catchup=options.get("catchup", "once"),
+                                     window=options.get("window"))
+            events: list[tuple[str, str]] = []
+            if plan.dropped:
+                events.append(("skipped", f"missed {self._times(plan.dropped, plan.dropped_more)}"
+                                          f" while nothing could run it; dropped: {plan.reason}"))
+            if plan.run_now:
+                options["scheduled"], due = plan.latest, now
+                events.append(("caught_up", "one run now for the missed "
+                                            f"{self._times(plan.kept, plan.kept_more)}"))
+            else:
+                options["scheduled"] = due = plan.next_due
+            history, params = _history(*events)
+            db.execute(f"UPDATE jobs SET not_before = :due, options = :options, "
+                       f"updated_at = :now, {history} WHERE id = :id",
+                       {"due": due, "options": json.dumps(options, sort_keys=True),
+                        "now": now, "id": job_id, **params})
+        return True
+
+    def _times(self, times: tuple[float, ...], more: bool) -> str:
+        return schedule.describe(times, more, self.tz)
+
+    def _calendar_or_none(self, db: sqlite3.Connection, job_id: str,
+                          options: dict[str, Any], now: float) -> schedule.Calendar | None:
+        """The job's calendar. One that cannot be read (the file was edited by hand)
+        is said in the job's history rather than raised in the daemon's face."""
+        try:
+            return schedule.calendar_of(options)
+        except schedule.BadSchedule as exc:
+            history, params = _history(("note", f"its schedule cannot be read ({exc}); "
+                                                 "no further run is queued"))
+            db.execute(f"UPDATE jobs SET {history} WHERE id = :id",
+                       {"id": job_id, "now": now, **params})
+            return None
+
+    def _follow_calendar_run(self, db: sqlite3.Connection, job_id: str, now: float) -> None:
+        """Queue a calendar job's next run, inside the transaction that ended this one:
+        a crash can never end the series. Due at the first calendar time after this
+        run's; if that has passed already, the claim applies catchup= to it.
+
+        A series keeps one waiting run: a retried old run that ends while its
+        series' next run waits adds nothing.
+        """
+        name, script, max_attempts, options_text = db.execute(
+            "SELECT name, script, max_attempts, options FROM jobs WHERE id = ?", (job_id,)
+        ).fetchone()
+        options = json.loads(options_text)
+        calendar = self._calendar_or_none(db, job_id, options, now)
+        if calendar is None:
+            return
+        waiting = db.execute(
+            "SELECT 1 FROM jobs INDEXED BY jobs_due WHERE state = 'pending' AND name = ? "
+            "AND script IS ? AND (json_type(options, '$.at') IS NOT NULL "
+            "OR json_type(options, '$.cron') IS NOT NULL) LIMIT 1", (name, script)).fetchone()
+        if waiting:
+            return
+        due = schedule.next_time(calendar, float(options.get("scheduled", now)), self.tz)
+        options["scheduled"] = due
+        history = json.dumps([[now, "pushed", f"the next run after {job_id}"]])
+        while True:
+            try:
+                db.execute(
+                    "INSERT INTO jobs(id, name, state, max_attempts, not_before, script, "
+                    "options, created_at, updated_at, history) "
+                    "VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)",
+                    (new_job_id(), name, max_attempts, due, script,
+                     json.dumps(options, sort_keys=True), now, now, history))
+                return
+            except sqlite3.IntegrityError:
+                continue  # an id drawn twice, 1 in 2**48: draw again
 
     # -- reads ---------------------------------------------------------------
 

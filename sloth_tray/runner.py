@@ -39,6 +39,7 @@ from sloth_tray.timefmt import format_duration
 LOG_CAP = 10 * 1024 * 1024
 RESULT_LIMIT = 200
 CHUNK = 64 * 1024
+EX_TEMPFAIL = 75  # sysexits.h: "try again later"; the attempt does not count
 SLEEP_THRESHOLD = 5.0  # wall time running this far ahead of monotonic time = a suspend
 logger = logging.getLogger("sloth_tray")
 TAKEN = "the job was cancelled, or another worker holds it now"
@@ -270,6 +271,8 @@ class Runner:
         error = err.text() or out.text() or exit_description(child.returncode)
         if log.error:
             error = f"{error} ({log.error})"
+        if child.returncode == EX_TEMPFAIL:
+            return Attempt(Ending.LATER, error, code=child.returncode)
         reason = Reason.KILLED if child.returncode < 0 else Reason.EXIT_CODE
         return Attempt.failed(reason, error, child.returncode)
 
