@@ -254,3 +254,27 @@ def test_every_menu_item_works_in_a_real_statusnotifier_panel(panel, pids, tmp_p
         assert "in the tray (sni)" in log and "Traceback" not in log
     finally:
         services.close()
+
+
+def test_a_cli_retry_while_a_job_runs_shows_in_the_panel_within_a_second(panel, pids,
+                                                                         tmp_path):
+    home = locate(tmp_path / "home").ensure()
+    pids.popen([sys.executable, "-m", "sloth_tray", "run", "--home", str(home.root)],
+               env=panel, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: "StatusNotifierItem" in registered_items(panel),
+             what="the item to register with the panel")
+    icon_box = (0, 0, 32, 32)
+    failing = add(home, panel, "disk_check", "# sloth: max_attempts=1\nexit 1\n")
+    wait_for(lambda: state(home, failing) == State.FAILED, what="the job to fail")
+    started = tmp_path / "started"
+    add(home, panel, "slow", f"touch {started}\nsleep 60\n")
+    wait_for(started.exists, what="the slow job to start")
+    wait_for(lambda: red_pixels(grab(panel, icon_box)) > 10, what="the failure on the icon")
+
+    done = subprocess.run([sys.executable, "-m", "sloth_tray", "retry", failing, "--home",
+                           str(home.root)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    # The slow job still runs: before, the red badge stayed until it ended.
+    wait_for(lambda: red_pixels(grab(panel, icon_box)) == 0, timeout=1.0,
+             what="the retried failure to leave the icon while the other job runs")
+    assert state(home, failing) == State.PENDING
