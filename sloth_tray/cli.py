@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from sloth_tray import __version__, autostart, config, limits, spool
+from sloth_tray import __version__, autostart, config, limits, overdue, spool
 from sloth_tray.app import Daemon, log
 from sloth_tray.display import printable
 from sloth_tray.errors import SlothError
@@ -86,6 +86,9 @@ def cmd_paths(args: argparse.Namespace, home: Home) -> int:
 def cmd_status(args: argparse.Namespace, home: Home) -> int:
     with open_queue(home) as queue:
         counts = queue.summary()
+        late = overdue.find(queue.recurring_series(), queue.clock(), queue.tz,
+                            paused=bool(counts["paused"])).overdue
+    counts["overdue"] = len(late)  # recurring jobs with no success for a period and a grace
     if args.json:
         emit_json(counts)
     else:

@@ -21,10 +21,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from sloth_tray import procs, spool
+from sloth_tray import overdue, procs, spool
 from sloth_tray.alarm import Alarm, make_alarm
 from sloth_tray.errors import DatabaseProblem, SlothError
 from sloth_tray.outcome import Attempt, Result, record
+from sloth_tray.overdue import OverdueJob
 from sloth_tray.paths import Home
 from sloth_tray.queue import Job, Queue, Reason, State
 from sloth_tray.runner import Runner
@@ -81,6 +82,7 @@ class Snapshot:
     paused: bool = False
     problem: str | None = None  # a sentence for the user: the database is locked, ...
     stopped: bool = False
+    overdue: tuple[OverdueJob, ...] = ()  # recurring series with no success for too long
 
 
 Listener = Callable[[Snapshot], None]
@@ -114,6 +116,7 @@ class Engine:
         self._problem: str | None = None
         self._running: RunningJob | None = None
         self._last: Snapshot | None = None
+        self._next_overdue: float | None = None  # when a series next becomes overdue
         self._publishing = threading.Lock()
         self._actions = ThreadPoolExecutor(max_workers=1, thread_name_prefix="actions")
 
@@ -260,7 +263,7 @@ class Engine:
                     self._publish()
                     if drain:
                         return
-                    self.alarm.wait(None if paused else self.queue.next_wakeup())
+                    self.alarm.wait(self._wake_at(paused))
                 except DatabaseProblem as exc:
                     self._report(exc)
                     if drain:
@@ -272,6 +275,13 @@ class Engine:
             self._stopping = True
             self._actions.shutdown(wait=True)
             self._publish(stopped=True)
+
+    def _wake_at(self, paused: bool) -> float | None:
+        """The queue's next due time (none while paused), or the moment a series
+        becomes overdue if that comes first: the new look needs no polling."""
+        times = [t for t in (None if paused else self.queue.next_wakeup(), self._next_overdue)
+                 if t is not None]
+        return min(times, default=None)
 
     def _read_pause(self) -> bool:
         """The pause, from the file, once per pass; its changes are said in the log."""
@@ -359,11 +369,14 @@ class Engine:
                        for j in self.queue.jobs(State.FAILED, limit=SHOWN_FAILED))
         waiting = tuple(WaitingJob(j.id, j.name, j.not_before)
                         for j in self.queue.upcoming(SHOWN_WAITING))
+        verdict = overdue.find(self.queue.recurring_series(), self.queue.clock(),
+                               self.queue.tz, paused=bool(counts["paused"]))
+        self._next_overdue = verdict.next_change
         return Snapshot(
             pending=counts["pending"], done=counts["done"], failed_count=counts["failed"],
             due_now=counts["due_now"], running=self._running, failed_jobs=failed,
             waiting=waiting,
             next_wakeup=self.queue.next_wakeup(), paused=bool(counts["paused"]),
             problem=self._problem,
-            stopped=stopped,
+            stopped=stopped, overdue=verdict.overdue,
         )

@@ -2,7 +2,8 @@
 
 macOS draws menu-bar icons as one-colour templates, so colour alone cannot
 carry the meaning: idle has no badge, running a ring with a notch (a spinner),
-failed a triangle with a bar (a warning), paused two bars. Each size is drawn
+failed a triangle with a bar (a warning), paused two bars, overdue a clock face
+(a recurring job has not succeeded for too long). Each size is drawn
 four times larger and scaled down, which keeps 16 px as crisp as 64 px.
 """
 
@@ -25,12 +26,14 @@ class Look(StrEnum):
     RUNNING = "running"
     FAILED = "failed"
     PAUSED = "paused"
+    OVERDUE = "overdue"
 
 
 BADGE_COLOURS = {
     Look.RUNNING: (40, 120, 220, 255),
     Look.FAILED: (214, 48, 49, 255),
     Look.PAUSED: (120, 120, 120, 255),
+    Look.OVERDUE: (232, 150, 20, 255),  # amber: late, not broken
 }
 
 
@@ -86,6 +89,11 @@ def _badge(draw: ImageDraw.ImageDraw, s: int, look: Look) -> None:
     if look == Look.PAUSED:
         draw.rectangle((42 * u, 41 * u, 46.5 * u, 57 * u), fill=EYE)
         draw.rectangle((51.5 * u, 41 * u, 56 * u, 57 * u), fill=EYE)
+    elif look == Look.OVERDUE:  # a clock: a white face, hands at ten past twelve
+        draw.ellipse((38 * u, 38 * u, 60 * u, 60 * u), fill=EYE)
+        hand = int(3 * u)
+        draw.line((49 * u, 49 * u, 49 * u, 41 * u), fill=colour, width=hand)
+        draw.line((49 * u, 49 * u, 55 * u, 52 * u), fill=colour, width=hand)
     else:  # running: a ring with a gap and an arrow head, a spinner
         width = int(4 * u)
         draw.arc((40 * u, 40 * u, 58 * u, 58 * u), 40, 320, fill=EYE, width=width)

@@ -107,6 +107,8 @@ WORD_OPTIONS: dict[str, tuple[Callable[[str], Any], str]] = {
     "cron": (lambda text: schedule.parse_cron(text).text, schedule.CRON_FORM),
     "catchup": (schedule.parse_catchup, schedule.CATCHUP_FORM),  # what missed times become
     "window": (schedule.WINDOW.convert, schedule.WINDOW.accepted),  # how late is still useful
+    # how late a series may be before it is overdue (a duration, but only beside a schedule)
+    "grace": (limits.GRACE.convert, limits.GRACE.accepted),
 }
 SCHEDULES = ("every", "at", "cron")  # each says when a job repeats; one at most
 CALENDARS = ("at", "cron")
@@ -204,6 +206,9 @@ def _check_schedule(options: dict[str, Any], where: str) -> None:
         if key in options and not any(calendar in options for calendar in CALENDARS):
             raise BadJobFile(f"{where}: {key} applies only to at= and cron= schedules: "
                              f"add one, or remove {key}=")
+    if "grace" in options and not given:
+        raise BadJobFile(f"{where}: grace applies only to every=, at= and cron= schedules: "
+                         "add one, or remove grace=")
     if options.get("catchup") == "skip" and "window" in options:
         raise BadJobFile(f"{where}: window applies only to catchup=once (catchup=skip "
                          "drops every missed time): remove one of them")

@@ -14,6 +14,7 @@ from typing import Protocol
 from sloth_tray.display import printable
 from sloth_tray.engine import FailedJob, Snapshot
 from sloth_tray.icons import Look
+from sloth_tray.overdue import OverdueJob
 from sloth_tray.timefmt import format_duration
 
 # A failed job's label: its name whole, then as much of the error as fits in the
@@ -53,11 +54,15 @@ SEPARATOR = Item("-")
 
 
 def look(snapshot: Snapshot) -> Look:
-    """Failed wins over everything: it is the one state that needs the user."""
+    """Failed wins over everything: it is the one state that needs the user. Overdue
+    (a recurring job late past its grace) comes next after running: it needs a look
+    soon, and a pause may be its cause."""
     if snapshot.failed_count or snapshot.problem:
         return Look.FAILED
     if snapshot.running:
         return Look.RUNNING
+    if snapshot.overdue:
+        return Look.OVERDUE
     if snapshot.paused:
         return Look.PAUSED
     return Look.IDLE
@@ -77,6 +82,8 @@ def title(snapshot: Snapshot, now: float) -> str:
         parts.append(f"{snapshot.pending} waiting")
     if snapshot.failed_count:
         parts.append(f"{snapshot.failed_count} failed")
+    if snapshot.overdue:
+        parts.append(f"{len(snapshot.overdue)} overdue")
     return "sloth: " + " · ".join(parts)
 
 
@@ -135,6 +142,16 @@ def failed_label(job: FailedJob) -> str:
     return f"{name} — {short(job.error, room) or 'failed'}"
 
 
+def overdue_label(job: OverdueJob, now: float) -> str:
+    """`backup — last success 2d ago (failing: rsync: connection refused)`."""
+    ago = in_words(now - job.since) + " ago"
+    when = f"last success {ago}" if job.ever_succeeded else f"never succeeded, queued {ago}"
+    label = f"{printable(job.name)} — {when}"
+    if not job.reason:
+        return label
+    return f"{label} ({short(job.reason, max(ERROR_CHARS_AT_LEAST, ERROR_ROW_CHARS - len(label)))})"
+
+
 def failed_submenu(job: FailedJob, controls: Controls) -> tuple[Item, ...]:
     """The whole error first (as much as a menu row holds; Show log has the rest),
     then what can be done: a refused drop never runs, it can only be removed."""
@@ -167,6 +184,7 @@ def menu(snapshot: Snapshot, controls: Controls, now: float, *,
              submenu=failed),
         Item("Retry all failed", controls.retry_all_failed, enabled=retryable,
              default=retryable and has_default_action),
+        *overdue_section(snapshot, now),
         Item(f"Waiting ({snapshot.pending})", enabled=bool(waiting), submenu=waiting),
         SEPARATOR,
         Item("Pause", controls.toggle_pause, checked=snapshot.paused),
@@ -177,6 +195,15 @@ def menu(snapshot: Snapshot, controls: Controls, now: float, *,
         SEPARATOR,
         Item("Quit", controls.quit),
     )
+
+
+def overdue_section(snapshot: Snapshot, now: float) -> tuple[Item, ...]:
+    """`Overdue (N)` with a row per late series, only while there is one: nothing to
+    click, each row says how late it is and the likely cause."""
+    if not snapshot.overdue:
+        return ()
+    rows = tuple(Item(overdue_label(job, now), enabled=False) for job in snapshot.overdue)
+    return (Item(f"Overdue ({len(snapshot.overdue)})", submenu=rows),)
 
 
 def tilde(path: str, home: str) -> str:
@@ -195,3 +222,13 @@ def failures_to_announce(before: Snapshot | None, after: Snapshot) -> list:
         return []
     seen = {(job.id, job.at) for job in before.failed_jobs}
     return [job for job in after.failed_jobs if (job.id, job.at) not in seen]
+
+
+def overdue_to_announce(before: Snapshot | None, after: Snapshot) -> list[OverdueJob]:
+    """Series that became overdue since `before`: one notification each. A series
+    stays the same overdue one (same name, same last success) until it succeeds;
+    nothing is announced for the first snapshot (old news, as for failures)."""
+    if before is None:
+        return []
+    seen = {(job.name, job.since) for job in before.overdue}
+    return [job for job in after.overdue if (job.name, job.since) not in seen]

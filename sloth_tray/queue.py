@@ -29,7 +29,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from sloth_tray import limits, schedule
+from sloth_tray import limits, overdue, schedule
 from sloth_tray.dbfile import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, prepare_file
 from sloth_tray.errors import DatabaseProblem, SlothError, UnknownJob
 from sloth_tray.jobfile import OPTIONS as JOB_OPTIONS
@@ -42,6 +42,9 @@ ERROR_LIMIT = 2000  # characters of an error message kept in the row
 LATER_FOR_AT_MOST = 86400.0  # seconds of nothing but "try again later" before giving up
 # Events that may sit between two "later"s of one unbroken run of them.
 _BETWEEN_LATERS = frozenset({"claimed", "started", "slept", "renewed", "reclaimed", "hurried"})
+# A recurring run's first event names the run it follows; how far back a series is walked.
+_FOLLOWS = re.compile(r"the next run after ([0-9a-f]{12})")
+SERIES_WALK_LIMIT = 1000
 
 
 class State(StrEnum):
@@ -958,6 +961,59 @@ class Queue:
         if paused:
             counts["due_now"] = 0
         return counts | {"paused": paused}
+
+    def recurring_series(self) -> list[overdue.Series]:
+        """Each live recurring series (one with a waiting or running run), with its last
+        success, for overdue.find.
+
+        Cheap however many finished jobs pile up: the heads come from the partial
+        indexes, and each run names the run it follows in its first event (`the
+        next run after <id>`), so the walk back to the newest done run is a
+        primary-key read per run that did not succeed. A run that was pruned was
+        done (prune deletes only done and cancelled runs): its successor's
+        creation, the moment it ended, stands for its success.
+        """
+        series: dict[tuple[str, str | None], overdue.Series] = {}
+        with self._reading() as db:
+            heads = db.execute(
+                "SELECT name, script, options, created_at, last_error, "
+                "json_extract(history, '$[0][2]') FROM jobs INDEXED BY jobs_due "
+                "WHERE state = 'pending' AND (json_extract(options, '$.every') > 0 "
+                "OR json_type(options, '$.at') IS NOT NULL "
+                "OR json_type(options, '$.cron') IS NOT NULL) UNION ALL "
+                "SELECT name, script, options, created_at, last_error, "
+                "json_extract(history, '$[0][2]') FROM jobs INDEXED BY jobs_leased "
+                "WHERE state = 'running' AND (json_extract(options, '$.every') > 0 "
+                "OR json_type(options, '$.at') IS NOT NULL "
+                "OR json_type(options, '$.cron') IS NOT NULL)").fetchall()
+            for name, script, options, created_at, last_error, first_event in heads:
+                found = self._walk_back(db, created_at, last_error, first_event)
+                one = overdue.Series(name, script, json.loads(options), *found)
+                known = series.get((name, script))
+                if known is None or (one.last_success or 0) > (known.last_success or 0):
+                    series[(name, script)] = one
+        return list(series.values())
+
+    @staticmethod
+    def _walk_back(db: sqlite3.Connection, created_at: float, last_error: str | None,
+                   first_event: str | None) -> tuple[float | None, float, str | None]:
+        """(last success, first creation, the last run's error) for the run so made."""
+        error = last_error  # the head's own failed attempt (it waits for a retry)
+        for _ in range(SERIES_WALK_LIMIT):
+            match = _FOLLOWS.fullmatch(first_event or "")
+            if match is None:
+                return None, created_at, error  # the series' first run: it never succeeded
+            row = db.execute("SELECT state, updated_at, created_at, last_error, "
+                             "json_extract(history, '$[0][2]') FROM jobs WHERE id = ?",
+                             (match.group(1),)).fetchone()
+            if row is None:
+                return created_at, created_at, error  # pruned, so it was done
+            state, updated_at, created_at, run_error, first_event = row
+            if state == State.DONE:
+                return updated_at, created_at, error
+            if error is None and state == State.FAILED:
+                error = run_error
+        return None, created_at, error  # failing for longer than anyone looks back
 
     # -- the pause -------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from sloth_tray import autostart, presenter
 from sloth_tray.app import STOP_SIGNALS, Daemon
 from sloth_tray.engine import FailedJob, Snapshot
 from sloth_tray.errors import SlothError
+from sloth_tray.overdue import OverdueJob
 from sloth_tray.surface import Appearance, Status, Surface
 
 log = logging.getLogger("sloth_tray")
@@ -91,6 +92,7 @@ class Tray:
         self.opener = opener or self._open
         self._snapshot: Snapshot | None = None
         self._announced: set[tuple[str, float]] = set()
+        self._overdue_announced: set[tuple[str, float]] = set()  # (name, last success)
         self._engine_thread = threading.Thread(target=self._run_engine, name="engine")
         self.surface.set_menu(self._menu_items)
 
@@ -132,6 +134,8 @@ class Tray:
         self._show_state(snapshot)
         for job in presenter.failures_to_announce(before, snapshot):
             self._announce(job)
+        for late in presenter.overdue_to_announce(before, snapshot):
+            self._announce_overdue(late)
 
     def _show_state(self, snapshot: Snapshot) -> None:
         attention = snapshot.failed_count > 0 or snapshot.problem is not None
@@ -163,6 +167,15 @@ class Tray:
 
         self._tell("sloth-tray: a job failed", f"{job.name}: {job.error}",
                    actions=[("retry", "Retry"), ("log", "Show log")], on_action=act)
+
+    def _announce_overdue(self, job: OverdueJob) -> None:
+        """Once per overdue spell: again only after a success and a new delay."""
+        key = (job.name, job.since)
+        if key in self._overdue_announced:
+            return
+        self._overdue_announced.add(key)
+        self._tell("sloth-tray: a job is overdue",
+                   presenter.overdue_label(job, time.time()))
 
     def _tell(self, title: str, message: str, **buttons) -> None:
         if self.notifier is None:

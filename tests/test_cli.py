@@ -41,7 +41,7 @@ def test_status_json_on_a_brand_new_home_is_all_zero_and_creates_it_private(home
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {
         "pending": 0, "running": 0, "done": 0, "failed": 0, "cancelled": 0, "due_now": 0,
-        "paused": False}
+        "paused": False, "overdue": 0}
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
     assert stat.S_IMODE((home / "queue.db").stat().st_mode) == 0o600
 

@@ -1,0 +1,110 @@
+"""Overdue series: a recurring job whose last success is older than its period plus a grace.
+
+A series is the runs of one recurring job (the same name and script, with
+every=, at= or cron=). It is overdue once its last success (the newest run
+that ended done; for a series that never succeeded, its first run's creation)
+is older than one period plus a grace. The grace is the header's `grace=`,
+else half the period, and never less than MINIMUM_GRACE: a job that is a bit
+late is not news.
+
+Pure functions: the queue gives the rows (Queue.recurring_series), the
+moment and the time zone are arguments, so tests move time instead of waiting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import tzinfo
+from typing import Any
+
+from sloth_tray import schedule
+
+MINIMUM_GRACE = 300.0  # seconds: the default grace is half the period, but at least this
+
+PAUSED = "paused"
+
+
+@dataclass(frozen=True)
+class Series:
+    """What the queue knows of one recurring series, read cheaply (see Queue.recurring_series)."""
+
+    name: str
+    script: str | None
+    options: dict[str, Any] = field(hash=False)
+    last_success: float | None  # when its newest done run ended; None: never succeeded
+    first_created: float  # when its oldest known run was queued
+    last_error: str | None = None  # its last run failed, with this error
+
+
+@dataclass(frozen=True)
+class OverdueJob:
+    """A series that is overdue: since when nothing succeeded, and the likely cause."""
+
+    name: str
+    since: float  # its last success, or its first run's creation if it never succeeded
+    reason: str = ""  # "failing: <error>", "paused", or "" when nothing is known
+    ever_succeeded: bool = True
+
+
+@dataclass(frozen=True)
+class Verdict:
+    overdue: tuple[OverdueJob, ...]
+    next_change: float | None  # the earliest moment a series not yet overdue becomes so
+
+
+def period_of(options: dict[str, Any], around: float, tz: tzinfo) -> float | None:
+    """every='s value; for a calendar, the gap between its two calendar times around
+    `around` (the series' last success: a deadline that does not move with the clock).
+    None when the options repeat by nothing, or by a schedule that cannot be read."""
+    every = options.get("every")
+    if isinstance(every, int | float) and not isinstance(every, bool) and every > 0:
+        return float(every)
+    try:
+        calendar = schedule.calendar_of(options)
+    except schedule.BadSchedule:
+        return None
+    if calendar is None:
+        return None
+    before = schedule.previous_time(calendar, around, tz)
+    return schedule.next_time(calendar, around, tz) - before
+
+
+def grace_of(options: dict[str, Any], period: float) -> float:
+    grace = options.get("grace")
+    if isinstance(grace, int | float) and not isinstance(grace, bool) and grace > 0:
+        return float(grace)
+    return max(period / 2, MINIMUM_GRACE)
+
+
+def deadline_of(series: Series, tz: tzinfo) -> float | None:
+    """The moment the series becomes overdue, unless it succeeds before; None: never."""
+    since = series.last_success if series.last_success is not None else series.first_created
+    period = period_of(series.options, since, tz)
+    if period is None:
+        return None
+    return since + period + grace_of(series.options, period)
+
+
+def find(all_series: Iterable[Series], now: float, tz: tzinfo, *,
+         paused: bool = False) -> Verdict:
+    """The series overdue at `now` (oldest first), and when the next one will be."""
+    overdue: list[OverdueJob] = []
+    upcoming: list[float] = []
+    for series in all_series:
+        deadline = deadline_of(series, tz)
+        if deadline is None:
+            continue
+        if deadline > now:
+            upcoming.append(deadline)
+            continue
+        if series.last_error:
+            reason = f"failing: {series.last_error}"
+        else:
+            reason = PAUSED if paused else ""
+        succeeded = series.last_success is not None
+        overdue.append(OverdueJob(
+            series.name, series.last_success if succeeded else series.first_created,
+            reason, ever_succeeded=succeeded))
+    overdue.sort(key=lambda job: (job.since, job.name))
+    return Verdict(tuple(overdue), min(upcoming, default=None))
