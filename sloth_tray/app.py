@@ -13,8 +13,11 @@ import sys
 import threading
 from collections.abc import Callable
 
+from sloth_tray.conditions import Conditions
 from sloth_tray.config import KEYS, Settings
 from sloth_tray.dbfile import verify
+from sloth_tray.desktop.notify import freedesktop
+from sloth_tray.desktop.power import PowerSource, start_power_source
 from sloth_tray.engine import Engine, default_owner
 from sloth_tray.errors import SlothError
 from sloth_tray.inbox import Inbox, start_inbox
@@ -86,6 +89,8 @@ class Daemon:
         self.first_run = False
         self.inbox: Inbox | None = None
         self.inbox_queue: Queue | None = None
+        self.conditions = Conditions()  # what require= jobs wait for
+        self.power: PowerSource | None = None
 
     def __enter__(self) -> Daemon:
         self.lock.acquire()  # before touching the queue: recovery is the lock holder's job
@@ -98,7 +103,8 @@ class Daemon:
             owner = default_owner()
             runner = Runner(self.queue, self.home, owner, log_cap=self.settings["log_cap"],
                             default_timeout=self.settings["timeout"])
-            self.engine = Engine(self.queue, self.home, owner=owner, runner=runner)
+            self.engine = Engine(self.queue, self.home, owner=owner, runner=runner,
+                                 conditions=self.conditions)
             self._watch_the_queue_file()
             self.engine.recover()
             if self.watch:
@@ -109,6 +115,8 @@ class Daemon:
                 self.inbox_queue = Queue(self.home.db, **self.queue_settings)
                 self.inbox = start_inbox(self.home, self.inbox_queue, self.observer,
                                          self.engine.wake)
+                if freedesktop():  # elsewhere no source tells: every condition holds
+                    self.power = start_power_source(self.conditions)
         except BaseException:
             if self._db_identity is not None:
                 self._check_the_queue_file()  # the cause, when the home went during start-up
@@ -119,6 +127,8 @@ class Daemon:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.power is not None:
+            self.power.stop()
         if self.home_watch is not None:
             self.home_watch.close()
         if self.inbox is not None:

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 from sloth_tray import __version__, autostart, config, limits, overdue, spool
 from sloth_tray.app import Daemon, log
+from sloth_tray.conditions import waiting_for
 from sloth_tray.display import printable
 from sloth_tray.errors import SlothError
 from sloth_tray.outcome import Outcome, Result
@@ -92,8 +93,10 @@ def cmd_status(args: argparse.Namespace, home: Home) -> int:
     if args.json:
         emit_json(counts)
     else:
+        waiting_on = counts.pop("waiting_on", {})  # jobs due that wait for a condition
         print(table([(key, str(value)) for key, value in counts.items() if key != "paused"]
-                    + [("paused", "yes" if counts["paused"] else "no")]))
+                    + [("paused", "yes" if counts["paused"] else "no")]
+                    + [(f"waiting for {name}", str(n)) for name, n in waiting_on.items()]))
     return 0
 
 
@@ -112,9 +115,12 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
             print(f"no {which} jobs" if which else "no jobs yet")
             return 0
         now = queue.clock()
+        unmet = queue.unmet()
         rows = [("ID", "NAME", "STATE", "TRIES", "WHEN", "NOTE")]
         for job in jobs:
             note = job.last_error if job.state in (State.FAILED, State.PENDING) else job.result
+            if job.state == State.PENDING and job.not_before <= now:
+                note = _waiting_note(job, unmet) or note
             rows.append((queue.shortest_unique_prefix(job.id), job.name, job.state.value,
                          f"{job.attempts}/{job.max_attempts}", when(job, now),
                          (note or "").replace("\n", " ")[:80]))
@@ -124,12 +130,19 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
     return 0
 
 
+def _waiting_note(job: Job, unmet: frozenset[str]) -> str | None:
+    """`waiting for AC power`, for a due job whose require= does not hold now."""
+    waits = waiting_for(job.options, unmet)
+    return f"waiting for {waits}" if waits else None
+
+
 @command
 def cmd_show(args: argparse.Namespace, home: Home) -> int:
     with open_queue(home) as queue:
         job = queue.get(queue.resolve(args.id))
         history = queue.history(job.id)
         now = queue.clock()
+        unmet = queue.unmet()
     logs = home.job_logs(job.id)
     if args.json:
         emit_json(job.as_dict() | {"history": [event.as_dict() for event in history],
@@ -138,6 +151,9 @@ def cmd_show(args: argparse.Namespace, home: Home) -> int:
     state = job.state.value
     if job.state in (State.PENDING, State.RUNNING):
         state += f" ({when(job, now)})"
+    waits = _waiting_note(job, unmet) if job.state == State.PENDING else None
+    if waits and job.not_before <= now:
+        state += f", {waits}"
     fields = [
         ("id", job.id), ("name", job.name), ("state", state),
         ("attempts", f"{job.attempts} of {job.max_attempts}"),

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from sloth_tray import overdue, procs, spool
 from sloth_tray.alarm import Alarm, make_alarm
+from sloth_tray.conditions import Conditions, waiting_for
 from sloth_tray.errors import DatabaseProblem, SlothError
 from sloth_tray.outcome import Attempt, Result, record
 from sloth_tray.overdue import OverdueJob
@@ -65,6 +66,7 @@ class WaitingJob:
     id: str
     name: str
     due: float
+    waiting_for: str | None = None  # an unmet condition it needs ("AC power"), if any
 
 
 @dataclass(frozen=True)
@@ -100,8 +102,11 @@ class Engine:
         owner: str | None = None,
         runner: Runner | None = None,
         alarm: Alarm | None = None,
+        conditions: Conditions | None = None,
     ) -> None:
         self.queue = queue
+        # What require= jobs wait for; a change wakes the loop (no polling).
+        self.conditions = conditions
         self.home = home
         self.owner = owner or default_owner()
         self.runner = runner or Runner(queue, home, self.owner)
@@ -119,6 +124,8 @@ class Engine:
         self._next_overdue: float | None = None  # when a series next becomes overdue
         self._publishing = threading.Lock()
         self._actions = ThreadPoolExecutor(max_workers=1, thread_name_prefix="actions")
+        if conditions is not None:
+            conditions.subscribe(self._conditions_changed)
 
     # -- the API other threads call -------------------------------------------
 
@@ -136,6 +143,15 @@ class Engine:
         self.runner.nudge()
         self.alarm.ring()
         self._publish_soon()
+
+    def _unmet(self) -> frozenset[str]:
+        return self.conditions.unmet() if self.conditions is not None else frozenset()
+
+    def _conditions_changed(self, unmet: frozenset[str]) -> None:
+        """A condition changed: record it for the command line, and look again (a job
+        that waited for it may start now)."""
+        log.info("conditions not met now: %s", ", ".join(sorted(unmet)) or "none")
+        self._act(lambda queue: queue.set_unmet(unmet))
 
     def pause(self) -> None:
         """Claim nothing new, in this app and every later start, until resume();
@@ -247,6 +263,7 @@ class Engine:
                          for job in self.queue.jobs(state) if job.child)
         if killed:
             log.info("stopped %d leftover process(es) of jobs run before a crash", killed)
+        self.queue.set_unmet(self._unmet())  # not what an earlier run of the app last saw
         expired = self.queue.expire_leases()
         if expired:
             log.info("taking back %d job(s) left running by a previous run", expired)
@@ -279,7 +296,8 @@ class Engine:
     def _wake_at(self, paused: bool) -> float | None:
         """The queue's next due time (none while paused), or the moment a series
         becomes overdue if that comes first: the new look needs no polling."""
-        times = [t for t in (None if paused else self.queue.next_wakeup(), self._next_overdue)
+        times = [t for t in (None if paused else self.queue.next_wakeup(self._unmet()),
+                             self._next_overdue)
                  if t is not None]
         return min(times, default=None)
 
@@ -297,7 +315,7 @@ class Engine:
 
     def _step(self) -> bool:
         """Claim and run one job. False when nothing could be claimed."""
-        job = self.queue.claim(self.owner)
+        job = self.queue.claim(self.owner, self._unmet())
         if job is None:
             return False
         self._running = RunningJob(job.id, job.name, job.attempts, job.max_attempts,
@@ -367,7 +385,9 @@ class Engine:
         failed = tuple(FailedJob(j.id, j.name, j.last_error or "", j.updated_at,
                                  refused=j.reason == Reason.REFUSED)
                        for j in self.queue.jobs(State.FAILED, limit=SHOWN_FAILED))
-        waiting = tuple(WaitingJob(j.id, j.name, j.not_before)
+        unmet = self._unmet()
+        waiting = tuple(WaitingJob(j.id, j.name, j.not_before,
+                                   waiting_for(j.options, unmet))
                         for j in self.queue.upcoming(SHOWN_WAITING))
         verdict = overdue.find(self.queue.recurring_series(), self.queue.clock(),
                                self.queue.tz, paused=bool(counts["paused"]))
@@ -376,7 +396,7 @@ class Engine:
             pending=counts["pending"], done=counts["done"], failed_count=counts["failed"],
             due_now=counts["due_now"], running=self._running, failed_jobs=failed,
             waiting=waiting,
-            next_wakeup=self.queue.next_wakeup(), paused=bool(counts["paused"]),
+            next_wakeup=self.queue.next_wakeup(unmet), paused=bool(counts["paused"]),
             problem=self._problem,
             stopped=stopped, overdue=verdict.overdue,
         )

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sloth_tray import limits, schedule
+from sloth_tray import conditions, limits, schedule
 from sloth_tray.errors import SlothError
 
 HEADER_LINES = 20  # options must sit among the first lines, like a shebang's neighbours
@@ -109,6 +109,8 @@ WORD_OPTIONS: dict[str, tuple[Callable[[str], Any], str]] = {
     "window": (schedule.WINDOW.convert, schedule.WINDOW.accepted),  # how late is still useful
     # how late a series may be before it is overdue (a duration, but only beside a schedule)
     "grace": (limits.GRACE.convert, limits.GRACE.accepted),
+    # what must hold before it starts; until then a due job waits, using no attempt
+    "require": (conditions.parse_require, conditions.REQUIRE_FORM),
 }
 SCHEDULES = ("every", "at", "cron")  # each says when a job repeats; one at most
 CALENDARS = ("at", "cron")

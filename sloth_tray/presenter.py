@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sloth_tray.display import printable
-from sloth_tray.engine import FailedJob, Snapshot
+from sloth_tray.engine import FailedJob, Snapshot, WaitingJob
 from sloth_tray.icons import Look
 from sloth_tray.overdue import OverdueJob
 from sloth_tray.timefmt import format_duration
@@ -152,6 +152,14 @@ def overdue_label(job: OverdueJob, now: float) -> str:
     return f"{label} ({short(job.reason, max(ERROR_CHARS_AT_LEAST, ERROR_ROW_CHARS - len(label)))})"
 
 
+def waiting_label(job: WaitingJob, now: float) -> str:
+    """When a waiting job starts: `due in 5m`, or, once due, what it still waits for
+    (`Waiting for AC power`)."""
+    if job.waiting_for and job.due <= now:
+        return f"Waiting for {job.waiting_for}"
+    return due_in(job.due, now)
+
+
 def failed_submenu(job: FailedJob, controls: Controls) -> tuple[Item, ...]:
     """The whole error first (as much as a menu row holds; Show log has the rest),
     then what can be done: a refused drop never runs, it can only be removed."""
@@ -173,7 +181,7 @@ def menu(snapshot: Snapshot, controls: Controls, now: float, *,
     failed = tuple(Item(failed_label(job), submenu=failed_submenu(job, controls))
                    for job in snapshot.failed_jobs)
     waiting = tuple(
-        Item(f"{printable(job.name)} — {due_in(job.due, now)}",
+        Item(f"{printable(job.name)} — {waiting_label(job, now)}",
              submenu=(Item("Run now", lambda job_id=job.id: controls.run_now(job_id)),))
         for job in snapshot.waiting
     )

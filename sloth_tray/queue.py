@@ -22,7 +22,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import tzinfo
 from enum import StrEnum
@@ -173,6 +173,20 @@ VALID_ID = re.compile(r"[0-9a-f]{12}")
 
 def new_job_id() -> str:
     return secrets.token_hex(6)
+
+
+def _not_waiting(unmet: frozenset[str] | set[str]) -> tuple[str, dict[str, str]]:
+    """A WHERE clause's tail that leaves out jobs whose require= names a condition in
+    `unmet`, and its parameters. Nothing at all when every condition holds: the usual
+    claim stays the statement it always was."""
+    if not unmet:
+        return "", {}
+    names = sorted(unmet)
+    # require= is stored canonical ("ac,network"): a ",ac," inside ",ac,network,".
+    tests = " OR ".join(f"instr(',' || json_extract(options, '$.require') || ',', :unmet{i})"
+                        for i in range(len(names)))
+    return (f" AND NOT coalesce({tests}, 0)",
+            {f"unmet{i}": f",{name}," for i, name in enumerate(names)})
 
 
 class Queue:
@@ -367,30 +381,32 @@ class Queue:
                     raise SlothError(f"there is already a job with id {job_id}") from None
                 # else: 1 in 2**48; draw again
 
-    def claim(self, owner: str) -> Job | None:
+    def claim(self, owner: str, unmet: frozenset[str] = frozenset()) -> Job | None:
         """Lease the oldest due job to `owner`, or return None when nothing is due.
 
         Due means pending with not_before <= now, or running with an expired
         lease (its worker is gone). An expired lease at max_attempts ends the
-        job as failed instead of handing it out again.
+        job as failed instead of handing it out again. A pending job that
+        requires a condition in `unmet` waits: it is passed over, untouched.
         """
         now = self.clock()
-        self._settle_missed_calendar_runs(now)
+        waits, waits_params = _not_waiting(unmet)
+        self._settle_missed_calendar_runs(now, unmet)
         with self._reading() as db:
             expired = db.execute(
                 "SELECT 1 FROM jobs WHERE state = 'running' AND lease_until <= ? LIMIT 1", (now,)
             ).fetchone()
         if expired is None:
-            return self._claim_pending(owner, now)
+            return self._claim_pending(owner, now, unmet)
         with self._transaction() as db:
             while True:
                 # Cheap look-ups on the partial indexes; the full row comes
                 # back from the UPDATE itself.
                 pending = db.execute(
                     "SELECT id, not_before, attempts, max_attempts FROM jobs "
-                    "WHERE state = 'pending' "
-                    "AND not_before <= ? ORDER BY not_before, rowid LIMIT 1",
-                    (now,),
+                    f"WHERE state = 'pending' AND not_before <= :now{waits} "
+                    "ORDER BY not_before, rowid LIMIT 1",
+                    {"now": now, **waits_params},
                 ).fetchone()
                 expired = db.execute(
                     "SELECT id, lease_until, attempts, max_attempts FROM jobs "
@@ -422,10 +438,12 @@ class Queue:
                 ).fetchone()
                 return _job(row)
 
-    def _claim_pending(self, owner: str, now: float) -> Job | None:
+    def _claim_pending(self, owner: str, now: float,
+                       unmet: frozenset[str] = frozenset()) -> Job | None:
         """The usual claim, when no lease has expired: one UPDATE picks the oldest
         due pending job and leases it. A single statement is atomic on its own
         (SQLite takes the write lock before it reads), so no BEGIN is needed."""
+        waits, waits_params = _not_waiting(unmet)
         with self._writing() as db:
             rows = db.execute(
                 "UPDATE jobs SET state = 'running', lease_owner = :owner, "
@@ -433,9 +451,9 @@ class Queue:
                 "attempts = attempts + 1, runs = runs + 1, updated_at = :now, child = NULL, "
                 "history = json_insert(history, '$[#]', json_array(:now, 'claimed', "
                 "'attempt ' || (attempts + 1) || ' of ' || max_attempts || ' by ' || :owner)) "
-                "WHERE id = (SELECT id FROM jobs WHERE state = 'pending' AND not_before <= :now "
-                f"ORDER BY not_before, rowid LIMIT 1) RETURNING {JOB_COLUMNS}",
-                {"owner": owner, "now": now, "lease": self.lease_seconds},
+                "WHERE id = (SELECT id FROM jobs WHERE state = 'pending' AND not_before <= :now"
+                f"{waits} ORDER BY not_before, rowid LIMIT 1) RETURNING {JOB_COLUMNS}",
+                {"owner": owner, "now": now, "lease": self.lease_seconds, **waits_params},
             ).fetchall()  # all: the statement must run to its end to commit
         return _job(rows[0]) if rows else None
 
@@ -748,7 +766,8 @@ class Queue:
         options["scheduled"] = first  # the series' clock, as for every=
         return first
 
-    def _settle_missed_calendar_runs(self, now: float) -> None:
+    def _settle_missed_calendar_runs(self, now: float,
+                                     unmet: frozenset[str] = frozenset()) -> None:
         """Before a claim: when the job next in line is a calendar run whose time was
         missed (the machine slept or was off), apply its catchup= and window=.
 
@@ -757,16 +776,17 @@ class Queue:
         A run already judged (or made due by hand: run-now, retry) has a
         not_before other than its scheduled time, and is left as it is.
         """
+        waits, waits_params = _not_waiting(unmet)  # a waiting run is judged when it may start
         for _ in range(100):  # each pass moves one run away from the head
             with self._reading() as db:
                 row = db.execute(
                     "SELECT id FROM jobs WHERE id = (SELECT id FROM jobs "
-                    "WHERE state = 'pending' AND not_before <= :now "
+                    f"WHERE state = 'pending' AND not_before <= :now{waits} "
                     "ORDER BY not_before, rowid LIMIT 1) "
                     "AND not_before < :late AND json_extract(options, '$.scheduled') = not_before "
                     "AND (json_type(options, '$.at') IS NOT NULL "
                     "OR json_type(options, '$.cron') IS NOT NULL)",
-                    {"now": now, "late": now - schedule.GRACE},
+                    {"now": now, "late": now - schedule.GRACE, **waits_params},
                 ).fetchone()
             if row is None or not self._settle_missed_run(row[0], now):
                 return
@@ -956,11 +976,35 @@ class Queue:
     def summary(self) -> dict[str, int | bool]:
         """status(), and whether the queue is paused. While it is, nothing is due
         now, whatever the clock says: nothing will start."""
-        counts: dict[str, int | bool] = dict(self.status())
+        counts: dict[str, Any] = dict(self.status())
         paused = self.paused()
+        waiting_on = self._waiting_on(self.unmet())
         if paused:
             counts["due_now"] = 0
-        return counts | {"paused": paused}
+        elif waiting_on:
+            counts["due_now"] = max(0, counts["due_now"] - waiting_on.pop("any"))
+        return counts | {"paused": paused} | ({"waiting_on": waiting_on} if waiting_on else {})
+
+    def _waiting_on(self, unmet: frozenset[str]) -> dict[str, int]:
+        """Due jobs that wait, per unmet condition (only those some job waits on),
+        and "any": how many wait at all. Empty when every condition holds."""
+        if not unmet:
+            return {}
+        waits, params = _not_waiting(unmet)
+        counts: dict[str, int] = {}
+        with self._reading() as db:
+            for name in sorted(unmet):
+                n = db.execute(
+                    "SELECT count(*) FROM jobs WHERE state = 'pending' AND not_before <= :now "
+                    "AND instr(',' || json_extract(options, '$.require') || ',', :name)",
+                    {"now": self.clock(), "name": f",{name},"}).fetchone()[0]
+                if n:
+                    counts[name] = n
+            if counts:
+                counts["any"] = db.execute(
+                    "SELECT count(*) FROM jobs WHERE state = 'pending' AND not_before <= :now "
+                    f"AND NOT (1{waits})", {"now": self.clock(), **params}).fetchone()[0]
+        return counts
 
     def recurring_series(self) -> list[overdue.Series]:
         """Each live recurring series (one with a waiting or running run), with its last
@@ -1031,11 +1075,29 @@ class Queue:
             row = db.execute("SELECT value FROM flags WHERE name = 'paused'").fetchone()
         return bool(row and row[0])
 
-    def next_wakeup(self) -> float | None:
-        """The earliest wall time at which claim() could return a job; None if never."""
+    def next_wakeup(self, unmet: frozenset[str] = frozenset()) -> float | None:
+        """The earliest wall time at which claim() could return a job; None if never.
+        Jobs waiting on a condition in `unmet` do not count: the change of that
+        condition, not the clock, is what lets them start."""
+        waits, waits_params = _not_waiting(unmet)
         with self._reading() as db:
             return db.execute(
                 "SELECT min(t) FROM ("
-                " SELECT min(not_before) AS t FROM jobs WHERE state = 'pending'"
-                " UNION ALL SELECT min(lease_until) FROM jobs WHERE state = 'running')"
+                f" SELECT min(not_before) AS t FROM jobs WHERE state = 'pending'{waits}"
+                " UNION ALL SELECT min(lease_until) FROM jobs WHERE state = 'running')",
+                waits_params,
             ).fetchone()[0]
+
+    def set_unmet(self, unmet: Iterable[str]) -> None:
+        """Keep the running app's unmet conditions in the file, for `status` and `list`
+        (other processes) to tell which jobs wait and why."""
+        with self._writing() as db:
+            db.execute("INSERT INTO flags(name, value) VALUES ('unmet', ?) "
+                       "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                       (",".join(sorted(set(unmet))),))
+
+    def unmet(self) -> frozenset[str]:
+        """The conditions the running app last said do not hold."""
+        with self._reading() as db:
+            row = db.execute("SELECT value FROM flags WHERE name = 'unmet'").fetchone()
+        return frozenset(filter(None, str(row[0]).split(","))) if row else frozenset()
