@@ -40,6 +40,18 @@ def parse_require(value: Any) -> str:
     return ",".join(name for name in CONDITIONS if name in wanted)
 
 
+YES_NO_FORM = "yes or no"
+
+
+def parse_yes_no(value: Any) -> bool:
+    """`interrupt=yes` / `no` (a bool from a program too)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("yes", "no"):
+        return value.lower() == "yes"
+    raise ValueError(YES_NO_FORM)
+
+
 def required(options: dict[str, Any]) -> tuple[str, ...]:
     """The conditions a job's options require."""
     text = options.get("require")

@@ -120,6 +120,7 @@ class Engine:
         self._publish_queued_lock = threading.Lock()
         self._problem: str | None = None
         self._running: RunningJob | None = None
+        self._running_job: Job | None = None  # the claimed job behind _running
         self._last: Snapshot | None = None
         self._next_overdue: float | None = None  # when a series next becomes overdue
         self._publishing = threading.Lock()
@@ -151,6 +152,12 @@ class Engine:
         """A condition changed: record it for the command line, and look again (a job
         that waited for it may start now)."""
         log.info("conditions not met now: %s", ", ".join(sorted(unmet)) or "none")
+        job = self._running_job
+        if job is not None and job.options.get("interrupt"):
+            lost = waiting_for(job.options, unmet)
+            if lost:
+                self.runner.interrupt(job, f"interrupted: {lost} was lost; it waits "
+                                      "for it again")
         self._act(lambda queue: queue.set_unmet(unmet))
 
     def pause(self) -> None:
@@ -320,7 +327,13 @@ class Engine:
             return False
         self._running = RunningJob(job.id, job.name, job.attempts, job.max_attempts,
                                    self.queue.clock())
+        self._running_job = job
         self._publish()
+        if job.options.get("interrupt") and waiting_for(job.options, self._unmet()):
+            # Lost between the claim and now: the change's interrupt may have come
+            # before this job was running.
+            self.runner.interrupt(job, "interrupted: what it requires was lost as it "
+                                  "started")
         try:
             attempt = self.runner.run(job)
         except DatabaseProblem:
@@ -335,6 +348,7 @@ class Engine:
             result = self._record(job, attempt)
         finally:
             self._running = None
+            self._running_job = None
         log.info("%s %s (%s): %s", result.outcome, job.name, job.id, result.detail)
         for listener in self._result_listeners:
             listener(job, result)

@@ -111,6 +111,8 @@ WORD_OPTIONS: dict[str, tuple[Callable[[str], Any], str]] = {
     "grace": (limits.GRACE.convert, limits.GRACE.accepted),
     # what must hold before it starts; until then a due job waits, using no attempt
     "require": (conditions.parse_require, conditions.REQUIRE_FORM),
+    # stop a running job whose required condition is lost, and put it back (uncounted)
+    "interrupt": (conditions.parse_yes_no, conditions.YES_NO_FORM),
 }
 SCHEDULES = ("every", "at", "cron")  # each says when a job repeats; one at most
 CALENDARS = ("at", "cron")
@@ -208,6 +210,9 @@ def _check_schedule(options: dict[str, Any], where: str) -> None:
         if key in options and not any(calendar in options for calendar in CALENDARS):
             raise BadJobFile(f"{where}: {key} applies only to at= and cron= schedules: "
                              f"add one, or remove {key}=")
+    if "interrupt" in options and "require" not in options:
+        raise BadJobFile(f"{where}: interrupt applies only beside require= (what to stop "
+                         "the job for): add one, or remove interrupt=")
     if "grace" in options and not given:
         raise BadJobFile(f"{where}: grace applies only to every=, at= and cron= schedules: "
                          "add one, or remove grace=")

@@ -23,6 +23,7 @@ class Ending(StrEnum):
     LATER = "later"  # exit 75 (EX_TEMPFAIL): run it again later; the attempt does not count
     LEASE_LOST = "lease_lost"  # cancelled, or another worker holds it: nothing to record
     STOPPED = "stopped"  # the app is quitting: the lease goes back, the attempt uncounted
+    INTERRUPTED = "interrupted"  # a condition it requires was lost: back, uncounted
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,10 @@ def record(queue: Queue, owner: str, job: Job, attempt: Attempt) -> Result:
     if attempt.ending == Ending.STOPPED:
         if queue.release(job.id, owner):
             return Result(Outcome.RELEASED, "stopped for quit; due again at the next start")
+        return LOST
+    if attempt.ending == Ending.INTERRUPTED:
+        if queue.release(job.id, owner, attempt.detail):
+            return Result(Outcome.RELEASED, attempt.detail)
         return LOST
     if attempt.ending == Ending.LATER:
         state = queue.later(job.id, owner, attempt.detail)

@@ -549,12 +549,12 @@ class Queue:
         return self._owned_update(job_id, owner, "child = :child", event,
                                   child=json.dumps(child))
 
-    def release(self, job_id: str, owner: str) -> bool:
-        """Clean shutdown: give the lease back; the attempt does not count."""
+    def release(self, job_id: str, owner: str, why: str | None = None) -> bool:
+        """Give the lease back (a clean quit, or `why`); the attempt does not count."""
         return self._owned_update(
             job_id, owner, "state = 'pending', not_before = :now, "
             "attempts = max(attempts - 1, 0), lease_owner = NULL, lease_until = NULL, "
-            "updated_at = :now", ("released", f"by {owner}"))
+            "updated_at = :now", ("released", why or f"by {owner}"))
 
     def later(self, job_id: str, owner: str, detail: str) -> State | None:
         """The script asked to be run again later (exit 75, EX_TEMPFAIL): back off

@@ -156,12 +156,20 @@ class Runner:
         self.default_timeout = default_timeout
         self.alarm = alarm or make_alarm(queue.clock)
         self._stopping = False
+        self._interrupted: tuple[str, int, str] | None = None  # (job id, run, why)
 
     # -- called from other threads -----------------------------------------
 
     def stop(self) -> None:
         """Clean quit: end the running attempt and give its lease back."""
         self._stopping = True
+        self.alarm.ring()
+
+    def interrupt(self, job: Job, why: str) -> None:
+        """Stop this run of `job` and give it back, uncounted: a condition it
+        requires was lost (interrupt=yes). Meant for that very run (its id and run
+        number): a run that has ended, or a later one, is never touched by it."""
+        self._interrupted = (job.id, job.runs, why)
         self.alarm.ring()
 
     def nudge(self) -> None:
@@ -238,6 +246,9 @@ class Runner:
             if self._stopping:
                 self._end(child, readers, token)
                 return Attempt(Ending.STOPPED)
+            if self._interrupted is not None and self._interrupted[:2] == (job.id, job.runs):
+                self._end(child, readers, token)
+                return Attempt(Ending.INTERRUPTED, self._interrupted[2])
             now = self.monotonic()
             if timeout is not None and now >= started + timeout:
                 self._end(child, readers, token)

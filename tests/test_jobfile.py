@@ -71,8 +71,8 @@ def test_header_options_with_every_comment_style():
 
 @pytest.mark.parametrize("line, message", [
     (b"# sloth: retries=3", "report.sh, line 1: unknown option 'retries' in the sloth: header "
-                            "(known: at, catchup, cron, delay, every, grace, lease, max_attempts, "
-                            "require, timeout, window)"),
+                            "(known: at, catchup, cron, delay, every, grace, interrupt, lease, "
+                            "max_attempts, require, timeout, window)"),
     (b"# sloth: timeout=10x", "bad value '10x' for timeout: use a number of seconds, or a "
                               "number followed by s, m, h or d"),
     (b"# sloth: max_attempts=0", "bad value '0' for max_attempts: use a whole number between 1 "
