@@ -89,6 +89,34 @@ def red_pixels(image) -> int:
                if (lambda r, g, b: r > 180 and g < 90 and b < 90)(*pixels[x, y]))
 
 
+# -- a private D-Bus -----------------------------------------------------------------
+
+# Only what a test puts on it: the stock configs would let the bus start
+# whatever notification daemon, portal or system service this machine has.
+PRIVATE_BUS_CONFIG = """<busconfig>
+  <type>{kind}</type>
+  <listen>unix:tmpdir=/tmp</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>
+</busconfig>
+"""
+
+
+def start_private_bus(pids, folder, kind: str = "session") -> str:
+    """A dbus-daemon of the test's own (killed by `pids`); its address."""
+    config = folder / f"{kind}-bus.conf"
+    config.write_text(PRIVATE_BUS_CONFIG.format(kind=kind))
+    daemon = pids.popen(["dbus-daemon", f"--config-file={config}", "--nofork",
+                         "--print-address=1"], stdout=subprocess.PIPE, text=True)
+    address = daemon.stdout.readline().strip()
+    assert address, "dbus-daemon printed no address"
+    return address
+
+
 def alive(pid: int) -> bool:
     """True while `pid` runs (a zombie counts as gone)."""
     try:

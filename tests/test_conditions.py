@@ -8,13 +8,12 @@ import asyncio
 import json
 import logging
 import shutil
-import subprocess
 import sys
 import threading
 import time
 
 import pytest
-from conftest import wait_for
+from conftest import start_private_bus, wait_for
 from dbus_fast.annotations import DBusBool, DBusUInt32
 from dbus_fast.service import PropertyAccess, ServiceInterface, dbus_property
 
@@ -164,19 +163,6 @@ needs_dbus = pytest.mark.skipif(
     not sys.platform.startswith("linux") or shutil.which("dbus-daemon") is None,
     reason="needs Linux and dbus-daemon")
 
-BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:tmpdir=/tmp</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-  </policy>
-</busconfig>
-"""
 
 
 class FakeUPower(ServiceInterface):
@@ -259,12 +245,7 @@ class SystemServices:
 
 @pytest.fixture
 def system_bus(pids, tmp_path):
-    config = tmp_path / "system.conf"
-    config.write_text(BUS_CONFIG)
-    daemon = pids.popen(["dbus-daemon", f"--config-file={config}", "--nofork",
-                         "--print-address=1"], stdout=subprocess.PIPE, text=True)
-    address = daemon.stdout.readline().strip()
-    assert address, "dbus-daemon printed no address"
+    address = start_private_bus(pids, tmp_path, "system")
     services = SystemServices(address)
     services.address = address
     try:

@@ -7,14 +7,13 @@ import asyncio
 import logging
 import os
 import shutil
-import subprocess
 import sys
 import threading
 from pathlib import Path
 from typing import Annotated
 
 import pytest
-from conftest import wait_for
+from conftest import start_private_bus, wait_for
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or shutil.which("dbus-daemon") is None,
@@ -37,21 +36,6 @@ from sloth_tray.desktop.notify import FAILURE_ACTIONS, CallbackNotifier, Notifie
 from sloth_tray.desktop.opener import open_now, open_path, reveal_now  # noqa: E402
 
 StrList = Annotated[list[str], DBusSignature("as")]
-# Only what the test puts on it: a session config would let the bus start whatever
-# notification daemon or portal this machine has installed.
-BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>session</type>
-  <listen>unix:tmpdir=/tmp</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-  </policy>
-</busconfig>
-"""
 
 
 # -- fake desktop services ---------------------------------------------------------------
@@ -168,12 +152,7 @@ class Desktop:
 
 @pytest.fixture
 def desktop(pids, tmp_path, monkeypatch):
-    config = tmp_path / "bus.conf"
-    config.write_text(BUS_CONFIG)
-    daemon = pids.popen(["dbus-daemon", f"--config-file={config}", "--nofork",
-                         "--print-address=1"], stdout=subprocess.PIPE, text=True)
-    address = daemon.stdout.readline().strip()
-    assert address, "dbus-daemon printed no address"
+    address = start_private_bus(pids, tmp_path, "session")
     monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", address)
     fake = Desktop(address)
     try:
