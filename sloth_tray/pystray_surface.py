@@ -53,7 +53,6 @@ class PystraySurface:
                                  title="sloth: starting", menu=pystray.Menu(self._items))
         self.has_menu = bool(self.icon.HAS_MENU)
         self.has_default_action = bool(self.icon.HAS_DEFAULT_ACTION)
-        self.has_notification = bool(self.icon.HAS_NOTIFICATION)
 
     # -- life --------------------------------------------------------------------
 
