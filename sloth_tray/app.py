@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
-import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from sloth_tray.logfile import PrintableFormatter, QuietRotatingFileHandler
 from sloth_tray.paths import Home
 from sloth_tray.queue import Queue
 from sloth_tray.runner import Runner
+from sloth_tray.stopsignals import StopSignals
 from sloth_tray.watch import (
     GONE,
     IN_ATTRIB,
@@ -39,10 +39,6 @@ from sloth_tray.watch import (
 
 log = logging.getLogger("sloth_tray")
 
-# Each ends the app cleanly (a running job stopped, its lease given back).
-# SIGHUP: the terminal that started it was closed.
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP")
-                     if hasattr(signal, name))
 
 APP_LOG_BYTES = 1024 * 1024
 APP_LOG_BACKUPS = 3
@@ -181,11 +177,8 @@ class Daemon:
 
     def run_until_stopped(self, *, drain: bool = False,
                           on_signal: Callable[[], None] | None = None) -> None:
-        """Run the engine on a thread of its own; SIGTERM or SIGINT stops it cleanly."""
+        """Run the engine on a thread of its own; a stop signal stops it cleanly."""
         engine = self.engine
-        stop = on_signal or engine.stop
-        previous = {sig: signal.signal(sig, lambda *_: stop())
-                    for sig in STOP_SIGNALS}
         errors: list[BaseException] = []
 
         def loop() -> None:
@@ -194,13 +187,10 @@ class Daemon:
             except BaseException as exc:  # handed to the main thread below
                 errors.append(exc)
 
-        thread = threading.Thread(target=loop, name="engine")
-        thread.start()
-        try:
-            thread.join()  # signal handlers still run while the main thread waits here
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        with StopSignals(on_signal or engine.stop):
+            thread = threading.Thread(target=loop, name="engine")
+            thread.start()
+            thread.join()
         if errors and self.fatal:
             # What the vanished file made fail on the way out: the sentence says it all.
             log.debug("while stopping: %s", errors[0])

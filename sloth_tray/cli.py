@@ -507,7 +507,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return 130
 
 
-DAEMONS = ("run", "work")  # they stop cleanly on Ctrl-C themselves (app.STOP_SIGNALS)
+DAEMONS = ("run", "work")  # they stop cleanly on Ctrl-C themselves (stopsignals.py)
 
 
 @contextlib.contextmanager

@@ -10,12 +10,13 @@ so no model action can ever see a toolkit object.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import signal
 from collections.abc import Callable
 
 from sloth_tray.icons import Look, render
 from sloth_tray.presenter import SEPARATOR, Item
+from sloth_tray.stopsignals import StopSignals
 from sloth_tray.surface import Appearance, MenuBuilder
 
 log = logging.getLogger("sloth_tray")
@@ -60,30 +61,31 @@ class PystraySurface:
         """Block on the main thread until stop(); a stop signal calls `on_signal`."""
         self._quit = on_signal or self.stop
 
-        def setup(icon) -> None:
+        def setup(icon) -> None:  # on a thread of pystray's
             icon.visible = True
-            self._catch_signals()
             ready()
 
-        try:
-            self.icon.run(setup=setup)
-        except Exception as exc:
-            # pystray's GTK teardown asks the session's notification service to
-            # hide a notification and raises when there is no such service.
-            log.debug("tray teardown: %s", exc)
+        with self._catching_signals():
+            try:
+                self.icon.run(setup=setup)
+            except Exception as exc:
+                # pystray's GTK teardown asks the session's notification service to
+                # hide a notification and raises when there is no such service.
+                log.debug("tray teardown: %s", exc)
 
     def stop(self) -> None:
         self.post(self.icon.stop)
 
-    def _catch_signals(self) -> None:
+    def _catching_signals(self) -> contextlib.AbstractContextManager:
+        """GLib's own handlers on a GTK loop (it would hold Python's back); elsewhere
+        the main thread sits in pystray's loop, so a thread of ours listens."""
         if self.name in ("gtk", "appindicator"):
-            from gi.repository import GLib  # the GTK loop would hold Python's handlers back
+            from gi.repository import GLib
 
             for sig in self._stop_signals:
                 GLib.unix_signal_add(GLib.PRIORITY_HIGH, sig, self._quit_from_signal)
-        else:
-            for sig in self._stop_signals:
-                signal.signal(sig, lambda *_: self._quit())
+            return contextlib.nullcontext()
+        return StopSignals(lambda: self._quit(), self._stop_signals)
 
     def _quit_from_signal(self) -> bool:
         self._quit()

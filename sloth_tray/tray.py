@@ -21,10 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sloth_tray import autostart, presenter
-from sloth_tray.app import STOP_SIGNALS, Daemon
+from sloth_tray.app import Daemon
 from sloth_tray.engine import FailedJob, Snapshot
 from sloth_tray.errors import SlothError
 from sloth_tray.overdue import OverdueJob
+from sloth_tray.stopsignals import STOP_SIGNALS
 from sloth_tray.surface import Appearance, Status, Surface
 
 log = logging.getLogger("sloth_tray")

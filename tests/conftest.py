@@ -126,6 +126,17 @@ def alive(pid: int) -> bool:
         return False
 
 
+def to_other_thread(pid: int, sig: int) -> None:
+    """Deliver `sig` to the newest thread of `pid` that is not its main thread: the
+    kernel may hand a signal sent to a process to any of its threads."""
+    import ctypes
+
+    tid = max(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.tgkill(pid, tid, sig) != 0:
+        raise OSError(ctypes.get_errno(), f"tgkill({pid}, {tid}, {sig}) failed")
+
+
 class Pids:
     """Every process a test started or learned of; all are killed at teardown."""
 

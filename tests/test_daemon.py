@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from conftest import alive, start_daemon, wait_for
+from conftest import alive, start_daemon, to_other_thread, wait_for
 
 from sloth_tray.paths import locate
 from sloth_tray.queue import Queue, State
@@ -111,6 +111,20 @@ def test_quit_mid_job_releases_it_pending_with_attempts_unchanged(home, tmp_path
     assert kinds[-1] == "released"
     assert not alive(child)
     assert "Traceback" not in daemon.stderr.read()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_stop_signal_stops_it_whichever_thread_receives_it(home, tmp_path, pids, sig):
+    started = tmp_path / "started"
+    job_id = add(home, "long.sh", f"echo $$ > {started}; sleep 300")
+    daemon = start_daemon(pids, home)
+    child = pids.add(int(wait_for(lambda: started.exists() and started.read_text().strip(),
+                                  what="the job to start")))
+    to_other_thread(daemon.pid, sig)
+    assert daemon.wait(timeout=20) == 0
+    released, kinds = job(home, job_id)
+    assert (released.state, kinds[-1]) == (State.PENDING, "released")
+    assert not alive(child)
 
 
 def test_bad_scripts_fail_with_a_sentence_and_the_next_job_still_runs(home, pids):

@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import grab, red_pixels, wait_for
+from conftest import alive, grab, red_pixels, to_other_thread, wait_for
 
 from sloth_tray.paths import locate
 from sloth_tray.queue import Queue, State
@@ -278,3 +279,21 @@ def test_a_cli_retry_while_a_job_runs_shows_in_the_panel_within_a_second(panel, 
     wait_for(lambda: red_pixels(grab(panel, icon_box)) == 0, timeout=1.0,
              what="the retried failure to leave the icon while the other job runs")
     assert state(home, failing) == State.PENDING
+
+
+def test_a_stop_signal_to_any_thread_quits_and_gives_the_running_job_back(panel, pids,
+                                                                          tmp_path):
+    home = locate(tmp_path / "home").ensure()
+    app = pids.popen([sys.executable, "-m", "sloth_tray", "run", "--home", str(home.root)],
+                     env=panel, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: "StatusNotifierItem" in registered_items(panel),
+             what="the item to register with the panel")
+    started = tmp_path / "started"
+    slow = add(home, panel, "slow", f"echo $$ > {started}\nsleep 300\n")
+    child = pids.add(int(wait_for(lambda: started.exists() and started.read_text().strip(),
+                                  what="the slow job to start")))
+    to_other_thread(app.pid, signal.SIGTERM)
+    assert app.wait(timeout=20) == 0
+    assert state(home, slow) == State.PENDING
+    assert history(home, slow)[-1] == "released"
+    assert not alive(child)

@@ -1,0 +1,68 @@
+"""Stop signals that reach us whichever thread the kernel hands them to.
+
+A signal sent to a process goes to any of its threads that does not block it.
+Python runs its handlers on the main thread only, the next time that thread
+runs Python code; a main thread blocked in a C call (joining a thread, waiting
+on an X connection) never does, and the signal is as good as lost. So the C
+handler's wake-up byte (`signal.set_wakeup_fd`) is read by a thread of ours,
+blocked on a pipe, which calls `stop` straight away. Nothing polls.
+
+GLib and asyncio loops do the same on their own; use this where neither runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable
+
+# Each ends the app cleanly (a running job stopped, its lease given back).
+# SIGHUP: the terminal that started it was closed.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP")
+                     if hasattr(signal, name))
+
+
+class StopSignals:
+    """While entered (on the main thread), a stop signal calls `stop` on a thread
+    of its own. Restores the previous handlers on exit."""
+
+    def __init__(self, stop: Callable[[], None],
+                 signals: tuple[int, ...] = STOP_SIGNALS) -> None:
+        self.stop = stop
+        self.signals = signals
+        self._previous: dict[int, object] = {}
+        self._previous_fd = -1
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> StopSignals:
+        read_end, self._write_end = os.pipe()
+        os.set_blocking(self._write_end, False)  # the C handler must never block
+        self._thread = threading.Thread(target=self._listen, args=(read_end,),
+                                        name="stop-signals", daemon=True)
+        self._thread.start()
+        # A Python handler must be set for the C handler to write the byte; the
+        # work is done by the listener, so the handler itself does nothing.
+        self._previous = {sig: signal.signal(sig, _noted) for sig in self.signals}
+        self._previous_fd = signal.set_wakeup_fd(self._write_end, warn_on_full_buffer=False)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.set_wakeup_fd(self._previous_fd)
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        os.close(self._write_end)  # the listener reads end-of-file and returns
+        if self._thread is not None:
+            self._thread.join()
+
+    def _listen(self, read_end: int) -> None:
+        try:
+            while received := os.read(read_end, 64):
+                if any(byte in self.signals for byte in received):
+                    self.stop()
+        finally:
+            os.close(read_end)
+
+
+def _noted(signum: int, frame: object) -> None:
+    """The listener thread acts on it (see StopSignals)."""
