@@ -12,7 +12,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from sloth_tray.conditions import Conditions
+from sloth_tray.conditions import CONDITIONS, Conditions
 from sloth_tray.config import KEYS, Settings
 from sloth_tray.dbfile import verify
 from sloth_tray.desktop.notify import freedesktop
@@ -23,6 +23,7 @@ from sloth_tray.inbox import Inbox, start_inbox
 from sloth_tray.lock import InstanceLock
 from sloth_tray.logfile import PrintableFormatter, QuietRotatingFileHandler
 from sloth_tray.paths import Home
+from sloth_tray.probes import fall_back
 from sloth_tray.queue import Queue
 from sloth_tray.runner import Runner
 from sloth_tray.stopsignals import StopSignals
@@ -111,8 +112,10 @@ class Daemon:
                 self.inbox_queue = Queue(self.home.db, **self.queue_settings)
                 self.inbox = start_inbox(self.home, self.inbox_queue, self.observer,
                                          self.engine.wake)
-                if freedesktop():  # elsewhere no source tells: every condition holds
+                if freedesktop():
                     self.power = start_power_source(self.conditions)
+                else:  # no service tells of changes there (yet): read the machine
+                    log.info("require=: %s", fall_back(self.conditions, CONDITIONS))
         except BaseException:
             if self._db_identity is not None:
                 self._check_the_queue_file()  # the cause, when the home went during start-up

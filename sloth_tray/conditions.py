@@ -5,9 +5,13 @@ is not claimed; jobs without that condition run meanwhile. What is true comes fr
 the desktop (desktop/power.py on Linux) as events; each change calls the listeners,
 so the engine looks again at once and never polls.
 
-Every condition starts as holding, and a condition nothing can tell about (no UPower,
-no NetworkManager, no system bus) stays holding: a machine without those services
-must never keep such jobs waiting forever.
+Where no service tells of changes (no UPower or NetworkManager, macOS, Windows), a
+condition can be *probed*: read from the machine itself (probes.py). The engine
+probes at most once a minute, and wakes for it only while a due job waits on a
+probed condition; never when none does.
+
+Every condition starts as holding, and a condition nothing can tell about (neither a
+service nor a probe) stays holding: such jobs must never wait forever.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ WAITING_FOR = {"ac": "AC power", "network": "a network connection",
 REQUIRE_FORM = "ac, network or unmetered, several joined with commas (require=ac,network)"
 
 Listener = Callable[[frozenset[str]], None]
+# Reads conditions from the machine: name -> holds (None: cannot tell, taken as holding).
+Probe = Callable[[], dict[str, "bool | None"]]
 
 
 def parse_require(value: Any) -> str:
@@ -71,6 +77,7 @@ class Conditions:
         self._holds = dict.fromkeys(CONDITIONS, True)
         self._lock = threading.Lock()
         self._listeners: list[Listener] = []
+        self._probes: dict[str, Probe] = {}  # condition -> what reads it, where probed
 
     def subscribe(self, listener: Listener) -> None:
         """`listener(unmet)` is called, on the reporting thread, after each change."""
@@ -93,3 +100,37 @@ class Conditions:
             unmet = frozenset(n for n, h in self._holds.items() if not h)
         for listener in self._listeners:
             listener(unmet)
+
+    # -- conditions no service tells of ------------------------------------------------
+
+    def probe_with(self, names: Iterable[str], probe: Probe) -> None:
+        """From now on `names` are read by `probe` (their source has gone), starting now."""
+        with self._lock:
+            for name in names:
+                self._probes[name] = probe
+        self.probe()
+
+    def stop_probing(self, names: Iterable[str]) -> None:
+        """A service tells of `names` again: its events, not a probe, say what holds."""
+        with self._lock:
+            for name in names:
+                self._probes.pop(name, None)
+
+    @property
+    def probed(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._probes)
+
+    def probe(self) -> None:
+        """Read every probed condition now; a probe that fails reads as holding."""
+        groups: dict[int, tuple[Probe, list[str]]] = {}
+        with self._lock:
+            for name, probe in self._probes.items():
+                groups.setdefault(id(probe), (probe, []))[1].append(name)
+        for probe, names in groups.values():
+            try:
+                readings = probe()
+            except Exception:  # a reading must never cost the daemon
+                readings = {}
+            for name in names:
+                self.set(name, readings.get(name) is not False)

@@ -37,6 +37,7 @@ SHOWN_FAILED = 50  # failed jobs carried in a snapshot (the tray lists them)
 SHOWN_WAITING = 10  # next pending jobs carried in a snapshot
 PROBLEM_RETRY = 30.0  # seconds before trying the database again after an error
 RECORD_RETRY = 2.0  # seconds between tries to record an outcome while the db is locked
+PROBE_EVERY = 60.0  # at most this often are conditions without a service read (probes.py)
 
 
 def default_owner() -> str:
@@ -123,6 +124,7 @@ class Engine:
         self._running_job: Job | None = None  # the claimed job behind _running
         self._last: Snapshot | None = None
         self._next_overdue: float | None = None  # when a series next becomes overdue
+        self._probed_at: float | None = None  # when probed conditions were last read
         self._publishing = threading.Lock()
         self._actions = ThreadPoolExecutor(max_workers=1, thread_name_prefix="actions")
         if conditions is not None:
@@ -281,6 +283,7 @@ class Engine:
             while not self._stopping:
                 try:
                     paused = self._read_pause()
+                    self._probe_if_due()
                     if not paused and self._step():
                         continue
                     self._problem = None
@@ -304,9 +307,31 @@ class Engine:
         """The queue's next due time (none while paused), or the moment a series
         becomes overdue if that comes first: the new look needs no polling."""
         times = [t for t in (None if paused else self.queue.next_wakeup(self._unmet()),
+                             None if paused else self._next_probe(),
                              self._next_overdue)
                  if t is not None]
         return min(times, default=None)
+
+    def _probe_if_due(self) -> None:
+        """Conditions no service tells of (probes.py) are read again once a minute
+        at most, on passes the loop makes anyway."""
+        if self.conditions is None or not self.conditions.probed:
+            return
+        now = self.queue.clock()
+        if self._probed_at is not None and 0 <= now - self._probed_at < PROBE_EVERY:
+            return
+        self._probed_at = now
+        self.conditions.probe()
+
+    def _next_probe(self) -> float | None:
+        """While a due job waits on a probed condition, the moment to read it again;
+        None otherwise: with nothing waiting, nothing wakes."""
+        if self.conditions is None:
+            return None
+        unmet = self.conditions.probed & self._unmet()
+        if not unmet or not self.queue.waits_on(unmet):
+            return None
+        return (self._probed_at or self.queue.clock()) + PROBE_EVERY
 
     def _read_pause(self) -> bool:
         """The pause, from the file, once per pass; its changes are said in the log."""

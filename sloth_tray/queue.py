@@ -985,6 +985,17 @@ class Queue:
             counts["due_now"] = max(0, counts["due_now"] - waiting_on.pop("any"))
         return counts | {"paused": paused} | ({"waiting_on": waiting_on} if waiting_on else {})
 
+    def waits_on(self, unmet: frozenset[str]) -> bool:
+        """Whether some due job waits on a condition in `unmet`."""
+        if not unmet:
+            return False
+        waits, params = _not_waiting(unmet)
+        with self._reading() as db:
+            return db.execute(
+                "SELECT 1 FROM jobs WHERE state = 'pending' AND not_before <= :now "
+                f"AND NOT (1{waits}) LIMIT 1", {"now": self.clock(), **params}
+            ).fetchone() is not None
+
     def _waiting_on(self, unmet: frozenset[str]) -> dict[str, int]:
         """Due jobs that wait, per unmet condition (only those some job waits on),
         and "any": how many wait at all. Empty when every condition holds."""

@@ -260,8 +260,9 @@ def source_for(system_bus):
 
     made = []
 
-    def start(conditions: Conditions) -> PowerSource:
-        source = PowerSource(conditions, system_bus.address).start()
+    def start(conditions: Conditions, readings=None) -> PowerSource:
+        """`readings` stand in for a missing service; by default none can tell."""
+        source = PowerSource(conditions, system_bus.address, readings or {}).start()
         made.append(source)
         assert source.ready.wait(10), "the source never finished its first reading"
         return source
@@ -297,36 +298,44 @@ def test_the_source_follows_on_battery_and_metered_as_they_change(system_bus, so
 
 
 @needs_dbus
-def test_a_missing_service_makes_its_conditions_hold_with_one_log_line(
+def test_a_missing_service_is_one_log_line_and_its_conditions_are_read_instead(
         system_bus, source_for, caplog):
     caplog.set_level(logging.INFO, logger="sloth_tray")
     nm = system_bus.network_manager(state=20, connectivity=1, metered=1)
     conditions = Conditions()
-    source_for(conditions)
-    assert conditions.unmet() == {"network", "unmetered"}  # NetworkManager answered
-    assert conditions.holds("ac")  # no UPower: as if on AC power
+    source_for(conditions, {"ac": lambda: False})  # what the machine says: on battery
+    assert conditions.unmet() == {"ac", "network", "unmetered"}
+    assert conditions.probed == {"ac"}  # NetworkManager answered: its events rule
     lines = power_lines(caplog)
-    assert len(lines) == 1 and lines[0].startswith("org.freedesktop.UPower is not on the "
-                                                   "system bus")
+    assert lines == ["org.freedesktop.UPower is not on the system bus (The name "
+                     "org.freedesktop.UPower was not provided by any .service files); AC "
+                     "power is checked once a minute while a job waits for it"]
     system_bus.change(nm, metered=2)
     wait_for(lambda: conditions.holds("unmetered"), timeout=2, what="unmetered")
+    # UPower starts: its answer, not the reading, says what holds from now on.
+    system_bus.upower(on_battery=False)
+    wait_for(lambda: conditions.holds("ac"), timeout=2, what="UPower's AC power")
+    assert conditions.probed == frozenset()
     assert len(power_lines(caplog)) == 1
 
 
-def test_no_system_bus_at_all_is_one_log_line_and_everything_holds(tmp_path, caplog):
+def test_no_system_bus_at_all_is_one_log_line_and_the_machine_is_read(tmp_path, caplog):
     from sloth_tray.desktop.power import PowerSource
 
     caplog.set_level(logging.INFO, logger="sloth_tray")
     conditions = Conditions()
-    source = PowerSource(conditions, f"unix:path={tmp_path}/no-such-socket").start()
+    source = PowerSource(conditions, f"unix:path={tmp_path}/no-such-socket",
+                         {"ac": lambda: None, "network": lambda: False}).start()
     try:
         assert source.ready.wait(10)
     finally:
         source.stop()
-    assert conditions.unmet() == frozenset()
+    assert conditions.unmet() == {"network"}
+    assert conditions.probed == {"ac", "network"}
     lines = [r.getMessage() for r in caplog.records if r.name == "sloth_tray"]
     assert len(lines) == 1 and lines[0].startswith("no system D-Bus at unix:path=")
-    assert lines[0].endswith("require=ac, network and unmetered are taken as met")
+    assert lines[0].endswith("AC power and a network connection are checked once a minute "
+                             "while a job waits for them; require=unmetered is taken as met")
 
 
 class CountingAlarm(Alarm):
@@ -397,3 +406,37 @@ def test_a_job_needing_ac_waits_on_battery_and_starts_within_2s_of_ac(
         thread.join(timeout=10)
         queue.close()
     assert not thread.is_alive()
+
+
+@needs_dbus
+def test_the_app_on_a_fake_upower_interrupts_an_interruptible_job_when_unplugged(
+        system_bus, pids, tmp_path, monkeypatch):
+    """The whole path: a real daemon, told the private bus is the system bus; UPower's
+    OnBattery flips under a running `interrupt=yes` job, then back."""
+    from conftest import alive, start_daemon
+
+    upower = system_bus.upower(on_battery=False)
+    system_bus.network_manager()
+    monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", system_bus.address)
+    home = locate(tmp_path / "home").ensure()
+    runs = tmp_path / "runs"
+    (home.jobs / "backup.sh").write_text(
+        f"# sloth: require=ac interrupt=yes\necho $$ >> {runs}\nsleep 300\n")
+    daemon = start_daemon(pids, home)
+    first = pids.add(int(wait_for(lambda: runs.exists() and runs.read_text().split(),
+                                  what="the job to start on AC power")[0]))
+    system_bus.change(upower, on_battery=True)
+    wait_for(lambda: not alive(first), timeout=10, what="the job's process to be stopped")
+    with Queue(home.db) as queue:
+        wait_for(lambda: queue.jobs()[0].state == State.PENDING, what="the job to go back")
+        (job,) = queue.jobs()
+        assert job.attempts == 0
+        released = queue.history(job.id)[-1]
+        assert released.kind == "released" and "AC power was lost" in released.detail
+        wait_for(lambda: queue.summary().get("waiting_on") == {"ac": 1},
+                 what="status to say it waits for AC power")
+    system_bus.change(upower, on_battery=False)
+    wait_for(lambda: len(runs.read_text().split()) == 2, timeout=2,
+             what="the job to start again within 2 s of AC power")
+    pids.add(int(runs.read_text().split()[1]))
+    assert daemon.poll() is None

@@ -28,3 +28,12 @@ def test_ci_runs_exactly_the_readmes_test_command():
 def test_every_command_is_documented():
     missing = [name for name in COMMANDS if f"`sloth-tray {name}" not in README]
     assert not missing, f"undocumented commands: {missing}"
+
+
+def test_every_header_the_readme_shows_is_one_the_app_takes():
+    from sloth_tray.jobfile import parse_options
+
+    headers = re.findall(r"^(# sloth: .*?)(?:\s{2,}.*)?$", README, flags=re.M)
+    assert len(headers) >= 10
+    for header in headers:
+        assert parse_options(header.encode(), "README"), header

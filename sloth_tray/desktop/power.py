@@ -5,8 +5,9 @@ PropertiesChanged signals (and NameOwnerChanged, for a service that starts or st
 later), on one thread of its own blocked on the bus socket. Nothing is polled.
 
 A service that is not there (or no system bus at all) is said once in the log, and
-its conditions are taken as holding: require= must never keep jobs waiting forever on
-a machine without UPower or NetworkManager.
+its conditions are read from the machine instead (probes.py: at most once a minute,
+only while a job waits) or, where nothing can read them, taken as holding: require=
+must never keep jobs waiting forever on a machine without UPower or NetworkManager.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import os
 import threading
 from typing import Any
 
-from sloth_tray.conditions import Conditions
+from sloth_tray.conditions import CONDITIONS, Conditions
+from sloth_tray.probes import Reading, fall_back
 
 log = logging.getLogger("sloth_tray")
 
@@ -35,7 +37,6 @@ NM_METERED_NO = (2, 4)  # NM_METERED_NO, NM_METERED_GUESS_NO
 
 # Each service, its object, and the conditions it tells.
 SERVICES = {UPOWER: (UPOWER_PATH, ("ac",)), NM: (NM_PATH, ("network", "unmetered"))}
-TELLS = {UPOWER: "AC power", NM: "the network"}
 
 
 def system_bus_address() -> str:
@@ -62,8 +63,11 @@ def unmetered_holds(properties: dict[str, Any]) -> bool | None:
 class PowerSource:
     """Feeds `conditions` from the system bus until stop()."""
 
-    def __init__(self, conditions: Conditions, address: str | None = None) -> None:
+    def __init__(self, conditions: Conditions, address: str | None = None,
+                 readings: dict[str, Reading] | None = None) -> None:
+        """`readings`: what stands in for a missing service (probes.readings())."""
         self.conditions = conditions
+        self.readings = readings
         self.address = address or system_bus_address()
         self.loop = asyncio.new_event_loop()
         self._thread: threading.Thread | None = None
@@ -113,8 +117,9 @@ class PowerSource:
         try:
             await self._connect()
         except Exception as exc:
+            instead = fall_back(self.conditions, CONDITIONS, self.readings)
             self._say_once("bus", f"no system D-Bus at {self.address} ({exc or type(exc)}); "
-                           "require=ac, network and unmetered are taken as met")
+                           f"{instead}")
         finally:
             self.ready.set()
 
@@ -150,13 +155,14 @@ class PowerSource:
         self._update(name, {key: variant.value for key, variant in values.items()})
 
     def _missing(self, name: str, why: str) -> None:
-        self._say_once(name, f"{name} is not on the system bus ({why}); jobs that require "
-                       f"{' or '.join(SERVICES[name][1])} run as if {TELLS[name]} allowed it")
         self._known[name] = {}
         for condition in SERVICES[name][1]:
-            self.conditions.set(condition, True)
+            self.conditions.set(condition, True)  # until a reading says otherwise
+        instead = fall_back(self.conditions, SERVICES[name][1], self.readings)
+        self._say_once(name, f"{name} is not on the system bus ({why}); {instead}")
 
     def _update(self, name: str, changed: dict[str, Any]) -> None:
+        self.conditions.stop_probing(SERVICES[name][1])  # the service tells again
         known = self._known[name]
         known.update(changed)
         if name == UPOWER:
