@@ -285,12 +285,16 @@ def test_a_frozen_bundles_own_environment_does_not_reach_jobs():
     assert job_environment({"PATH": "/usr/bin"}, None) == {"PATH": "/usr/bin"}
 
 
-def test_python_jobs_in_a_frozen_app_use_the_systems_python(monkeypatch):
+def test_python_jobs_in_a_frozen_app_use_the_systems_python(monkeypatch, tmp_path):
     from sloth_tray import jobfile
 
+    system = tmp_path / "python3"  # the python3 on PATH, whatever runs these tests
+    system.write_text("#!/bin/sh\n")
+    system.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     argv = jobfile.command_for(Path("hello.py"), b"print(1)", windows=False)
-    assert argv[0] != sys.executable and "python" in Path(argv[0]).name
+    assert argv[0] == str(system)
 
 
 def test_a_database_locked_past_the_busy_timeout_loses_neither_the_child_nor_the_outcome(
