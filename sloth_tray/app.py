@@ -7,16 +7,15 @@ crash recovery and the same clean quit.
 from __future__ import annotations
 
 import logging
-import logging.handlers
 import sys
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from sloth_tray.conditions import CONDITIONS, Conditions
 from sloth_tray.config import KEYS, Settings
 from sloth_tray.dbfile import verify
-from sloth_tray.desktop.notify import freedesktop
-from sloth_tray.desktop.power import PowerSource, start_power_source
+from sloth_tray.desktop import freedesktop
 from sloth_tray.engine import Engine, default_owner
 from sloth_tray.errors import SlothError
 from sloth_tray.inbox import Inbox, start_inbox
@@ -38,6 +37,9 @@ from sloth_tray.watch import (
     watch_doorbell,
 )
 
+if TYPE_CHECKING:
+    from sloth_tray.desktop.power import PowerSource
+
 log = logging.getLogger("sloth_tray")
 
 
@@ -50,7 +52,7 @@ def setup_logging(home: Home, *, to_stderr: bool) -> None:
     formatter = PrintableFormatter("%(asctime)s %(levelname)s %(message)s")
     # A full disk is one line on stderr, not a traceback per record.
     handlers: list[logging.Handler] = [QuietRotatingFileHandler(
-        home.logs / "sloth-tray.log", maxBytes=APP_LOG_BYTES, backupCount=APP_LOG_BACKUPS,
+        home.logs / "sloth-tray.log", max_bytes=APP_LOG_BYTES, backups=APP_LOG_BACKUPS,
         encoding="utf-8", errors="backslashreplace")]  # file names need not be UTF-8
     if to_stderr:
         handlers.append(logging.StreamHandler(sys.stderr))
@@ -86,7 +88,8 @@ class Daemon:
         self.first_run = False
         self.inbox: Inbox | None = None
         self.inbox_queue: Queue | None = None
-        self.conditions = Conditions()  # what require= jobs wait for
+        # What require= jobs wait for; told once a due job first waits on it.
+        self.conditions = Conditions(self._tell_conditions if watch else None)
         self.power: PowerSource | None = None
 
     def __enter__(self) -> Daemon:
@@ -112,10 +115,6 @@ class Daemon:
                 self.inbox_queue = Queue(self.home.db, **self.queue_settings)
                 self.inbox = start_inbox(self.home, self.inbox_queue, self.observer,
                                          self.engine.wake)
-                if freedesktop():
-                    self.power = start_power_source(self.conditions)
-                else:  # no service tells of changes there (yet): read the machine
-                    log.info("require=: %s", fall_back(self.conditions, CONDITIONS))
         except BaseException:
             if self._db_identity is not None:
                 self._check_the_queue_file()  # the cause, when the home went during start-up
@@ -140,6 +139,17 @@ class Daemon:
         if self.queue is not None:
             self.queue.close()
         self.lock.release()
+
+    def _tell_conditions(self) -> None:
+        """On the engine's thread, the first time a due job waits on a condition: the
+        system bus on Linux (its thread, asyncio and the D-Bus library are loaded only
+        now); elsewhere no service tells of changes (yet), so the machine is read."""
+        if freedesktop():
+            from sloth_tray.desktop.power import start_power_source
+
+            self.power = start_power_source(self.conditions)
+        else:
+            log.info("require=: %s", fall_back(self.conditions, CONDITIONS))
 
     def _watch_the_queue_file(self) -> None:
         """Stop, saying why, when queue.db is deleted, moved or replaced (or the home

@@ -71,13 +71,33 @@ def waiting_for(options: dict[str, Any], unmet: Iterable[str]) -> str | None:
 
 
 class Conditions:
-    """The current truth of each condition, safe to share between threads."""
+    """The current truth of each condition, safe to share between threads.
 
-    def __init__(self) -> None:
-        self._holds = dict.fromkeys(CONDITIONS, True)
+    With a `start`, what tells them (the system bus, a probe) begins only when a due
+    job first waits on one (`start_telling`): a queue with no require= job never
+    pays for it. Until then none is known, so none holds: a job that requires AC
+    power never starts on battery for want of a first reading.
+    """
+
+    def __init__(self, start: Callable[[], None] | None = None) -> None:
+        self._start = start
+        self._holds = dict.fromkeys(CONDITIONS, start is None)
         self._lock = threading.Lock()
         self._listeners: list[Listener] = []
         self._probes: dict[str, Probe] = {}  # condition -> what reads it, where probed
+
+    @property
+    def told(self) -> bool:
+        """Whether what tells the conditions has begun (or there is nothing to begin)."""
+        with self._lock:
+            return self._start is None
+
+    def start_telling(self) -> None:
+        """Begin what tells the conditions, once; it sets each as it learns it."""
+        with self._lock:
+            start, self._start = self._start, None
+        if start is not None:
+            start()
 
     def subscribe(self, listener: Listener) -> None:
         """`listener(unmet)` is called, on the reporting thread, after each change."""

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from sloth_tray import overdue, procs, spool
@@ -30,6 +28,7 @@ from sloth_tray.overdue import OverdueJob
 from sloth_tray.paths import Home
 from sloth_tray.queue import Job, Queue, Reason, State
 from sloth_tray.runner import Runner
+from sloth_tray.worker import Worker
 
 log = logging.getLogger("sloth_tray")
 
@@ -41,7 +40,15 @@ PROBE_EVERY = 60.0  # at most this often are conditions without a service read (
 
 
 def default_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """host:pid. The host from os.uname where there is one: the socket module would
+    be loaded for this alone."""
+    if hasattr(os, "uname"):
+        host = os.uname().nodename
+    else:
+        import platform
+
+        host = platform.node()
+    return f"{host}:{os.getpid()}"
 
 
 @dataclass(frozen=True)
@@ -126,7 +133,7 @@ class Engine:
         self._next_overdue: float | None = None  # when a series next becomes overdue
         self._probed_at: float | None = None  # when probed conditions were last read
         self._publishing = threading.Lock()
-        self._actions = ThreadPoolExecutor(max_workers=1, thread_name_prefix="actions")
+        self._actions = Worker("actions")
         if conditions is not None:
             conditions.subscribe(self._conditions_changed)
 
@@ -246,11 +253,7 @@ class Engine:
     def _submit(self, work: Callable[[], None]) -> bool:
         """Run `work` on the action thread; False once the engine has stopped (a
         doorbell rung during the quit changes nothing any more)."""
-        try:
-            self._actions.submit(work)
-        except RuntimeError:  # shut down: the final snapshot has been published
-            return False
-        return True
+        return self._actions.submit(work)
 
     # -- the loop -------------------------------------------------------------
 
@@ -290,6 +293,7 @@ class Engine:
                     self._publish()
                     if drain:
                         return
+                    self._start_conditions_if_waited_on()
                     self.alarm.wait(self._wake_at(paused))
                 except DatabaseProblem as exc:
                     self._report(exc)
@@ -300,7 +304,7 @@ class Engine:
                     self.alarm.wait(self.queue.clock() + PROBLEM_RETRY)
         finally:
             self._stopping = True
-            self._actions.shutdown(wait=True)
+            self._actions.shutdown()
             self._publish(stopped=True)
 
     def _wake_at(self, paused: bool) -> float | None:
@@ -311,6 +315,13 @@ class Engine:
                              self._next_overdue)
                  if t is not None]
         return min(times, default=None)
+
+    def _start_conditions_if_waited_on(self) -> None:
+        """The first time a due job waits on a condition, begin what tells them (the
+        system bus): a queue with no require= job never loads it."""
+        if self.conditions is not None and not self.conditions.told \
+                and self.queue.waits_on(self.conditions.unmet()):
+            self.conditions.start_telling()
 
     def _probe_if_due(self) -> None:
         """Conditions no service tells of (probes.py) are read again once a minute

@@ -440,3 +440,55 @@ def test_the_app_on_a_fake_upower_interrupts_an_interruptible_job_when_unplugged
              what="the job to start again within 2 s of AC power")
     pids.add(int(runs.read_text().split()[1]))
     assert daemon.poll() is None
+
+
+def mapped(pid: int, fragment: str) -> bool:
+    """Whether the process has a file whose path holds `fragment` mapped (a loaded
+    extension module)."""
+    with open(f"/proc/{pid}/maps") as maps:
+        return fragment in maps.read()
+
+
+@needs_dbus
+def test_a_job_due_at_start_waits_for_the_first_reading_and_never_runs_on_battery(
+        system_bus, pids, tmp_path, monkeypatch):
+    from conftest import start_daemon
+
+    upower = system_bus.upower(on_battery=True)
+    system_bus.network_manager()
+    monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", system_bus.address)
+    home = locate(tmp_path / "home").ensure()
+    ran = tmp_path / "ran"
+    script = tmp_path / "backup.sh"
+    script.write_text(f"# sloth: require=ac\ntouch {ran}\n")
+    with Queue(home.db) as queue:  # queued before the start: due at the very first claim
+        queue.push("backup", script=str(script), options={"require": "ac"})
+    start_daemon(pids, home)
+    with Queue(home.db) as queue:
+        wait_for(lambda: queue.unmet() == AC,
+                 what="the first reading: on battery")
+        (job,) = queue.jobs()
+        assert (job.state, job.attempts) == (State.PENDING, 0)
+    assert not ran.exists()
+    system_bus.change(upower, on_battery=False)
+    wait_for(ran.exists, timeout=2, what="the job to run within 2 s of AC power")
+
+
+@needs_dbus
+def test_a_queue_without_require_never_loads_the_d_bus_layer(system_bus, pids, tmp_path,
+                                                              monkeypatch):
+    from conftest import start_daemon
+
+    system_bus.upower(on_battery=True)
+    monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", system_bus.address)
+    home = locate(tmp_path / "home").ensure()
+    ran = tmp_path / "ran"
+    (home.jobs / "tidy.sh").write_text(f"touch {ran}\n")
+    daemon = start_daemon(pids, home)
+    wait_for(ran.exists, what="the job to run")
+    with Queue(home.db) as queue:
+        wait_for(lambda: queue.jobs()[0].state == State.DONE, what="the job to be done")
+    assert not mapped(daemon.pid, "dbus_fast") and not mapped(daemon.pid, "_asyncio")
+    # The first job that requires something starts the system bus.
+    (home.jobs / "backup.sh").write_text("# sloth: require=ac\necho backed up\n")
+    wait_for(lambda: mapped(daemon.pid, "dbus_fast"), what="the D-Bus layer to load")

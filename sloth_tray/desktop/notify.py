@@ -13,7 +13,6 @@ import asyncio
 import logging
 import os
 import stat
-import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -347,8 +346,3 @@ class CallbackNotifier:
             self._say_once("post", f"desktop notifications are off ({_describe(exc)}); "
                            "they go to this log")
             _to_log(title, body)
-
-
-def freedesktop() -> bool:
-    """Whether this platform's desktop speaks the freedesktop.org D-Bus interfaces."""
-    return sys.platform != "darwin" and os.name != "nt"

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from sloth_tray import procs
-from sloth_tray.desktop.notify import Notifies, freedesktop, session_bus
+from sloth_tray.desktop import freedesktop
+from sloth_tray.desktop.notify import Notifies, session_bus
 
 log = logging.getLogger("sloth_tray")
 
