@@ -1,4 +1,9 @@
-"""The command line: parse, call the queue (or the daemon), print. Nothing else lives here."""
+"""The command line: parse, call the queue (or the daemon), print. Nothing else lives here.
+
+Each command imports what only it uses, inside it: `status` must answer as fast as
+an interpreter that opens SQLite, not load the daemon, the tray or the desktop
+(tests/test_imports.py keeps it so).
+"""
 
 from __future__ import annotations
 
@@ -11,17 +16,18 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from sloth_tray import __version__, autostart, config, limits, overdue, spool
-from sloth_tray.app import Daemon, log
-from sloth_tray.conditions import waiting_for
+from sloth_tray import __version__, config, limits
 from sloth_tray.display import printable
 from sloth_tray.errors import SlothError
-from sloth_tray.outcome import Outcome, Result
 from sloth_tray.paths import Home, locate
 from sloth_tray.queue import Job, Queue, Reason, State
 from sloth_tray.timefmt import clock_time, relative
+
+if TYPE_CHECKING:
+    from sloth_tray.app import Daemon
+    from sloth_tray.outcome import Result
 
 Command = Callable[[argparse.Namespace, Home], int]
 BROKEN_PIPE_STATUS = 128 + 13  # 128 + SIGPIPE, as a shell reports a tool the signal stopped
@@ -85,6 +91,8 @@ def cmd_paths(args: argparse.Namespace, home: Home) -> int:
 
 @command
 def cmd_status(args: argparse.Namespace, home: Home) -> int:
+    from sloth_tray import overdue
+
     with open_queue(home) as queue:
         counts = queue.summary()
         late = overdue.find(queue.recurring_series(), queue.clock(), queue.tz,
@@ -132,6 +140,8 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
 
 def _waiting_note(job: Job, unmet: frozenset[str]) -> str | None:
     """`waiting for AC power`, for a due job whose require= does not hold now."""
+    from sloth_tray.conditions import waiting_for
+
     waits = waiting_for(job.options, unmet)
     return f"waiting for {waits}" if waits else None
 
@@ -226,6 +236,8 @@ def cmd_retry(args: argparse.Namespace, home: Home) -> int:
         if not ids:
             print("no failed jobs" if not refused else "nothing else to retry")
             return 0
+    from sloth_tray import spool
+
     return _each_job(home, ids, spool.retry, "retry", "retried", _run_now_instead)
 
 
@@ -286,6 +298,8 @@ def cmd_config(args: argparse.Namespace, home: Home) -> int:
 
 @command
 def cmd_autostart(args: argparse.Namespace, home: Home) -> int:
+    from sloth_tray import autostart
+
     change = {"enable": autostart.enable, "disable": autostart.disable,
               "status": autostart.status}[args.action]
     # The entry starts the app on this home (and jobs folder, and config file):
@@ -307,6 +321,8 @@ def cmd_autostart(args: argparse.Namespace, home: Home) -> int:
 
 @command
 def cmd_prune(args: argparse.Namespace, home: Home) -> int:
+    from sloth_tray import spool
+
     with open_queue(home) as queue:
         removed = spool.prune(home, queue, before=queue.clock() - args.older_than)
     print(f"removed {removed} finished job{'' if removed == 1 else 's'}")
@@ -315,6 +331,8 @@ def cmd_prune(args: argparse.Namespace, home: Home) -> int:
 
 @command
 def cmd_add(args: argparse.Namespace, home: Home) -> int:
+    from sloth_tray import spool
+
     home.ensure()
     job_id = spool.add(home, Path(args.path), name=args.name, delay=args.delay,
                        max_attempts=args.max_attempts)
@@ -325,6 +343,8 @@ def cmd_add(args: argparse.Namespace, home: Home) -> int:
 
 @command
 def cmd_run(args: argparse.Namespace, home: Home) -> int:
+    from sloth_tray.app import Daemon, log
+
     with Daemon(home, args.settings, log_to_stderr=True) as daemon:
         tray = None if args.headless else open_tray(daemon, args)
         if tray is None:
@@ -343,6 +363,7 @@ def cmd_run(args: argparse.Namespace, home: Home) -> int:
 
 def open_tray(daemon: Daemon, args: argparse.Namespace):
     """The tray icon, or None (said in one line) when there is no display for one."""
+    from sloth_tray.app import log
     from sloth_tray.tray import Tray, display_available
 
     if not display_available():
@@ -357,6 +378,8 @@ def open_tray(daemon: Daemon, args: argparse.Namespace):
 
 @command
 def cmd_work(args: argparse.Namespace, home: Home) -> int:
+    from sloth_tray.app import Daemon
+
     with Daemon(home, args.settings, watch=not args.once, log_to_stderr=False) as daemon:
         if daemon.engine.paused:
             print("sloth-tray: the queue is paused; no job starts until `sloth-tray resume`",
@@ -369,6 +392,8 @@ def cmd_work(args: argparse.Namespace, home: Home) -> int:
 
 
 def print_result(job: Job, result: Result) -> None:
+    from sloth_tray.outcome import Outcome
+
     label = {Outcome.DONE: "ok", Outcome.RELEASED: "stop", Outcome.LOST: "lost",
              Outcome.LATER: "later"}.get(result.outcome, "fail")
     where = f"-> {result.outcome.value.replace('retrying', 'pending')}: " if label == "fail" else ""

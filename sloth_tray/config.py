@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +99,8 @@ def _read(path: Path) -> dict[str, Any]:
         return {}
     except (OSError, UnicodeDecodeError) as exc:
         raise SlothError(f"cannot read the config file {path}: {exc}") from None
+    import tomllib  # here: most commands run with no config file at all
+
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

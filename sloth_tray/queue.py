@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import re
-import secrets
 import sqlite3
 import threading
 import time
@@ -172,7 +171,7 @@ VALID_ID = re.compile(r"[0-9a-f]{12}")
 
 
 def new_job_id() -> str:
-    return secrets.token_hex(6)
+    return os.urandom(6).hex()
 
 
 def _not_waiting(unmet: frozenset[str] | set[str]) -> tuple[str, dict[str, str]]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import signal
 import subprocess
 import threading
@@ -190,7 +189,7 @@ class Runner:
             return Attempt.failed(Reason.COULD_NOT_START,
                                   f"cannot start the job: its working folder {workdir} (the "
                                   "home folder, $HOME) does not exist")
-        token = secrets.token_hex(8)
+        token = os.urandom(8).hex()
         env = procs.job_environment(os.environ) | {
             "SLOTH_JOB_ID": job.id, "SLOTH_JOB_NAME": job.name,
             "SLOTH_ATTEMPT": str(job.attempts), "SLOTH_HOME": str(self.home.root),

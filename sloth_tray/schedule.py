@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterError, croniter
-
 from sloth_tray import limits
 from sloth_tray.timefmt import format_duration
 
@@ -73,6 +71,8 @@ class Calendar:
     def wall_times_from(self, start: datetime) -> Iterator[datetime]:
         """Wall-clock times (naive) at or after `start`, ascending, without end."""
         if self.cron is not None:
+            from croniter import croniter  # here: only cron= jobs pay for it
+
             walker = croniter(self.cron, start - timedelta(minutes=1))
             while True:
                 wall = walker.get_next(datetime)
@@ -90,6 +90,8 @@ class Calendar:
     def wall_times_back(self, start: datetime) -> Iterator[datetime]:
         """Wall-clock times (naive) at or before `start`, descending, without end."""
         if self.cron is not None:
+            from croniter import croniter
+
             walker = croniter(self.cron, start + timedelta(minutes=1))
             while True:
                 wall = walker.get_prev(datetime)
@@ -141,6 +143,8 @@ def parse_cron(text: str) -> Calendar:
     if len(fields) != 5 or not text.isascii():
         raise BadSchedule(CRON_FORM)
     expression = " ".join(fields)
+    from croniter import CroniterError, croniter
+
     try:
         if not croniter.is_valid(expression):
             raise BadSchedule(CRON_FORM)

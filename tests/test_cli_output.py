@@ -293,3 +293,25 @@ def test_a_home_with_undecodable_bytes_prints_in_a_strict_utf8_terminal(tmp_path
                           capture_output=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
     assert b"odd\\udcff" in done.stdout
+
+
+def test_the_app_log_rotates_at_its_size_and_keeps_its_backups(tmp_path, app_log, monkeypatch):
+    from sloth_tray import app
+
+    monkeypatch.setattr(app, "APP_LOG_BYTES", 1000)
+    home = locate(tmp_path / "home").ensure()
+    setup_logging(home, to_stderr=False)
+    for number in range(200):
+        app_log.info("line %03d %s", number, "x" * 40)
+    for handler in app_log.handlers:
+        handler.flush()
+    files = sorted(p.name for p in home.logs.iterdir())
+    assert files == ["sloth-tray.log", "sloth-tray.log.1", "sloth-tray.log.2",
+                     "sloth-tray.log.3"]
+    assert all((home.logs / name).stat().st_size <= 1000 for name in files)
+    newest = (home.logs / "sloth-tray.log").read_text().splitlines()
+    assert newest[-1].endswith(f"line 199 {'x' * 40}")
+    # Nothing lost between the files that are kept: each ends where the next begins.
+    kept = [line.split()[4] for name in reversed(files)
+            for line in (home.logs / name).read_text().splitlines()]
+    assert kept == [f"{n:03d}" for n in range(int(kept[0]), 200)]

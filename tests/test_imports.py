@@ -1,0 +1,41 @@
+"""Each command imports only what it uses: `sloth-tray status` must answer as fast as
+an interpreter that opens SQLite, not pay for the daemon, the tray or the desktop.
+How fast it is, is measured by tests/bench/compare.py; here, what it loads."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+# Never needed to read the queue and print: the daemon and what only it uses.
+HEAVY = ("sloth_tray.app", "sloth_tray.engine", "sloth_tray.runner", "sloth_tray.inbox",
+         "sloth_tray.tray", "sloth_tray.autostart", "sloth_tray.spool", "sloth_tray.desktop",
+         "PIL", "pystray", "watchdog", "asyncio", "dbus_fast", "croniter", "dateutil",
+         "subprocess", "logging", "hmac", "ssl", "tomllib")
+
+
+def loaded(*args: str, code: str | None = None) -> set[str]:
+    """The modules a fresh interpreter has loaded after running the command."""
+    script = code or ("import runpy, sys; sys.argv = ['sloth-tray', *sys.argv[1:]]\n"
+                      "try:\n    runpy.run_module('sloth_tray', run_name='__main__')\n"
+                      "except SystemExit:\n    pass\n")
+    probe = script + "\nimport sys as _s; print(' '.join(sorted(_s.modules)), file=_s.stderr)"
+    done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True,
+                          timeout=60)
+    return set(done.stderr.strip().splitlines()[-1].split())
+
+
+def heavy(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
+
+
+def test_importing_the_command_line_loads_nothing_of_the_daemon_or_the_tray():
+    assert heavy(loaded(code="import sloth_tray.cli")) == []
+
+
+@pytest.mark.parametrize("command", [["status", "--json"], ["status"], ["list"],
+                                     ["list", "--json"], ["paths", "--json"]])
+def test_reading_commands_load_nothing_they_do_not_use(tmp_path, command):
+    assert heavy(loaded(*command, "--home", str(tmp_path / "home"))) == []
