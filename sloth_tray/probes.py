@@ -130,6 +130,8 @@ def fall_back(conditions: Conditions, names: tuple[str, ...],
         said.append(f"{_words(readable)} {'is' if one else 'are'} checked once a minute "
                     f"while a job waits for {'it' if one else 'them'}")
     unreadable = tuple(name for name in names if name not in table)
+    for name in unreadable:
+        conditions.set(name, True)  # nothing can tell: a job never waits for it forever
     if unreadable:
         said.append(f"require={','.join(unreadable)} is taken as met")
     return "; ".join(said)

@@ -111,7 +111,8 @@ def test_pmset_says_where_the_power_comes_from(text, expected):
 
 
 def test_fall_back_probes_what_it_can_read_and_says_what_holds_without_a_reading():
-    conditions = Conditions()
+    conditions = Conditions(start=lambda: None)  # unknown, so unmet, until told
+    assert conditions.unmet() == {"ac", "network", "unmetered"}
     said = fall_back(conditions, ("ac", "network", "unmetered"),
                      {"ac": lambda: False, "network": lambda: None})
     assert conditions.probed == {"ac", "network"}
