@@ -132,6 +132,7 @@ class Engine:
         self._last: Snapshot | None = None
         self._next_overdue: float | None = None  # when a series next becomes overdue
         self._probed_at: float | None = None  # when probed conditions were last read
+        self._claimed: Job | None = None  # claimed with the last outcome, to run next
         self._publishing = threading.Lock()
         self._actions = Worker("actions")
         if conditions is not None:
@@ -287,7 +288,9 @@ class Engine:
                 try:
                     paused = self._read_pause()
                     self._probe_if_due()
-                    if not paused and self._step():
+                    # A job claimed with the last outcome runs even if a pause came
+                    # since: it was claimed before the pause, as a running job is.
+                    if (not paused or self._claimed is not None) and self._step():
                         continue
                     self._problem = None
                     self._publish()
@@ -304,8 +307,18 @@ class Engine:
                     self.alarm.wait(self.queue.clock() + PROBLEM_RETRY)
         finally:
             self._stopping = True
+            self._give_back_claimed()
             self._actions.shutdown()
             self._publish(stopped=True)
+
+    def _give_back_claimed(self) -> None:
+        """A job claimed with the last outcome that the loop will not run now."""
+        job, self._claimed = self._claimed, None
+        if job is not None:
+            try:
+                self.queue.release(job.id, self.owner)
+            except DatabaseProblem as exc:  # its lease lapses; the next start takes it
+                log.warning("could not give back %s: %s", job.name, exc)
 
     def _wake_at(self, paused: bool) -> float | None:
         """The queue's next due time (none while paused), or the moment a series
@@ -357,8 +370,11 @@ class Engine:
         return paused
 
     def _step(self) -> bool:
-        """Claim and run one job. False when nothing could be claimed."""
-        job = self.queue.claim(self.owner, self._unmet())
+        """Run one job: the one claimed with the last outcome, or one claimed now.
+        False when nothing could be claimed."""
+        job, self._claimed = self._claimed, None
+        if job is None:
+            job = self.queue.claim(self.owner, self._unmet(), procs.new_token())
         if job is None:
             return False
         self._running = RunningJob(job.id, job.name, job.attempts, job.max_attempts,
@@ -393,15 +409,37 @@ class Engine:
 
     def _record(self, job: Job, attempt: Attempt) -> Result:
         """The attempt is over: its outcome must reach the queue, or the job would
-        run again. While the database is locked, wait and try again."""
+        run again. While the database is locked, wait and try again.
+
+        The next job is claimed in the same commit: back to back, a job costs two
+        commits (this one, and the runner's `started`) where it cost four."""
+        self._probe_if_due()  # outside the transaction: it may read the machine
         while True:
             try:
-                return record(self.queue, self.owner, job, attempt)
+                with self.queue.batch():
+                    result = record(self.queue, self.owner, job, attempt)
+                    self._claim_next()
+                return result
             except DatabaseProblem as exc:
                 if self._stopping:
                     raise
                 log.warning("could not record the outcome of %s yet: %s", job.name, exc)
                 self.alarm.wait(self.queue.clock() + RECORD_RETRY)
+
+    def _claim_next(self) -> None:
+        """Inside the outcome's transaction: the job to run next, unless stopping or
+        paused. A claim that fails is undone alone (the outcome still commits), and
+        the loop claims again the usual way, which reports what is wrong."""
+        if self._stopping:
+            return
+        try:
+            with self.queue.savepoint():
+                if not self.queue.paused():
+                    self._claimed = self.queue.claim(self.owner, self._unmet(),
+                                                     procs.new_token())
+        except Exception as exc:  # the loop's own claim says what is wrong
+            log.debug("claiming the next job with the outcome failed: %s", exc)
+            self._claimed = None
 
     def _report(self, exc: SlothError) -> None:
         if str(exc) != self._problem:

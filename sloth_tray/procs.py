@@ -16,6 +16,11 @@ WINDOWS = os.name == "nt"
 RUN_TOKEN_ENV = "SLOTH_RUN_TOKEN"  # in every process of a run; names them after a crash
 
 
+def new_token() -> str:
+    """A run's token: random, never reused (os.urandom is what secrets reads)."""
+    return os.urandom(8).hex()
+
+
 def job_environment(base: Mapping[str, str], bundle: str | None = None) -> dict[str, str]:
     """The environment for a job: the app's, minus what a frozen bundle set up
     for itself (library paths, GTK's module dirs), which would make the job's

@@ -155,6 +155,7 @@ class Runner:
         self.default_timeout = default_timeout
         self.alarm = alarm or make_alarm(queue.clock)
         self._stopping = False
+        self._nudged = False  # the queue changed: check the lease before the next beat
         self._interrupted: tuple[str, int, str] | None = None  # (job id, run, why)
 
     # -- called from other threads -----------------------------------------
@@ -173,6 +174,7 @@ class Runner:
 
     def nudge(self) -> None:
         """Check the lease now (the queue changed: the job may have been cancelled)."""
+        self._nudged = True
         self.alarm.ring()
 
     # -- the work -------------------------------------------------------------
@@ -189,14 +191,19 @@ class Runner:
             return Attempt.failed(Reason.COULD_NOT_START,
                                   f"cannot start the job: its working folder {workdir} (the "
                                   "home folder, $HOME) does not exist")
-        token = os.urandom(8).hex()
+        # The run's token must be in the queue before the spawn, so that a crash
+        # right after it still leaves a way to find the orphan: the engine's claim
+        # wrote it already; otherwise it is written here.
+        token = (job.child or {}).get("token")
+        if not token:
+            token = procs.new_token()
+            if not self.queue.started(job.id, self.owner, {"token": token}):
+                return Attempt(Ending.LEASE_LOST, TAKEN)
         env = procs.job_environment(os.environ) | {
             "SLOTH_JOB_ID": job.id, "SLOTH_JOB_NAME": job.name,
             "SLOTH_ATTEMPT": str(job.attempts), "SLOTH_HOME": str(self.home.root),
             procs.RUN_TOKEN_ENV: token,
         }
-        if not self.queue.started(job.id, self.owner, {"token": token}):
-            return Attempt(Ending.LEASE_LOST, TAKEN)
         # One log per run, numbered across retries: two runs never share a file.
         log = CappedLog(self.home.job_logs(job.id) / f"{max(job.runs, 1)}.log", self.log_cap)
         try:
@@ -253,6 +260,9 @@ class Runner:
                 self._end(child, readers, token)
                 return Attempt.failed(Reason.TIMED_OUT,
                                       f"timed out after {format_duration(timeout)}")
+            nudged, self._nudged = self._nudged, False
+            if not nudged and self.queue.clock() < next_beat:
+                continue  # woken early by a ring meant for an earlier run: nothing to do
             slept = sleep_watch.gap()
             try:
                 still_ours = self.queue.heartbeat(job.id, self.owner, lease)

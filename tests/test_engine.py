@@ -56,6 +56,48 @@ def test_drain_runs_every_due_job_and_publishes_what_happened(home):
     assert queue.get(ok).state == State.DONE
 
 
+class Commits:
+    """Counts the transactions a connection commits: each COMMIT, and each write
+    statement run outside BEGIN ... COMMIT (autocommit: its own transaction)."""
+
+    WRITES = ("UPDATE", "INSERT", "DELETE", "REPLACE")
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self.count = 0
+        self._open = False
+        self._last = ""
+        connection.set_trace_callback(self._saw)
+
+    def _saw(self, statement: str) -> None:
+        # A statement's triggers are traced again under the statement's own text.
+        again, self._last = statement == self._last, statement
+        word = statement.lstrip().split(None, 1)[0].upper()
+        if word == "BEGIN":
+            self._open = True
+        elif word in ("COMMIT", "ROLLBACK"):
+            self.count += word == "COMMIT"
+            self._open = False
+        elif word in self.WRITES and not self._open and not again:
+            self.count += 1
+
+
+def test_back_to_back_a_job_costs_two_commits_in_the_loop(home):
+    """The outcome and the next claim share one commit; the runner's `started` is the
+    other. It was four: claim, started (token), started (pid), outcome."""
+    per_run = []
+    for jobs in (5, 15):
+        queue = Queue(home.root / f"q{jobs}.db")
+        for n in range(jobs):
+            push_script(queue, home, f"j{jobs}-{n}.sh", "true")
+        engine = Engine(queue, home)
+        commits = Commits(queue._db)
+        engine.run(drain=True)
+        assert queue.summary()["done"] == jobs
+        per_run.append(commits.count)
+        queue.close()
+    assert (per_run[1] - per_run[0]) / 10 == 2
+
+
 def test_paused_claims_nothing_and_resume_goes_on(home, tmp_path):
     queue = Queue(home.db)
     engine = Engine(queue, home)
