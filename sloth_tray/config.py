@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
 from sloth_tray import limits
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import APP_NAME, JOBS_ENV
@@ -24,6 +22,8 @@ CONFIG_ENV = "SLOTH_TRAY_CONFIG"
 
 
 def default_path() -> Path:
+    import platformdirs  # here: not needed when the file is named (--config, the env)
+
     return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)) / "config.toml"
 
 

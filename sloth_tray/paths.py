@@ -7,8 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
-
 from sloth_tray import safety
 from sloth_tray.errors import SlothError
 
@@ -104,6 +102,8 @@ def locate(
         if not root.parent.is_dir():
             raise SlothError(f"no such folder: {root.parent} (the parent of home {root})")
     else:
+        import platformdirs  # here: not needed when the home is named (--home, the env)
+
         root = Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
         root.parent.mkdir(parents=True, exist_ok=True)
     jobs_dir = jobs or env.get(JOBS_ENV)
