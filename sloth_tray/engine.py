@@ -421,6 +421,7 @@ class Engine:
                     self._claim_next()
                 return result
             except DatabaseProblem as exc:
+                self._claimed = None  # rolled back with the outcome
                 if self._stopping:
                     raise
                 log.warning("could not record the outcome of %s yet: %s", job.name, exc)
