@@ -1,15 +1,19 @@
 """Compare sloth-tray with its peers, every comparison in one run, on one machine.
 
-Peers, from the `bench` extra: huey, persist-queue, litequeue. task-spooler's server
-(`tsp`, or `ts` where it is installed under that name) joins the idle comparison when it
-is installed, and is skipped with a note when it is not. Linux only (it reads /proc).
+Peers: huey, persist-queue and litequeue (the `bench` extra), and task-spooler's server
+(`tsp`, or `ts` where it is installed under that name; left out, with a note, when it is
+not installed). Linux only (it reads /proc).
 
-Run it from the repository root (pytest does not collect tests/bench):
+Set up once, from the repository root (Debian or Ubuntu; root installs task-spooler with
+apt-get, otherwise the script says what to run), then run it from the repository root
+(pytest does not collect tests/bench):
 
-    pip install -e '.[bench]'
-    python tests/bench/compare.py              # full run, about 7 minutes
-    python tests/bench/compare.py --quick      # about 2 minutes: 30 s idle window,
-                                               # no 60 s idle, no 1M size, fewer rounds
+    sh tests/bench/setup.sh [VENV]             # task-spooler + pip install -e '.[bench]'
+                                               # into VENV (default .venv); idempotent
+    python tests/bench/compare.py              # full run, about 8 minutes
+    python tests/bench/compare.py --quick      # about 3 minutes: 30 s idle window,
+                                               # no 60 s idle, no 1M size, fewer rounds,
+                                               # a burst of 200 scripts, not 1,000
     python tests/bench/compare.py --out DIR    # where results.json and chart.png go
                                                # (default tests/bench/results/, git-ignored)
 
@@ -27,17 +31,32 @@ What it measures (progress goes to stderr, the report to stdout):
    3 times each, median: sloth-tray (a script written into the jobs folder, timed from
    close() to the script's first command, as tests/bench/drop_latency.py does) vs huey
    (a task enqueued by this process, timed from just before the enqueue call to the
-   task's first line). Both clocks include the queue write. The two run in parallel.
-3. Full cycle per second at synchronous=FULL (the Queue default): sloth's Queue (push +
-   claim + complete) vs huey's SqliteStorage (enqueue + dequeue) vs persist-queue's
-   SQLiteAckQueue (put + get + ack) vs litequeue (put + pop + done) vs the bare SQLite
-   lease loop of tests/bench/queue_bench.py, rounds interleaved, median of rounds.
-4. Scale: claim and status latency with 10k, 100k and 1M done jobs (no 1M with --quick),
+   task's first line) vs tsp (`tsp /bin/sh script`, timed from just before the client
+   starts to the script's first command). Every clock includes the queue write. The
+   three run in parallel.
+3. Full cycle per second at synchronous=FULL (the Queue default), two sloth rows: the
+   public API (push + claim + complete) and the daemon's engine loop (push + the runner's
+   `started` note + complete and the next claim in one batch(); queue_bench.py's
+   engine_loop_cycles), each against huey's SqliteStorage (enqueue + dequeue),
+   persist-queue's SQLiteAckQueue (put + get + ack), litequeue (put + pop + done) and the
+   bare SQLite lease loop of tests/bench/queue_bench.py; rounds interleaved, median.
+4. Command-line start-up: whole-process wall time of `python -m sloth_tray status --json`
+   vs a bare `python -c "import sqlite3, json"` (same interpreter) and vs `tsp -l`,
+   interleaved, median of 21 runs each. Goal: sloth-tray at most 1.6 x the bare one.
+5. Burst: 1,000 trivial scripts (200 with --quick) at once, timed until all are done,
+   in jobs per second: sloth-tray (written straight into a running daemon's jobs folder,
+   timed from the first write to the last job recorded done) vs the spawn floor (the same
+   scripts run one after another by subprocess.run here, as sloth's runner starts them)
+   vs huey (one task per script, each running it with subprocess.run in its consumer)
+   vs tsp (`tsp /bin/sh script` each, one slot). All run the scripts one at a time.
+   Goal: sloth-tray at 0.8 of the floor or more.
+6. Scale: claim and status latency with 10k, 100k and 1M done jobs (no 1M with --quick),
    with queue_bench.py's own code; sloth-tray only, so no one is ahead there.
-5. Memory: RSS of `run --headless`, idle (from 1.), and of the tray app when a display
+7. Memory: RSS of `run --headless`, idle (from 1.), and of the tray app when a display
    is available (skipped, with a note, when DISPLAY is unset).
 
-Every ratio is peer / sloth-tray, both measured in this run. Every process started here
+Every ratio in the table is peer / sloth-tray, both measured in this run; the notes give
+sloth / floor and sloth / bare interpreter for the two goals. Every process started here
 is stopped by pid in `finally` (SIGTERM, then SIGKILL) and every temp dir is removed.
 """
 
@@ -46,9 +65,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -83,6 +104,12 @@ SYNC_VALUES = {"OFF": 0, "NORMAL": 1, "FULL": 2, "EXTRA": 3}
 HUEY_READY = "Huey consumer started"
 TRAY_READY = " in the tray ("
 TICKS = os.sysconf("SC_CLK_TCK")
+CLI_RUNS = 21  # whole-process runs per command, interleaved; the figure is the median
+BURST_SCRIPT = "#!/bin/sh\ntrue\n"
+BURST_SECONDS_PER_JOB = 0.2  # the deadline of a burst: generous, never a figure
+BURST_POLL = 0.05  # seconds between looks at a burst's progress (light on 2 cores)
+BURST_GOAL = 0.8  # sloth-tray's burst rate over the spawn floor's, at least
+CLI_GOAL = 1.6  # `status --json` over a bare interpreter, at most
 
 
 @dataclass(frozen=True)
@@ -91,12 +118,13 @@ class Mode:
     idle_window: float  # seconds of the idle-cost window
     idles: tuple[float, ...]  # idle lengths before each drop
     queue: queue_bench.Settings  # cycle rounds/jobs and scale sizes
+    burst: int  # scripts dropped at once
 
 
 def mode_for(quick: bool) -> Mode:
     if quick:
-        return Mode(True, 30.0, (1.0, 15.0), queue_bench.QUICK_RUN)
-    return Mode(False, 60.0, (1.0, 15.0, 60.0), queue_bench.FULL_RUN)
+        return Mode(True, 30.0, (1.0, 15.0), queue_bench.QUICK_RUN, 200)
+    return Mode(False, 60.0, (1.0, 15.0, 60.0), queue_bench.FULL_RUN, 1000)
 
 
 # -- processes: started here, stopped here -------------------------------------------
@@ -124,9 +152,21 @@ class Reaper:
                 return
             log(f"process {pid} outlived {sig.name}")
 
-    def stop_all(self) -> None:
+    def stop_all(self, root: Path) -> None:
         for pid in reversed(list(self.children)):
             self.stop(pid)
+        # What our children left behind: a tsp client still waiting for its turn, a job
+        # of a daemon that died. Every process whose command line names our temp dir.
+        for pid in strays(root):
+            self.stop(pid)
+
+
+def strays(root: Path) -> list[int]:
+    """Processes (not this one) whose command line names `root`, a temp dir of ours."""
+    marker = os.fsencode(str(root))
+    return [int(entry) for entry in proc_entries("/proc")
+            if entry.isdigit() and int(entry) != os.getpid()
+            and marker in proc_bytes(f"/proc/{entry}/cmdline")]
 
 
 def gone(pid: int, popen: subprocess.Popen | None, timeout: float) -> bool:
@@ -167,6 +207,14 @@ def proc_text(path: str) -> str:
             return file.read()
     except (FileNotFoundError, ProcessLookupError):
         return ""
+
+
+def proc_bytes(path: str) -> bytes:
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError:  # gone meanwhile
+        return b""
 
 
 def proc_entries(path: str) -> list[str]:
@@ -271,6 +319,7 @@ def sloth_status(home: Path) -> dict[str, int]:
 
 
 HUEY_MODULE = '''\
+import subprocess
 import time
 
 from huey import SqliteHuey
@@ -283,6 +332,15 @@ def stamp(path):
     started = time.time()
     with open(path, "w") as out:
         out.write(repr(started) + "\\n")
+
+
+@huey.task()
+def run_script(script, marker):
+    # As sloth-tray's runner starts a job: its own session, output read through pipes.
+    subprocess.run(["/bin/sh", script], stdin=subprocess.DEVNULL, capture_output=True,
+                   start_new_session=True, check=True)
+    with open(marker, "w") as out:
+        out.write(repr(time.time()) + "\\n")
 '''
 
 
@@ -351,35 +409,64 @@ def socket_owner(socket: Path, comm: str) -> int | None:
     return None
 
 
+def tsp_env(base: Path) -> dict[str, str]:
+    """A private server: its socket and its output files in `base`, nothing in /tmp."""
+    return clean_env(TS_SOCKET=str(base / "ts.sock"), TMPDIR=str(base))
+
+
 def start_tsp(binary: str, base: Path, reaper: Reaper) -> int:
     """tsp starts its server on first use; `-S 1` is that use. Returns the server's pid."""
     base.mkdir(parents=True)
-    socket = base / "ts.sock"
-    env = clean_env(TS_SOCKET=str(socket), TMPDIR=str(base))
-    subprocess.run([binary, "-S", "1"], env=env, check=True, timeout=READY_TIMEOUT,
+    subprocess.run([binary, "-S", "1"], env=tsp_env(base), check=True, timeout=READY_TIMEOUT,
                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
     comm = Path(binary).name[:15]
-    pid = wait_for(lambda: socket_owner(socket, comm), READY_TIMEOUT, "tsp's server")
+    pid = wait_for(lambda: socket_owner(base / "ts.sock", comm), READY_TIMEOUT, "tsp's server")
     reaper.add(pid)
     return pid
+
+
+def tsp_add(binary: str, base: Path, script: Path) -> int:
+    """Queue `/bin/sh script` (one client process, which returns once it is queued)."""
+    out = subprocess.run([binary, "/bin/sh", str(script)], env=tsp_env(base), check=True,
+                         capture_output=True, text=True, timeout=READY_TIMEOUT,
+                         stdin=subprocess.DEVNULL)
+    return int(out.stdout)
+
+
+def tsp_wait(binary: str, base: Path, job: int, timeout: float) -> None:
+    """Block until job `job` has finished (`tsp -w`), and check it exited 0."""
+    done = subprocess.run([binary, "-w", str(job)], env=tsp_env(base), timeout=timeout,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise RuntimeError(f"tsp job {job} exited {done.returncode}")
+
+
+def tsp_states(binary: str, base: Path) -> dict[str, int]:
+    """How many jobs `tsp -l` lists in each state (queued, running, finished...); a job
+    that finished with another exit code than 0 counts as `failed`."""
+    out = subprocess.run([binary, "-l"], env=tsp_env(base), check=True, capture_output=True,
+                         text=True, timeout=READY_TIMEOUT, stdin=subprocess.DEVNULL).stdout
+    states: dict[str, int] = {}
+    for line in out.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 3:
+            state = "failed" if fields[1] == "finished" and fields[3] != "0" else fields[1]
+            states[state] = states.get(state, 0) + 1
+    return states
 
 
 # -- 1. idle cost and memory --------------------------------------------------------
 
 
-def measure_idle(mode: Mode, root: Path, reaper: Reaper, notes: list[str]) -> dict[str, Any]:
+def measure_idle(mode: Mode, root: Path, reaper: Reaper, tsp: str | None) -> dict[str, Any]:
     log(f"idle cost: starting the subjects, then {SETTLE:g} s settle and a "
         f"{mode.idle_window:g} s window")
     sloth = start_sloth(root / "idle-sloth", reaper)
     later = start_sloth(root / "idle-sloth-later", reaper, delayed_job=True)
     huey = start_huey(root / "idle-huey", "bench_huey_idle", reaper)
     pids = {"sloth": sloth.popen.pid, "sloth_job_1h": later.popen.pid, "huey": huey.popen.pid}
-    binary = tsp_binary()
-    if binary is None:
-        notes.append("tsp: task-spooler is not installed (apt-get install task-spooler): "
-                     "skipped in the idle comparison")
-    else:
-        pids["tsp"] = start_tsp(binary, root / "idle-tsp", reaper)
+    if tsp is not None:
+        pids["tsp"] = start_tsp(tsp, root / "idle-tsp", reaper)
     time.sleep(SETTLE)
     readings = sample(pids, mode.idle_window)
     for name, pid in pids.items():
@@ -387,7 +474,7 @@ def measure_idle(mode: Mode, root: Path, reaper: Reaper, notes: list[str]) -> di
             raise RuntimeError(f"{name} ({pid}) exited during the idle window")
     results: dict[str, Any] = {name: idle_summary(r) for name, r in readings.items()}
     results["sloth_job_1h"]["status_after"] = sloth_status(later.places.home)
-    results["tsp_binary"] = binary
+    results["tsp_binary"] = tsp
     for name, summary in results.items():
         if isinstance(summary, dict) and "wakeups_per_min" in summary:
             log(f"  {name:13} {summary['wakeups_per_min']:8.1f} wake-ups/min "
@@ -486,6 +573,27 @@ def huey_latencies(mode: Mode, root: Path, reaper: Reaper) -> list[dict[str, flo
     return trials
 
 
+def tsp_latencies(mode: Mode, root: Path, reaper: Reaper, binary: str) -> list[dict[str, float]]:
+    base = root / "latency-tsp"
+    server = start_tsp(binary, base, reaper)
+    trials = []
+    for index, idle in enumerate(idle_plan(mode), start=1):
+        script = base / f"drop-{index:03d}.sh"
+        result = base / f"drop-{index:03d}.ns"
+        script.write_text(drop_latency.script_text(result), encoding="utf-8")
+        time.sleep(idle)
+        before = time.time_ns()  # before the client starts: queueing is part of the latency
+        job = tsp_add(binary, base, script)
+        started = wait_for(lambda r=result: drop_latency.read_timestamp(r), TASK_TIMEOUT,
+                           f"tsp job {index} to start")
+        tsp_wait(binary, base, job, TASK_TIMEOUT)  # finished: drops never overlap
+        latency = (started - before) / 1e6
+        trials.append({"idle_s": idle, "latency_ms": latency})
+        log(f"  tsp   after {idle:4g} s idle: {latency:9.1f} ms")
+    reaper.stop(server)
+    return trials
+
+
 def by_idle(trials: list[dict[str, float]]) -> dict[str, dict[str, Any]]:
     groups: dict[str, list[float]] = {}
     for trial in trials:
@@ -506,20 +614,26 @@ def huey_next_poll(idle: float) -> tuple[float, float]:
     return at - idle, interval
 
 
-def measure_latency(mode: Mode, root: Path, reaper: Reaper) -> dict[str, Any]:
+def measure_latency(mode: Mode, root: Path, reaper: Reaper, tsp: str | None) -> dict[str, Any]:
     log(f"drop -> start latency: idle {', '.join(f'{i:g}' for i in mode.idles)} s, "
-        f"{REPEATS} times each; sloth and huey in parallel")
+        f"{REPEATS} times each; sloth, huey{' and tsp' if tsp else ''} in parallel")
     floor_places = Places(home=root / "floor" / "home", results=root / "floor" / "results")
     floor_places.results.mkdir(parents=True)
     floors = drop_latency.spawn_floor(floor_places)
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPoolExecutor(max_workers=3) as pool:
         sloth = pool.submit(sloth_latencies, mode, root, reaper)
         huey = pool.submit(huey_latencies, mode, root, reaper)
+        peer = pool.submit(tsp_latencies, mode, root, reaper, tsp) if tsp else None
         sloth_trials, huey_trials = sloth.result(), huey.result()
+        tsp_trials = peer.result() if peer else None
     schedule = {f"{idle:g}": dict(zip(("next_poll_s", "interval_s"), huey_next_poll(idle),
                                       strict=True)) for idle in mode.idles}
-    return {"spawn_floor_ms": median(floors), "sloth": by_idle(sloth_trials),
-            "huey": by_idle(huey_trials), "huey_schedule": schedule}
+    results = {"spawn_floor_ms": median(floors), "spawn_floor_runs_ms": floors,
+               "sloth": by_idle(sloth_trials), "huey": by_idle(huey_trials),
+               "huey_schedule": schedule}
+    if tsp_trials is not None:
+        results["tsp"] = by_idle(tsp_trials)
+    return results
 
 
 # -- 3. full cycle per second -----------------------------------------------------------
@@ -592,17 +706,28 @@ def litequeue_cycles(path: Path, synchronous: str, jobs: int) -> float:
 
 CYCLES: dict[str, queue_bench.CycleRunner] = {
     "sloth": queue_bench.queue_cycles,
+    "sloth engine loop": queue_bench.engine_loop_cycles,
     "huey": huey_cycles,
     "persist-queue": persist_cycles,
     "litequeue": litequeue_cycles,
     "bare loop": queue_bench.bare_cycles,
 }
 
+SLOTH_CYCLES = {"sloth": "API", "sloth engine loop": "engine loop"}  # name: label in the table
+
 CYCLE_NOTES = {
-    "sloth": "push + claim + complete: 3 transactions, each appending to the job's history; "
-             "Queue(synchronous='FULL'), its default",
+    "sloth": "the API cycle, push + claim + complete: 3 transactions, each appending to the "
+             "job's history; Queue(synchronous='FULL'), its default",
+    "sloth engine loop": "the daemon's loop back to back, queue_bench.engine_loop_cycles: "
+                         "push (the inbox, while the job before runs) + started (the "
+                         "runner's note after its spawn: pid, pgid, start time, token) + "
+                         "complete and the next claim in one batch(): 3 commits a job (the "
+                         "loop made 5 before batch()), and 1 write more than the API cycle "
+                         "(`started`); its pause reads are in, the spawn and the tray's "
+                         "snapshot reads are not",
     "huey": "enqueue + dequeue: 2 transactions (dequeue deletes the row: no lease, no "
-            "completion); SqliteStorage(fsync=True) is its own knob for FULL (it knows only "
+            "completion, no `started`: less work than either sloth row); "
+            "SqliteStorage(fsync=True) is its own knob for FULL (it knows only "
             "FULL or OFF), read back as 2",
     "persist-queue": "put + get + ack: 3 commits; no synchronous option (SQLite's default, "
                      "FULL, applies): set on its private _putter/_getter connection and "
@@ -626,15 +751,259 @@ def measure_cycles(mode: Mode, root: Path) -> dict[str, Any]:
             rate = queue_bench.cycles_per_second(CYCLES[name], SYNCHRONOUS, settings.jobs,
                                                  str(root))
             rates[name].append(rate)
-            log(f"  round {round_no + 1}/{settings.rounds} {name:13} {rate:9.0f} cycles/s")
+            log(f"  round {round_no + 1}/{settings.rounds} {name:17} {rate:9.0f} cycles/s")
     medians = {name: median(values) for name, values in rates.items()}
     return {"synchronous": SYNCHRONOUS, "jobs_per_round": settings.jobs,
             "rounds": settings.rounds, "runs": rates, "median": medians,
             "ratio_vs_sloth": {n: medians[n] / medians["sloth"] for n in names},
+            "ratio_vs_sloth_engine_loop": {n: medians[n] / medians["sloth engine loop"]
+                                           for n in names},
             "what": CYCLE_NOTES}
 
 
-# -- 4. scale ---------------------------------------------------------------------------
+# -- 4. command-line start-up -------------------------------------------------------------
+
+
+def wall_ms(command: list[str], env: dict[str, str]) -> float:
+    """Whole-process wall time of `command`, output read through pipes, in ms."""
+    start = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, timeout=READY_TIMEOUT,
+                          stdin=subprocess.DEVNULL)
+    took = (time.perf_counter() - start) * 1000
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {done.returncode}: "
+                           f"{done.stderr.decode(errors='replace').strip()}")
+    return took
+
+
+def measure_cli(root: Path, reaper: Reaper, tsp: str | None) -> dict[str, Any]:
+    log(f"command-line start-up: {CLI_RUNS} runs of each command, interleaved")
+    home = root / "cli-sloth" / "home"
+    home.parent.mkdir(parents=True)
+    commands = {
+        "sloth": ([sys.executable, "-m", "sloth_tray", "status", "--json", "--home", str(home)],
+                  clean_env()),
+        "bare": ([sys.executable, "-c", "import sqlite3, json"], clean_env()),
+    }
+    server = None
+    if tsp is not None:
+        server = start_tsp(tsp, root / "cli-tsp", reaper)
+        commands["tsp"] = ([tsp, "-l"], tsp_env(root / "cli-tsp"))
+    for command, env in commands.values():
+        wall_ms(command, env)  # warm-up, not counted: the first status makes the home
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    names = list(commands)
+    for run in range(CLI_RUNS):
+        shift = run % len(names)  # who goes first moves each run
+        for name in names[shift:] + names[:shift]:
+            times[name].append(wall_ms(*commands[name]))
+    if server is not None:
+        reaper.stop(server)
+    medians = {name: median(values) for name, values in times.items()}
+    ratio = medians["sloth"] / medians["bare"]
+    log("  " + ", ".join(f"{name} {value:.1f} ms" for name, value in medians.items())
+        + f"; sloth/bare {ratio:.2f}")
+    return {"runs": CLI_RUNS, "commands": {name: c for name, (c, _) in commands.items()},
+            "runs_ms": times, "median_ms": medians, "sloth_over_bare": ratio,
+            "goal_sloth_over_bare": CLI_GOAL, "goal_met": ratio <= CLI_GOAL}
+
+
+# -- 5. burst: many scripts at once ----------------------------------------------------
+
+
+def write_executable(path: Path) -> Path:
+    """The burst's script, executable from its creation on: the daemon takes a file when
+    it is closed, so a chmod after that would come too late."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755)
+    with open(fd, "w", encoding="utf-8") as file:
+        file.write(BURST_SCRIPT)
+    return path
+
+
+def burst_scripts(folder: Path, count: int) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    return [write_executable(folder / f"burst-{i:04d}.sh") for i in range(count)]
+
+
+def burst_deadline(count: int) -> float:
+    return max(60.0, count * BURST_SECONDS_PER_JOB)
+
+
+def rate(count: int, seconds: float) -> dict[str, float]:
+    return {"jobs": count, "seconds": seconds, "jobs_per_s": count / seconds}
+
+
+def floor_burst(count: int, folder: Path) -> dict[str, float]:
+    """The same scripts run one after another by this process, as sloth's runner starts a
+    job (its own session, output read through pipes): the least any runner can take."""
+    scripts = burst_scripts(folder, count)
+    start = time.perf_counter()
+    for script in scripts:
+        subprocess.run(["/bin/sh", str(script)], stdin=subprocess.DEVNULL, capture_output=True,
+                       start_new_session=True, check=True)
+    return rate(count, time.perf_counter() - start)
+
+
+class QueueWatch:
+    """The daemon's queue.db, read-only: a look costs the daemon no lock and no write."""
+
+    def __init__(self, path: Path) -> None:
+        self.db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5.0)
+
+    def states(self) -> dict[str, int]:
+        return dict(self.db.execute("SELECT state, count(*) FROM jobs GROUP BY state"))
+
+    def errors(self, limit: int = 3) -> list[str]:
+        return [row[0] for row in self.db.execute(
+            "SELECT name || ': ' || coalesce(last_error, '?') FROM jobs "
+            "WHERE state = 'failed' LIMIT ?", (limit,))]
+
+    def timeline(self) -> list[dict[str, float]]:
+        """Each job's first push, claim, start and completion (wall times), by claim."""
+        jobs = []
+        for created_at, history in self.db.execute("SELECT created_at, history FROM jobs"):
+            stamps = {"pushed": created_at}
+            for at, kind, _ in json.loads(history):
+                stamps.setdefault(kind, at)
+            jobs.append(stamps)
+        return sorted(jobs, key=lambda s: s.get("claimed", math.inf))
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def stage_ms(timeline: list[dict[str, float]], first_write: float) -> dict[str, Any]:
+    """Where a burst's time went, from the jobs' histories: medians in ms."""
+    def med(values: list[float]) -> float | None:
+        return 1000 * median(values) if values else None
+
+    pairs = list(zip(timeline, timeline[1:], strict=False))
+    periods = [b["claimed"] - a["claimed"] for a, b in pairs]
+    last_push = max(j["pushed"] for j in timeline)
+    # The inbox's pushes contend with the loop for the write lock and the GIL at first.
+    pushing = [b["claimed"] - a["claimed"] for a, b in pairs if b["claimed"] <= last_push]
+    after = [b["claimed"] - a["claimed"] for a, b in pairs if a["claimed"] > last_push]
+    gaps = [b["claimed"] - a["completed"] for a, b in pairs if "completed" in a]
+    return {
+        "inbox_last_push_s": last_push - first_write,
+        "first_claim_s": min(j["claimed"] for j in timeline) - first_write,
+        "claim_to_started_ms": med([j["started"] - j["claimed"] for j in timeline
+                                    if "started" in j]),
+        "started_to_completed_ms": med([j["completed"] - j["started"] for j in timeline
+                                        if "started" in j and "completed" in j]),
+        "completed_to_next_claim_ms": med(gaps),
+        "claim_to_next_claim_ms": med(periods),
+        "claim_to_next_claim_mean_ms": 1000 * sum(periods) / len(periods) if periods else None,
+        "claim_to_next_claim_while_pushing_ms": med(pushing),
+        "claim_to_next_claim_after_pushing_ms": med(after),
+        # a claim stamped within 1 ms of the outcome before it was made in its batch
+        "claimed_with_outcome": sum(1 for gap in gaps if 0 <= gap < 0.001),
+    }
+
+
+def sloth_burst(count: int, root: Path, reaper: Reaper) -> dict[str, Any]:
+    """`count` scripts written straight into a running daemon's jobs folder; timed from
+    the first write to the last job recorded done (its updated_at, the daemon's clock)."""
+    sloth = start_sloth(root / "burst-sloth", reaper)
+    watch = QueueWatch(sloth.places.home / "queue.db")
+    try:
+        first_write = time.time()
+        for i in range(count):
+            write_executable(sloth.places.jobs / f"burst-{i:04d}.sh")
+        written = time.time() - first_write
+
+        def ended() -> dict[str, int] | None:
+            states = watch.states()
+            return states if states.get("done", 0) + states.get("failed", 0) >= count else None
+
+        states = wait_for(ended, burst_deadline(count), f"sloth's {count} jobs", sloth.popen,
+                          every=BURST_POLL)
+        seen = time.time() - first_write
+        if states.get("failed"):
+            raise RuntimeError(f"{states['failed']} of sloth's burst jobs failed, e.g. "
+                               + "; ".join(watch.errors()))
+        last_done = watch.db.execute("SELECT max(updated_at) FROM jobs").fetchone()[0]
+        stages = stage_ms(watch.timeline(), first_write)
+    finally:
+        watch.close()
+    reaper.stop(sloth.popen.pid)
+    return {**rate(count, last_done - first_write), "written_s": written, "seen_done_s": seen,
+            "stages": stages}
+
+
+def huey_burst(count: int, root: Path, reaper: Reaper) -> dict[str, Any]:
+    """One task per script, enqueued at once by this process; each runs its script with
+    subprocess.run in the consumer's worker and then writes a marker with the time."""
+    consumer = start_huey(root / "burst-huey", "bench_huey_burst", reaper)
+    scripts = burst_scripts(consumer.directory / "scripts", count)
+    markers = consumer.directory / "markers"
+    markers.mkdir()
+
+    def ran() -> bool | None:
+        if "Unhandled exception" in (read_text(consumer.stderr) or ""):
+            raise RuntimeError(f"a huey burst task failed; see {consumer.stderr.name}")
+        return True if len(os.listdir(markers)) >= count else None
+
+    with importable(consumer.directory, consumer.module) as tasks:
+        synchronous = tasks.huey.storage.conn.execute("PRAGMA synchronous").fetchone()[0]
+        first = time.time()
+        for i, script in enumerate(scripts):
+            tasks.run_script(str(script), str(markers / f"{i:04d}"))
+        enqueued = time.time() - first
+        wait_for(ran, burst_deadline(count), f"huey's {count} tasks", consumer.popen,
+                 every=BURST_POLL)
+        seen = time.time() - first
+    stamps = [wait_for(lambda m=m: read_stamp(m), READY_TIMEOUT, f"marker {m.name}")
+              for m in markers.iterdir()]
+    reaper.stop(consumer.popen.pid)
+    return {**rate(count, max(stamps) - first), "enqueued_s": enqueued, "seen_done_s": seen,
+            "synchronous": synchronous}
+
+
+def tsp_burst(count: int, root: Path, reaper: Reaper, binary: str) -> dict[str, Any]:
+    """`tsp /bin/sh script` for each (one client process each, one slot); timed from the
+    first client to `tsp -w` on the last job returning."""
+    base = root / "burst-tsp"
+    server = start_tsp(binary, base, reaper)
+    scripts = burst_scripts(base / "scripts", count)
+    start = time.perf_counter()
+    jobs = [tsp_add(binary, base, script) for script in scripts]
+    enqueued = time.perf_counter() - start
+    tsp_wait(binary, base, jobs[-1], burst_deadline(count))  # one slot: the others ran before
+    seconds = time.perf_counter() - start
+    states = tsp_states(binary, base)
+    reaper.stop(server)
+    if states.get("finished", 0) != count:
+        raise RuntimeError(f"tsp's burst ended with {states}, not {count} finished")
+    return {**rate(count, seconds), "enqueued_s": enqueued}
+
+
+def measure_burst(mode: Mode, root: Path, reaper: Reaper, tsp: str | None) -> dict[str, Any]:
+    count = mode.burst
+    log(f"burst: {count:,} scripts at once, one at a time; floor, sloth, huey"
+        f"{', tsp' if tsp else ''}, floor again")
+    results: dict[str, Any] = {"jobs": count, "script": BURST_SCRIPT}
+    floors = [floor_burst(count, root / "burst-floor-1")]
+    log(f"  floor {floors[0]['jobs_per_s']:8.0f} jobs/s")
+    results["sloth"] = sloth_burst(count, root, reaper)
+    log(f"  sloth {results['sloth']['jobs_per_s']:8.0f} jobs/s")
+    results["huey"] = huey_burst(count, root, reaper)
+    log(f"  huey  {results['huey']['jobs_per_s']:8.0f} jobs/s")
+    if tsp is not None:
+        results["tsp"] = tsp_burst(count, root, reaper, tsp)
+        log(f"  tsp   {results['tsp']['jobs_per_s']:8.0f} jobs/s")
+    floors.append(floor_burst(count, root / "burst-floor-2"))
+    log(f"  floor {floors[1]['jobs_per_s']:8.0f} jobs/s (again)")
+    # Before and after the others: the machine's drift meets the floor from both sides.
+    floor_rate = median(f["jobs_per_s"] for f in floors)
+    results["floor"] = {"jobs": count, "jobs_per_s": floor_rate, "runs": floors}
+    results["sloth_over_floor"] = results["sloth"]["jobs_per_s"] / floor_rate
+    results["goal_sloth_over_floor"] = BURST_GOAL
+    results["goal_met"] = results["sloth_over_floor"] >= BURST_GOAL
+    return results
+
+
+# -- 6. scale ---------------------------------------------------------------------------
 
 
 def measure_scale(mode: Mode, root: Path) -> list[dict[str, Any]]:
@@ -678,7 +1047,7 @@ class Row:
 def number(value: float | None, unit: str) -> str:
     if value is None:
         return "-"
-    if unit in ("cycles/s", "us"):
+    if unit in ("cycles/s", "us", "jobs/s"):
         return f"{value:,.0f}"
     return f"{value:,.1f}"
 
@@ -702,15 +1071,60 @@ def idle_rows(idle: dict[str, Any]) -> list[Row]:
 
 
 def latency_rows(latency: dict[str, Any]) -> list[Row]:
-    return [Row("latency", f"drop->start after {idle} s idle", "ms", s["median_ms"], "huey",
-                latency["huey"][idle]["median_ms"], "lower")
-            for idle, s in latency["sloth"].items()]
+    rows = []
+    for idle, s in latency["sloth"].items():
+        for peer in ("huey", "tsp"):
+            measure = f"drop->start after {idle} s idle"
+            if peer in latency:
+                rows.append(Row("latency", measure, "ms", s["median_ms"], peer,
+                                latency[peer][idle]["median_ms"], "lower"))
+            else:
+                rows.append(Row("latency", measure, "ms", s["median_ms"], peer,
+                                note="skipped (see notes)"))
+    return rows
+
+
+def cli_rows(cli: dict[str, Any]) -> list[Row]:
+    medians = cli["median_ms"]
+    verdict = "met" if cli["goal_met"] else "NOT met"
+    measure = "status --json, whole process"
+    rows = [Row("cli", measure, "ms", medians["sloth"], "bare interpreter", medians["bare"],
+                "lower", f"sloth/bare {cli['sloth_over_bare']:.2f}x "
+                f"(goal <= {cli['goal_sloth_over_bare']:g}x: {verdict})")]
+    if "tsp" in medians:
+        rows.append(Row("cli", measure, "ms", medians["sloth"], "tsp -l", medians["tsp"],
+                        "lower"))
+    return rows
+
+
+def burst_rows(burst: dict[str, Any]) -> list[Row]:
+    measure = f"burst, {burst['jobs']:,} scripts"
+    sloth = burst["sloth"]["jobs_per_s"]
+    verdict = "met" if burst["goal_met"] else "NOT met"
+    rows = [Row("burst", measure, "jobs/s", sloth, "spawn floor", burst["floor"]["jobs_per_s"],
+                "higher", f"sloth/floor {burst['sloth_over_floor']:.2f} "
+                f"(goal >= {burst['goal_sloth_over_floor']:g}: {verdict})")]
+    for peer in ("huey", "tsp"):
+        if peer in burst:
+            rows.append(Row("burst", measure, "jobs/s", sloth, peer, burst[peer]["jobs_per_s"],
+                            "higher"))
+        else:
+            rows.append(Row("burst", measure, "jobs/s", sloth, peer, note="skipped (see notes)"))
+    return rows
 
 
 def cycle_rows(cycles: dict[str, Any]) -> list[Row]:
-    medians = cycles["median"]
-    return [Row("queue", f"full cycle at {cycles['synchronous']}", "cycles/s", medians["sloth"],
-                name, medians[name], "higher") for name in medians if name != "sloth"]
+    """Each sloth row (the API cycle, the engine loop) against every peer; then the two
+    sloth rows against each other."""
+    medians, sync = cycles["median"], cycles["synchronous"]
+    rows = [Row("queue", f"full cycle at {sync}, {label}", "cycles/s", medians[sloth], name,
+                medians[name], "higher")
+            for sloth, label in SLOTH_CYCLES.items() for name in medians
+            if name not in SLOTH_CYCLES]
+    rows.append(Row("queue", f"full cycle at {sync}, engine loop", "cycles/s",
+                    medians["sloth engine loop"], "sloth, API", medians["sloth"], "",
+                    "+ the runner's `started` note"))
+    return rows
 
 
 def scale_rows(scale: list[dict[str, Any]]) -> list[Row]:
@@ -793,20 +1207,72 @@ def report(results: dict[str, Any], rows: list[Row]) -> str:
         f"- idle: median of {SUB_WINDOW:g} s sub-windows over {results['mode']['idle_window']:g} s "
         f"after a {SETTLE:g} s settle; the job due in 1 h was still "
         f"{results['idle']['sloth_job_1h']['status_after']['pending']} pending afterwards",
-        f"- latency: median of {REPEATS} drops per idle length; sloth's includes starting "
-        f"/bin/sh + date (spawn floor {latency['spawn_floor_ms']:.1f} ms), huey's task is a "
-        "function call in its worker thread",
+        f"- latency: median of {REPEATS} drops per idle length; sloth's and tsp's include "
+        f"starting /bin/sh + date (spawn floor {latency['spawn_floor_ms']:.1f} ms), huey's "
+        "task is a function call in its worker thread; tsp's clock starts before its client "
+        "process (`tsp /bin/sh script`), which queues the job",
         huey_schedule_note(latency["huey_schedule"]),
         *(f"- cycle, {name}: {what}" for name, what in results["cycles"]["what"].items()),
+        cli_note(results["cli"]),
+        *burst_notes(results["burst"]),
         *(f"- {note}" for note in results["notes"]),
     ]
     return "\n".join(lines)
 
 
+def cli_note(cli: dict[str, Any]) -> str:
+    tsp = " vs `tsp -l` on an empty private server" if "tsp" in cli["median_ms"] else ""
+    return (f"- cli: whole-process wall time, median of {cli['runs']} interleaved runs each, "
+            "output read through pipes: `python -m sloth_tray status --json --home H` on an "
+            "empty home vs `python -c \"import sqlite3, json\"`, the same interpreter with "
+            f"the same site-packages{tsp}")
+
+
+def burst_notes(burst: dict[str, Any]) -> list[str]:
+    count, floor = burst["jobs"], burst["floor"]
+    runs = "/".join(f"{run['jobs_per_s']:,.0f}" for run in floor["runs"])
+    lines = [
+        f"- burst: {count:,} scripts `#!/bin/sh` + `true`, run one at a time by everyone. "
+        "sloth: written straight into a running daemon's jobs folder, timed from the first "
+        "write to the last job recorded done; floor: subprocess.run(['/bin/sh', script]) in "
+        "a loop here, in a session of its own with output through pipes as sloth's runner "
+        f"starts a job, run before and after the others ({runs} jobs/s, median taken); "
+        "huey: one task per script, enqueued at once, its worker running the script the same "
+        "way, timed to the last task's marker (its queue at synchronous="
+        f"{burst['huey']['synchronous']}, the default: 0 off, 1 normal, 2 full)",
+    ]
+    if "tsp" in burst:
+        lines.append(f"- burst, tsp: `tsp /bin/sh script` for each (one client process per "
+                     f"job; queueing them all took {burst['tsp']['enqueued_s']:.2f} s of "
+                     f"{burst['tsp']['seconds']:.2f} s), one slot, timed to `tsp -w` on the last")
+    stages = burst["sloth"]["stages"]
+    sloth = burst["sloth"]
+
+    def ms(key: str, digits: int = 1) -> str:
+        value = stages[key]
+        return "-" if value is None else f"{value:.{digits}f} ms"
+
+    lines.append(
+        f"- burst, where sloth's {sloth['seconds']:.2f} s went (medians, from the jobs' "
+        f"histories): claim -> started {ms('claim_to_started_ms')} (the spawn, before its "
+        f"note), started -> completed {ms('started_to_completed_ms')} (the child runs and "
+        f"exits, its output is read), completed -> next claim "
+        f"{ms('completed_to_next_claim_ms', 2)}, claim to next claim "
+        f"{ms('claim_to_next_claim_ms')} (mean {ms('claim_to_next_claim_mean_ms')}; "
+        f"{ms('claim_to_next_claim_while_pushing_ms')} while the inbox was still pushing, "
+        f"{ms('claim_to_next_claim_after_pushing_ms')} after); "
+        f"{stages['claimed_with_outcome']} of {count - 1} "
+        f"claims made with the outcome before them; the inbox pushed its last script "
+        f"{stages['inbox_last_push_s']:.2f} s after the first write (written in "
+        f"{sloth['written_s']:.2f} s), the first claim came after "
+        f"{stages['first_claim_s']:.3f} s")
+    return lines
+
+
 # -- the chart ------------------------------------------------------------------------
 
 COLOURS = {"sloth-tray": (46, 125, 50), "sloth-tray, job 1h ahead": (129, 199, 132),
-           "huey": (198, 40, 40), "tsp": (21, 101, 192)}
+           "huey": (198, 40, 40), "tsp": (21, 101, 192), "spawn floor": (117, 117, 117)}
 Series = list[tuple[str, float]]  # (series label, value), one bar each
 
 
@@ -862,7 +1328,7 @@ def idle_groups(idle: dict[str, Any], key: str) -> list[tuple[str, Series]]:
 def draw_chart(results: dict[str, Any], path: Path) -> None:
     from PIL import Image, ImageDraw
 
-    image = Image.new("RGB", (1000, 1140), "white")
+    image = Image.new("RGB", (1000, 1510), "white")
     draw = ImageDraw.Draw(image)
     idle, latency = results["idle"], results["latency"]
     draw.text((30, 14), "sloth-tray vs peers: " + machine_line(results["machine"])[9:],
@@ -871,11 +1337,20 @@ def draw_chart(results: dict[str, Any], path: Path) -> None:
                idle_groups(idle, "wakeups_per_min"), "wake-ups / min")
     draw_panel(draw, (30, 410, 970, 740), "Idle CPU per minute (lower is better)",
                idle_groups(idle, "cpu_ms_per_min"), "CPU ms / min")
-    groups = [(f"after {idle_s} s idle", [("sloth-tray", s["median_ms"]),
-                                          ("huey", latency["huey"][idle_s]["median_ms"])])
+    groups = [(f"after {idle_s} s idle",
+               [("sloth-tray", s["median_ms"]),
+                *((peer, latency[peer][idle_s]["median_ms"]) for peer in ("huey", "tsp")
+                  if peer in latency)])
               for idle_s, s in latency["sloth"].items()]
     draw_panel(draw, (30, 770, 970, 1120), f"Drop -> start latency, median of {REPEATS} "
                "(lower is better)", groups, "ms")
+    burst = results["burst"]
+    bars = [("sloth-tray", burst["sloth"]["jobs_per_s"]),
+            ("spawn floor", burst["floor"]["jobs_per_s"]),
+            *((peer, burst[peer]["jobs_per_s"]) for peer in ("huey", "tsp") if peer in burst)]
+    draw_panel(draw, (30, 1150, 970, 1490), f"Burst: {burst['jobs']:,} scripts at once, run "
+               "one at a time (higher is better)", [(label, [(label, value)])
+                                                      for label, value in bars], "jobs / s")
     image.save(path)
 
 
@@ -906,9 +1381,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run_all(mode: Mode, root: Path, reaper: Reaper, results: dict[str, Any]) -> None:
     notes: list[str] = results["notes"]
-    results["idle"] = measure_idle(mode, root, reaper, notes)
-    results["latency"] = measure_latency(mode, root, reaper)
+    tsp = results["tsp_binary"] = tsp_binary()
+    if tsp is None:
+        notes.append("tsp: task-spooler is not installed (sh tests/bench/setup.sh, or "
+                     "apt-get install task-spooler): left out of idle, latency, cli and burst")
+    results["idle"] = measure_idle(mode, root, reaper, tsp)
+    results["latency"] = measure_latency(mode, root, reaper, tsp)
     results["cycles"] = measure_cycles(mode, root)
+    results["cli"] = measure_cli(root, reaper, tsp)
+    results["burst"] = measure_burst(mode, root, reaper, tsp)
     results["scale"] = measure_scale(mode, root)
     results["tray"] = measure_tray(root, reaper, notes)
 
@@ -932,11 +1413,12 @@ def main(argv: list[str] | None = None) -> None:
     try:
         run_all(mode, root, reaper, results)
     finally:
-        reaper.stop_all()
+        reaper.stop_all(root)
         shutil.rmtree(root, ignore_errors=True)
     results["seconds"] = time.monotonic() - started
     rows = [*idle_rows(results["idle"]), *latency_rows(results["latency"]),
-            *cycle_rows(results["cycles"]), *scale_rows(results["scale"]),
+            *cycle_rows(results["cycles"]), *cli_rows(results["cli"]),
+            *burst_rows(results["burst"]), *scale_rows(results["scale"]),
             *memory_rows(results["idle"], results["tray"])]
     results["table"] = [row.as_dict() for row in rows]
     args.out.mkdir(parents=True, exist_ok=True)

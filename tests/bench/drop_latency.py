@@ -78,8 +78,9 @@ class DaemonDied(RuntimeError):
 
 
 def wait_for(condition: Callable[[], T | None], timeout: float, what: str,
-             daemon: subprocess.Popen | None = None) -> T:
-    """Poll `condition` until it returns something other than None, or fail at the deadline."""
+             daemon: subprocess.Popen | None = None, every: float = POLL) -> T:
+    """Poll `condition` every `every` seconds until it returns something other than None,
+    or fail at the deadline."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
@@ -89,7 +90,7 @@ def wait_for(condition: Callable[[], T | None], timeout: float, what: str,
             raise DaemonDied(f"the daemon exited ({daemon.returncode}) while waiting for {what}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"gave up after {timeout:g} s waiting for {what}")
-        time.sleep(POLL)
+        time.sleep(every)
 
 
 def read_text(path: Path) -> str | None:

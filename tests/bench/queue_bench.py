@@ -40,6 +40,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from sloth_tray import procs
 from sloth_tray.queue import Queue
 
 SYNCHRONOUS = ("FULL", "NORMAL")
@@ -141,6 +142,41 @@ def queue_cycles(path: Path, synchronous: str, jobs: int) -> float:
             job = queue.claim(OWNER)
             if job is None or job.id != job_id or not queue.complete(job.id, OWNER):
                 raise RuntimeError(f"Queue lost job {job_id}")
+        return time.perf_counter() - start
+
+
+def engine_loop_cycles(path: Path, synchronous: str, jobs: int) -> float:
+    """Seconds for `jobs` jobs through Queue as the daemon's loop drives it, back to back.
+
+    Per job: the inbox pushes the next job (it arrives while this one runs); the
+    runner notes `started` once it has spawned the child (pid, pgid, start time and
+    the token the claim stored); then the outcome (complete) and the next claim share
+    one commit in batch(), the claim in a savepoint after reading the pause, as the
+    engine does. The loop's own pause read on each pass is in too. Three commits a
+    job; the spawn itself and the engine's snapshot reads for the tray are not.
+    """
+    me = os.getpid()
+    process = {"pid": me, "pgid": me, "start": procs.start_time(me)}  # read once: not queue work
+    with Queue(path, synchronous=synchronous, lease_seconds=LEASE_SECONDS) as queue:
+        start = time.perf_counter()
+        expected = queue.push("job-0")
+        job = queue.claim(OWNER, frozenset(), procs.new_token())  # the loop's first claim
+        for i in range(jobs):
+            if job is None or job.id != expected or not (job.child or {}).get("token"):
+                raise RuntimeError(f"the engine loop lost job {expected}")
+            queue.paused()  # each pass of the loop reads the pause first
+            following = queue.push(f"job-{i + 1}") if i + 1 < jobs else None
+            if not queue.started(job.id, OWNER, {**process, "token": job.child["token"]}):
+                raise RuntimeError(f"the engine loop lost the lease of {job.id}")
+            with queue.batch():
+                if not queue.complete(job.id, OWNER):
+                    raise RuntimeError(f"the engine loop could not complete {job.id}")
+                with queue.savepoint():
+                    job = None if queue.paused() else queue.claim(OWNER, frozenset(),
+                                                                  procs.new_token())
+            expected = following
+        if job is not None:
+            raise RuntimeError(f"the engine loop claimed {job.id}, pushed by no one")
         return time.perf_counter() - start
 
 
