@@ -11,7 +11,7 @@ apt-get, otherwise the script says what to run), then run it from the repository
     sh tests/bench/setup.sh [VENV]             # task-spooler + pip install -e '.[bench]'
                                                # into VENV (default .venv); idempotent
     python tests/bench/compare.py              # full run, about 8 minutes
-    python tests/bench/compare.py --quick      # about 3 minutes: 30 s idle window,
+    python tests/bench/compare.py --quick      # about 2 minutes: 30 s idle window,
                                                # no 60 s idle, no 1M size, fewer rounds,
                                                # a burst of 200 scripts, not 1,000
     python tests/bench/compare.py --out DIR    # where results.json and chart.png go
@@ -833,15 +833,32 @@ def rate(count: int, seconds: float) -> dict[str, float]:
     return {"jobs": count, "seconds": seconds, "jobs_per_s": count / seconds}
 
 
-def floor_burst(count: int, folder: Path) -> dict[str, float]:
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(the process's own CPU, all threads; its reaped children's), from /proc."""
+    stat = proc_text(f"/proc/{pid}/stat")
+    fields = stat[stat.rindex(")") + 2:].split()  # fields[0] is field 3
+    return ((int(fields[11]) + int(fields[12])) / TICKS,  # utime + stime
+            (int(fields[13]) + int(fields[14])) / TICKS)  # cutime + cstime
+
+
+def cpu_per_job(before: tuple[float, float], after: tuple[float, float],
+                count: int) -> dict[str, float]:
+    return {"own_ms": 1000 * (after[0] - before[0]) / count,
+            "children_ms": 1000 * (after[1] - before[1]) / count}
+
+
+def floor_burst(count: int, folder: Path) -> dict[str, Any]:
     """The same scripts run one after another by this process, as sloth's runner starts a
     job (its own session, output read through pipes): the least any runner can take."""
     scripts = burst_scripts(folder, count)
+    before = cpu_seconds(os.getpid())
     start = time.perf_counter()
     for script in scripts:
         subprocess.run(["/bin/sh", str(script)], stdin=subprocess.DEVNULL, capture_output=True,
                        start_new_session=True, check=True)
-    return rate(count, time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    # This process's own CPU counts every thread of the bench: none other is busy now.
+    return {**rate(count, seconds), "cpu": cpu_per_job(before, cpu_seconds(os.getpid()), count)}
 
 
 class QueueWatch:
@@ -907,6 +924,7 @@ def sloth_burst(count: int, root: Path, reaper: Reaper) -> dict[str, Any]:
     sloth = start_sloth(root / "burst-sloth", reaper)
     watch = QueueWatch(sloth.places.home / "queue.db")
     try:
+        before = cpu_seconds(sloth.popen.pid)
         first_write = time.time()
         for i in range(count):
             write_executable(sloth.places.jobs / f"burst-{i:04d}.sh")
@@ -919,6 +937,7 @@ def sloth_burst(count: int, root: Path, reaper: Reaper) -> dict[str, Any]:
         states = wait_for(ended, burst_deadline(count), f"sloth's {count} jobs", sloth.popen,
                           every=BURST_POLL)
         seen = time.time() - first_write
+        cpu = cpu_per_job(before, cpu_seconds(sloth.popen.pid), count)
         if states.get("failed"):
             raise RuntimeError(f"{states['failed']} of sloth's burst jobs failed, e.g. "
                                + "; ".join(watch.errors()))
@@ -928,7 +947,7 @@ def sloth_burst(count: int, root: Path, reaper: Reaper) -> dict[str, Any]:
         watch.close()
     reaper.stop(sloth.popen.pid)
     return {**rate(count, last_done - first_write), "written_s": written, "seen_done_s": seen,
-            "stages": stages}
+            "stages": stages, "cpu": cpu}
 
 
 def huey_burst(count: int, root: Path, reaper: Reaper) -> dict[str, Any]:
@@ -1252,11 +1271,17 @@ def burst_notes(burst: dict[str, Any]) -> list[str]:
         value = stages[key]
         return "-" if value is None else f"{value:.{digits}f} ms"
 
+    floor_cpu = floor["runs"][0]["cpu"]
+    lines.append(
+        f"- burst, CPU per job: sloth's daemon {sloth['cpu']['own_ms']:.2f} ms (all its "
+        f"threads; {sloth['cpu']['children_ms']:.2f} ms in the jobs' processes), the floor's "
+        f"loop {floor_cpu['own_ms']:.2f} ms ({floor_cpu['children_ms']:.2f} ms in the "
+        "scripts' processes)")
     lines.append(
         f"- burst, where sloth's {sloth['seconds']:.2f} s went (medians, from the jobs' "
-        f"histories): claim -> started {ms('claim_to_started_ms')} (the spawn, before its "
-        f"note), started -> completed {ms('started_to_completed_ms')} (the child runs and "
-        f"exits, its output is read), completed -> next claim "
+        f"histories): claim -> started {ms('claim_to_started_ms')} (the batch's commit, the "
+        f"spawn), started -> completed {ms('started_to_completed_ms')} (the note's commit; "
+        f"the child runs and exits, its output is read), completed -> next claim "
         f"{ms('completed_to_next_claim_ms', 2)}, claim to next claim "
         f"{ms('claim_to_next_claim_ms')} (mean {ms('claim_to_next_claim_mean_ms')}; "
         f"{ms('claim_to_next_claim_while_pushing_ms')} while the inbox was still pushing, "

@@ -15,6 +15,9 @@ What it measures:
    synchronous=FULL (the Queue default) and NORMAL, in rounds, each round on a
    fresh temp database, the two implementations interleaved so machine noise
    hits both. Reported: the median cycles/s of each and the ratio queue/bare.
+   engine_loop_cycles (measured by compare.py, not here) drives Queue as the
+   daemon's loop does: push + the runner's `started` note + complete and the
+   next claim in one batch().
 2. Scale: with 10k, 100k and 1M done jobs in the table (plus a few pending
    ones not yet due), the median latency of claim() (at FULL and at NORMAL),
    status() and next_wakeup(). Only the call itself is timed.
