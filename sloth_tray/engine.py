@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,6 +37,7 @@ SHOWN_FAILED = 50  # failed jobs carried in a snapshot (the tray lists them)
 SHOWN_WAITING = 10  # next pending jobs carried in a snapshot
 PROBLEM_RETRY = 30.0  # seconds before trying the database again after an error
 RECORD_RETRY = 2.0  # seconds between tries to record an outcome while the db is locked
+SHOW_RUNNING_AFTER = 0.05  # back to back, a job shorter than this is not shown running
 PROBE_EVERY = 60.0  # at most this often are conditions without a service read (probes.py)
 
 
@@ -133,6 +135,7 @@ class Engine:
         self._next_overdue: float | None = None  # when a series next becomes overdue
         self._probed_at: float | None = None  # when probed conditions were last read
         self._claimed: Job | None = None  # claimed with the last outcome, to run next
+        self._published_at = float("-inf")  # monotonic time of the last snapshot read
         self._publishing = threading.Lock()
         self._actions = Worker("actions")
         if conditions is not None:
@@ -380,14 +383,20 @@ class Engine:
         self._running = RunningJob(job.id, job.name, job.attempts, job.max_attempts,
                                    self.queue.clock())
         self._running_job = job
-        self._publish()
+        # Back to back, a job is shown as running only once it has run a moment:
+        # a burst of tiny jobs would otherwise pay a full snapshot each.
+        running_for = None
+        if time.monotonic() - self._published_at < SHOW_RUNNING_AFTER:
+            running_for = (SHOW_RUNNING_AFTER, self._publish)
+        else:
+            self._publish()
         if job.options.get("interrupt") and waiting_for(job.options, self._unmet()):
             # Lost between the claim and now: the change's interrupt may have come
             # before this job was running.
             self.runner.interrupt(job, "interrupted: what it requires was lost as it "
                                   "started")
         try:
-            attempt = self.runner.run(job)
+            attempt = self.runner.run(job, running_for=running_for)
         except DatabaseProblem:
             # The database's trouble: the runner has stopped the child; the loop
             # reports it and waits, and the job's lease lapses into a reclaim.
@@ -404,7 +413,10 @@ class Engine:
         log.info("%s %s (%s): %s", result.outcome, job.name, job.id, result.detail)
         for listener in self._result_listeners:
             listener(job, result)
-        self._publish()
+        if self._claimed is None:
+            self._publish()
+        # else the next job, claimed with this outcome, is published as it starts:
+        # one snapshot between two jobs, not two (a burst of tiny jobs pays for each)
         return True
 
     def _record(self, job: Job, attempt: Attempt) -> Result:
@@ -454,6 +466,7 @@ class Engine:
         # snapshot read earlier must never land after a later one (the tray
         # would show the older state until the next change).
         with self._publishing:
+            self._published_at = time.monotonic()
             try:
                 snapshot = self._read(stopped)
             except SlothError as exc:

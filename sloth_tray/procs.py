@@ -102,15 +102,39 @@ def _signal_group(pgid: int, sig: int) -> None:
 FINDS_RUNS_BY_ENVIRONMENT = sys.platform.startswith("linux")  # /proc/<pid>/environ
 
 
-def _environments() -> Iterator[tuple[int, list[bytes]]]:
-    """(pid, environment entries) of every process we may read, but our own."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+def _environments(since: int | None = None) -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, environment entries) of every process we may read, but our own; with
+    `since`, only of those whose pid was handed out from `since` on."""
+    pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    if since is not None:
+        last = _last_pid()
+        if last is not None:
+            pids = [pid for pid in pids if handed_out_since(pid, since, last)]
+    for pid in pids:
+        if pid == os.getpid():
             continue
         try:
-            yield int(entry.name), (entry / "environ").read_bytes().split(b"\0")
+            with open(f"/proc/{pid}/environ", "rb") as environ:
+                yield pid, environ.read().split(b"\0")
         except OSError:
             continue
+
+
+def _last_pid() -> int | None:
+    """The pid the kernel handed out last (in our pid namespace)."""
+    try:
+        with open("/proc/loadavg") as loadavg:
+            return int(loadavg.read().split()[4])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def handed_out_since(pid: int, first: int, last: int) -> bool:
+    """Whether `pid` lies in first..last, the pids handed out since `first`. Pids are
+    handed out in increasing order and wrap at pid_max: then last < first."""
+    if first <= last:
+        return first <= pid <= last
+    return pid >= first or pid <= last
 
 
 def _kill_all(pids: Iterator[int]) -> int:
@@ -134,6 +158,17 @@ def kill_runs_of(home: Path) -> int:
                      if marker in environ and any(e.startswith(token) for e in environ))
 
 
+def kill_strays(token: str, since: int | None = None) -> int:
+    """Linux: kill every process that carries the run's token (strays that left its
+    group). `since`: the run's first pid, for a run so short that the pids handed
+    out since cannot have wrapped around more than once: only those are read, not
+    every process's environment (what made a burst of tiny jobs slow)."""
+    if not FINDS_RUNS_BY_ENVIRONMENT:
+        return 0
+    needle = f"{RUN_TOKEN_ENV}={token}".encode()
+    return _kill_all(pid for pid, environ in _environments(since) if needle in environ)
+
+
 def kill_orphan(child: dict[str, Any]) -> int:
     """Kill what is left of a run whose daemon died. Returns how many were signalled.
 
@@ -143,8 +178,7 @@ def kill_orphan(child: dict[str, Any]) -> int:
     (same pid and same start time).
     """
     if FINDS_RUNS_BY_ENVIRONMENT and child.get("token"):
-        needle = f"{RUN_TOKEN_ENV}={child['token']}".encode()
-        return _kill_all(pid for pid, environ in _environments() if needle in environ)
+        return kill_strays(child["token"])
     pid = child.get("pid")
     if not WINDOWS and pid and child.get("start") and start_time(pid) == child["start"]:
         try:

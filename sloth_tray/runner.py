@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import selectors
 import signal
 import subprocess
 import threading
@@ -131,6 +132,11 @@ class CappedLog:
             self._file = None
 
 
+# A run shorter than this cannot have seen the pids wrap around (pid_max is at least
+# 32,768): its strays are among the pids handed out since it was spawned.
+SHORT_RUN = 1.0
+
+
 class Runner:
     """Runs claimed jobs for one owner, one at a time."""
 
@@ -156,6 +162,7 @@ class Runner:
         self.alarm = alarm or make_alarm(queue.clock)
         self._stopping = False
         self._nudged = False  # the queue changed: check the lease before the next beat
+        self._spawned_at = 0.0  # monotonic time of the current run's spawn
         self._interrupted: tuple[str, int, str] | None = None  # (job id, run, why)
 
     # -- called from other threads -----------------------------------------
@@ -179,8 +186,10 @@ class Runner:
 
     # -- the work -------------------------------------------------------------
 
-    def run(self, job: Job) -> Attempt:
-        """Run one claimed job and say how it ended."""
+    def run(self, job: Job, *, running_for: tuple[float, Callable[[], None]] | None = None
+            ) -> Attempt:
+        """Run one claimed job and say how it ended. `running_for` (seconds, call):
+        call once the job has run that long (the engine shows it as running then)."""
         sleep_watch = SleepWatch(self.queue.clock, self.monotonic)  # from the claim on
         try:
             command = command_for(Path(job.script or ""))
@@ -207,6 +216,7 @@ class Runner:
         # One log per run, numbered across retries: two runs never share a file.
         log = CappedLog(self.home.job_logs(job.id) / f"{max(job.runs, 1)}.log", self.log_cap)
         try:
+            self._spawned_at = self.monotonic()
             child = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, cwd=workdir, env=env, **procs.spawn_options())
@@ -215,7 +225,7 @@ class Runner:
             return Attempt.failed(Reason.COULD_NOT_START, spawn_error(command[0], exc))
         readers: list[threading.Thread] = []
         try:
-            return self._supervise(job, child, log, token, sleep_watch, readers)
+            return self._supervise(job, child, log, token, sleep_watch, readers, running_for)
         except BaseException:
             # Whatever went wrong (the database, a bug), the child must not run on
             # unsupervised: its lease would expire and a second copy would start.
@@ -225,16 +235,13 @@ class Runner:
             log.close()
 
     def _supervise(self, job: Job, child: subprocess.Popen, log: CappedLog, token: str,
-                   sleep_watch: SleepWatch, readers: list[threading.Thread]) -> Attempt:
+                   sleep_watch: SleepWatch, readers: list[threading.Thread],
+                   running_for: tuple[float, Callable[[], None]] | None) -> Attempt:
         if not self.queue.started(job.id, self.owner, procs.describe(child, token)):
             self._reap_group(child, readers, token)
             return Attempt(Ending.LEASE_LOST, TAKEN)
         out, err = LastLine(), LastLine()
-        readers += [threading.Thread(target=pump, args=(child.stdout, out, log), daemon=True),
-                    threading.Thread(target=pump, args=(child.stderr, err, log), daemon=True)]
-        waiter = threading.Thread(target=self._wait_for_exit, args=(child,), daemon=True)
-        for thread in (*readers, waiter):
-            thread.start()
+        readers += self._start_watching(child, out, err, log)
 
         lease = job.lease_seconds or self.queue.lease_seconds
         beat_every = lease / 3
@@ -242,13 +249,18 @@ class Runner:
         started = self.monotonic()  # the timeout counts time awake, not time asleep
         lease_until = job.lease_until  # as claimed; tracked to notice a lapse
         next_beat = self.queue.clock() + beat_every
+        show_at, show = (None, None) if running_for is None else \
+            (self.queue.clock() + running_for[0], running_for[1])
         while child.returncode is None:
-            deadline = next_beat
+            deadline = next_beat if show_at is None else min(next_beat, show_at)
             if timeout is not None:
                 deadline = min(deadline, self.queue.clock() + started + timeout - self.monotonic())
             self.alarm.wait(deadline)
             if child.returncode is not None:
                 break
+            if show is not None and show_at is not None and self.queue.clock() >= show_at:
+                show_at = None
+                show()
             if self._stopping:
                 self._end(child, readers, token)
                 return Attempt(Ending.STOPPED)
@@ -309,6 +321,27 @@ class Runner:
         except DatabaseProblem as exc:
             logger.warning("could not note the renewal of %s: %s", job.name, exc)
 
+    def _start_watching(self, child: subprocess.Popen, out: LastLine, err: LastLine,
+                        log: CappedLog) -> list[threading.Thread]:
+        """The threads that copy the child's output and ring when it exits: one on
+        Linux (a pidfd beside the two pipes), else a reader per pipe and a waiter.
+        Returns those to join once the run is over."""
+        try:
+            pidfd = os.pidfd_open(child.pid)
+        except (AttributeError, OSError):  # not Linux, or a kernel before 5.3
+            pidfd = None
+        if pidfd is not None:
+            watch = threading.Thread(target=watch_child, daemon=True,
+                                     args=(child, pidfd, out, err, log, self.alarm.ring))
+            watch.start()
+            return [watch]
+        readers = [threading.Thread(target=pump, args=(child.stdout, out, log), daemon=True),
+                   threading.Thread(target=pump, args=(child.stderr, err, log), daemon=True)]
+        waiter = threading.Thread(target=self._wait_for_exit, args=(child,), daemon=True)
+        for thread in (*readers, waiter):
+            thread.start()
+        return readers
+
     def _wait_for_exit(self, child: subprocess.Popen) -> None:
         child.wait()  # a blocking waitpid: no polling
         self.alarm.ring()
@@ -328,7 +361,10 @@ class Runner:
         systemd's control-group kill), and the output pipes are drained."""
         procs.kill_group(child)
         child.wait()
-        procs.kill_orphan({"token": token})  # strays that left the group (Linux)
+        # Strays that left the group (Linux). After a short run only the pids handed
+        # out since the spawn can be one: a sweep of a few, not of every process.
+        short = self.monotonic() - self._spawned_at < SHORT_RUN
+        procs.kill_strays(token, since=child.pid if short else None)
         for reader in readers:
             reader.join(timeout=self.grace)
 
@@ -358,6 +394,31 @@ def pump(stream: BinaryIO, tail: LastLine, log: CappedLog) -> None:
         while chunk := stream.read1(CHUNK):
             tail.feed(chunk)
             log.write(chunk)
+
+
+def watch_child(child: subprocess.Popen, pidfd: int, out: LastLine, err: LastLine,
+                log: CappedLog, exited: Callable[[], None]) -> None:
+    """Linux, one thread a run: copy stdout and stderr into the log (keeping each
+    one's last line) and call `exited` when the main process ends, told by its
+    pidfd; until both pipes are closed (strays may hold them after the exit)."""
+    tails = {child.stdout.fileno(): out, child.stderr.fileno(): err}
+    with selectors.DefaultSelector() as selector, child.stdout, child.stderr:
+        for fd in (*tails, pidfd):
+            selector.register(fd, selectors.EVENT_READ)
+        try:
+            while len(selector.get_map()):
+                for key, _ in selector.select():
+                    if key.fd == pidfd:
+                        selector.unregister(pidfd)
+                        child.wait()  # it has exited: this only reaps it
+                        exited()
+                    elif chunk := os.read(key.fd, CHUNK):
+                        tails[key.fd].feed(chunk)
+                        log.write(chunk)
+                    else:
+                        selector.unregister(key.fd)
+        finally:
+            os.close(pidfd)
 
 
 def exit_description(returncode: int) -> str:

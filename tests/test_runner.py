@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import alive, wait_for
 
+from sloth_tray import procs
 from sloth_tray import runner as runner_module
 from sloth_tray.engine import Engine
 from sloth_tray.errors import DatabaseProblem
@@ -176,6 +177,29 @@ def test_a_fork_that_outlives_its_parent_is_stopped_when_the_job_ends(home, tmp_
     pids.add(int(stray.read_text()))
     assert (result.outcome, result.detail) == (Outcome.DONE, "parent done")
     wait_for(lambda: not alive(int(stray.read_text())), timeout=2, what="the stray to die")
+
+
+def test_a_long_runs_stray_is_found_among_every_process(home, tmp_path, pids):
+    """Past SHORT_RUN the pids may have wrapped around: every process is looked at."""
+    queue = Queue(home.db)
+    stray = tmp_path / "stray"
+    path = script(home, "fork.sh", f"(setsid sleep 300 & echo $! > {stray}) ; echo parent done")
+    job = start(queue, path)
+    ticks = iter(range(0, 10**6, 100))  # a monotonic clock on which every look is later
+    result = run_and_record(Runner(queue, home, "me", monotonic=lambda: float(next(ticks))),
+                            job)
+    pids.add(int(stray.read_text()))
+    assert result.outcome == Outcome.DONE
+    wait_for(lambda: not alive(int(stray.read_text())), timeout=2, what="the stray to die")
+
+
+@pytest.mark.parametrize(("pid", "first", "last", "since"), [
+    (500, 400, 600, True), (399, 400, 600, False), (601, 400, 600, False),
+    (32000, 31000, 200, True), (100, 31000, 200, True),  # wrapped at pid_max
+    (5000, 31000, 200, False), (400, 400, 400, True),
+])
+def test_the_pids_handed_out_since_a_spawn_wrap_at_pid_max(pid, first, last, since):
+    assert procs.handed_out_since(pid, first, last) is since
 
 
 def test_200_mb_of_output_is_capped_and_memory_stays_flat(home):
