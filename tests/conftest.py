@@ -73,6 +73,29 @@ def start_daemon(pids, home, *extra: str) -> subprocess.Popen:
 # -- the desktop tests' eyes: an X display's pixels -------------------------------------
 
 
+def start_xvfb(pids, size: str) -> str:
+    """An Xvfb on a display it picks itself (-displayfd): a lock or socket left in
+    /tmp by a server killed earlier never makes it fail. Returns ":N". Stopped at
+    teardown with SIGTERM first, so that it removes its lock and socket."""
+    read_end, write_end = os.pipe()
+    try:
+        server = pids.popen(["Xvfb", "-displayfd", str(write_end), "-screen", "0", size,
+                             "-nolisten", "tcp"], pass_fds=(write_end,),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        pids.gentle.append(server)
+        os.close(write_end)
+        with os.fdopen(read_end) as told:
+            number = told.readline().strip()
+    finally:
+        for fd in (read_end, write_end):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    assert number.isdigit(), "Xvfb did not say which display it took"
+    return f":{number}"
+
+
 def grab(env, box=None):
     """The screen of env["DISPLAY"] (or the `box` of it) as a Pillow image."""
     from PIL import ImageGrab
@@ -143,6 +166,7 @@ class Pids:
     def __init__(self) -> None:
         self.pids: list[int] = []
         self.procs: list[subprocess.Popen] = []
+        self.gentle: list[subprocess.Popen] = []  # SIGTERM first, then SIGKILL like all
 
     def add(self, pid: int) -> int:
         self.pids.append(pid)
@@ -155,6 +179,12 @@ class Pids:
         return proc
 
     def cleanup(self) -> None:
+        for proc in self.gentle:  # asked first, so that they tidy up after themselves
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass  # killed below with the rest
         for pid in self.pids:
             for sig in (signal.SIGCONT, signal.SIGKILL):
                 try:

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import alive, grab, red_pixels, to_other_thread, wait_for
+from conftest import alive, grab, red_pixels, start_xvfb, to_other_thread, wait_for
 
 from sloth_tray.paths import locate
 from sloth_tray.queue import Queue, State
@@ -60,11 +60,6 @@ PANEL_XML = """<?xml version="1.0" encoding="UTF-8"?>
 """
 
 
-def free_display() -> int:
-    return next(n for n in range(120, 250) if not os.path.exists(f"/tmp/.X11-unix/X{n}")
-                and not os.path.exists(f"/tmp/.X{n}-lock"))
-
-
 def registered_items(env) -> str:
     return subprocess.run(
         ["gdbus", "call", "--session", "--dest", "org.kde.StatusNotifierWatcher",
@@ -76,12 +71,10 @@ def registered_items(env) -> str:
 @pytest.fixture
 def panel(pids, tmp_path):
     """Xvfb + a private session bus + xfce4-panel with only its systray; the environment."""
-    display = f":{free_display()}"
+    display = start_xvfb(pids, "800x600x24")
     config = tmp_path / "panel-config"
     (config / "xfce4/xfconf/xfce-perchannel-xml").mkdir(parents=True)
     (config / "xfce4/xfconf/xfce-perchannel-xml/xfce4-panel.xml").write_text(PANEL_XML)
-    pids.popen(["Xvfb", display, "-screen", "0", "800x600x24", "-nolisten", "tcp"],
-               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     env = {**os.environ, "DISPLAY": display, "NO_AT_BRIDGE": "1",
            "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(config)}
     env.pop("PYSTRAY_BACKEND", None)

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import grab, red_pixels, to_other_thread, wait_for
+from conftest import grab, red_pixels, start_xvfb, to_other_thread, wait_for
 from PIL import ImageStat
 
 from sloth_tray.paths import locate
@@ -39,17 +39,10 @@ def missing() -> str | None:
 pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
 
 
-def free_display() -> int:
-    return next(n for n in range(90, 200) if not os.path.exists(f"/tmp/.X11-unix/X{n}")
-                and not os.path.exists(f"/tmp/.X{n}-lock"))
-
-
 @pytest.fixture
 def desktop(pids, tmp_path):
     """An X server with a tray host and a session bus; yields the environment."""
-    display = f":{free_display()}"
-    pids.popen(["Xvfb", display, "-screen", "0", "640x480x24", "-nolisten", "tcp"],
-               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    display = start_xvfb(pids, "640x480x24")
     env = {**os.environ, "DISPLAY": display, "NO_AT_BRIDGE": "1", "PYSTRAY_BACKEND": "gtk"}
     wait_for(lambda: subprocess.run(["xdpyinfo"], env=env, capture_output=True).returncode == 0,
              what="Xvfb to answer")
