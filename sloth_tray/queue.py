@@ -212,6 +212,7 @@ class Queue:
         self.busy_timeout = float(busy_timeout)
         self._lock = threading.RLock()  # re-entered by the writes inside a batch()
         self._batching = False
+        self._synchronous = synchronous
         prepare_file(self.path)
         try:
             self._db = sqlite3.connect(
@@ -592,8 +593,30 @@ class Queue:
         with its pid, which is the `started` event.
         """
         event = ("started", f"pid {child['pid']}") if "pid" in child else None
-        return self._owned_update(job_id, owner, "child = :child", event,
-                                  child=json.dumps(child))
+        if event is None:  # the token before a spawn: on disk before the process exists
+            return self._owned_update(job_id, owner, "child = :child", None,
+                                      child=json.dumps(child))
+        with self._without_own_fsync():
+            return self._owned_update(job_id, owner, "child = :child", event,
+                                      child=json.dumps(child))
+
+    @contextlib.contextmanager
+    def _without_own_fsync(self) -> Iterator[None]:
+        """A write committed without waiting for the disk (synchronous=NORMAL, in WAL
+        mode): a crash of this process loses nothing (the system holds the WAL), and
+        the next full commit makes it durable with its own fsync, the WAL being
+        written in order. Only a power cut before that can lose it: fit for notes
+        like `started`, whose token the claim already made durable. Back to back, a
+        job then waits for the disk twice (push; outcome + next claim), not three."""
+        if self._synchronous.upper() != "FULL" or self._batching:
+            yield
+            return
+        with self._lock, self._translated_errors():
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            try:
+                yield
+            finally:
+                self._db.execute(f"PRAGMA synchronous = {self._synchronous}")
 
     def release(self, job_id: str, owner: str, why: str | None = None) -> bool:
         """Give the lease back (a clean quit, or `why`); the attempt does not count."""

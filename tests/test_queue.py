@@ -472,3 +472,22 @@ def test_a_queue_of_the_previous_schema_is_migrated_in_place_and_is_not_paused(t
         assert q.paused()
     with sqlite3.connect(path) as raw:
         assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+
+
+def test_the_started_note_waits_for_no_fsync_of_its_own_and_the_token_does(queue):
+    """Back to back a job waits for the disk twice (push; outcome + next claim): the
+    `started` note rides on the next full commit. The token before a spawn is on disk
+    before the process exists. Either way the level comes back to FULL."""
+    job_id = queue.push("a")
+    job = queue.claim("me")
+    said: list[str] = []
+    queue._db.set_trace_callback(said.append)
+    assert queue.started(job.id, "me", {"token": "t"})
+    assert not any("NORMAL" in line for line in said)
+    said.clear()
+    assert queue.started(job.id, "me", {"token": "t", "pid": 1, "pgid": 1, "start": "1"})
+    pragmas = [line for line in said if line.startswith("PRAGMA")]
+    assert pragmas == ["PRAGMA synchronous = NORMAL", "PRAGMA synchronous = FULL"]
+    queue._db.set_trace_callback(None)
+    assert queue._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert [e.kind for e in queue.history(job_id)][-1] == "started"

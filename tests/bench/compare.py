@@ -721,8 +721,10 @@ CYCLE_NOTES = {
     "sloth engine loop": "the daemon's loop back to back, queue_bench.engine_loop_cycles: "
                          "push (the inbox, while the job before runs) + started (the "
                          "runner's note after its spawn: pid, pgid, start time, token) + "
-                         "complete and the next claim in one batch(): 3 commits a job (the "
-                         "loop made 5 before batch()), and 1 write more than the API cycle "
+                         "complete and the next claim in one batch(): 3 commits a job, 2 "
+                         "of which wait for the disk as huey's 2 do (`started` rides on the "
+                         "next fsync; the loop made 5 before), and 1 write more than the "
+                         "API cycle "
                          "(`started`); its pause reads are in, the spawn and the tray's "
                          "snapshot reads are not",
     "huey": "enqueue + dequeue: 2 transactions (dequeue deletes the row: no lease, no "

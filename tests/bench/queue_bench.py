@@ -156,7 +156,8 @@ def engine_loop_cycles(path: Path, synchronous: str, jobs: int) -> float:
     the token the claim stored); then the outcome (complete) and the next claim share
     one commit in batch(), the claim in a savepoint after reading the pause, as the
     engine does. The loop's own pause read on each pass is in too. Three commits a
-    job; the spawn itself and the engine's snapshot reads for the tray are not.
+    job, two of which wait for the disk (the `started` note rides on the next one's
+    fsync); the spawn itself and the engine's snapshot reads for the tray are not.
     """
     me = os.getpid()
     process = {"pid": me, "pgid": me, "start": procs.start_time(me)}  # read once: not queue work
