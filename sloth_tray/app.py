@@ -114,7 +114,7 @@ class Daemon:
                 # The inbox's own connection: it writes from watchdog's thread.
                 self.inbox_queue = Queue(self.home.db, **self.queue_settings)
                 self.inbox = start_inbox(self.home, self.inbox_queue, self.observer,
-                                         self.engine.wake)
+                                         self.engine.job_added)
         except BaseException:
             if self._db_identity is not None:
                 self._check_the_queue_file()  # the cause, when the home went during start-up

@@ -37,6 +37,7 @@ SHOWN_FAILED = 50  # failed jobs carried in a snapshot (the tray lists them)
 SHOWN_WAITING = 10  # next pending jobs carried in a snapshot
 PROBLEM_RETRY = 30.0  # seconds before trying the database again after an error
 RECORD_RETRY = 2.0  # seconds between tries to record an outcome while the db is locked
+PUBLISH_SPACING = 0.1  # seconds at least between two publishes from the action thread
 SHOW_RUNNING_AFTER = 0.05  # back to back, a job shorter than this is not shown running
 PROBE_EVERY = 60.0  # at most this often are conditions without a service read (probes.py)
 
@@ -158,6 +159,13 @@ class Engine:
         self.alarm.ring()
         self._publish_soon()
 
+    def job_added(self) -> None:
+        """A job was queued (a drop): look again. Unlike wake(), the running job's
+        lease needs no look: a push never takes a job from its owner, and a burst of
+        drops would otherwise cost a heartbeat commit each."""
+        self.alarm.ring()
+        self._publish_soon()
+
     def _unmet(self) -> frozenset[str]:
         return self.conditions.unmet() if self.conditions is not None else frozenset()
 
@@ -238,14 +246,18 @@ class Engine:
         self._submit(act)
 
     def _publish_soon(self) -> None:
-        """A publish on the action thread; a burst of wakes (a hundred drops)
-        shares the one that is still waiting to run."""
+        """A publish on the action thread; a burst of wakes (a thousand drops)
+        shares the one that is still waiting to run, and publishes come at most
+        PUBLISH_SPACING apart (each reads the queue, under its lock)."""
         with self._publish_queued_lock:
             if self._publish_queued:
                 return
             self._publish_queued = True
 
         def publish() -> None:
+            early = self._published_at + PUBLISH_SPACING - time.monotonic()
+            if early > 0:
+                time.sleep(early)  # the changes meanwhile join this publish
             with self._publish_queued_lock:
                 self._publish_queued = False  # a change after this reads again
             self._publish()
