@@ -91,12 +91,9 @@ def cmd_paths(args: argparse.Namespace, home: Home) -> int:
 
 @command
 def cmd_status(args: argparse.Namespace, home: Home) -> int:
-    from sloth_tray import overdue
-
     with open_queue(home) as queue:
         counts = queue.summary()
-        late = overdue.find(queue.recurring_series(), queue.clock(), queue.tz,
-                            paused=bool(counts["paused"])).overdue
+        late = queue.overdue(paused=bool(counts["paused"])).overdue
     counts["overdue"] = len(late)  # recurring jobs with no success for a period and a grace
     if args.json:
         emit_json(counts)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sloth_tray import overdue, procs, spool
+from sloth_tray import procs, spool
 from sloth_tray.alarm import Alarm, make_alarm
 from sloth_tray.conditions import Conditions, waiting_for
 from sloth_tray.errors import DatabaseProblem, SlothError
@@ -503,8 +503,7 @@ class Engine:
         waiting = tuple(WaitingJob(j.id, j.name, j.not_before,
                                    waiting_for(j.options, unmet))
                         for j in self.queue.upcoming(SHOWN_WAITING))
-        verdict = overdue.find(self.queue.recurring_series(), self.queue.clock(),
-                               self.queue.tz, paused=bool(counts["paused"]))
+        verdict = self.queue.overdue(paused=bool(counts["paused"]))
         self._next_overdue = verdict.next_change
         return Snapshot(
             pending=counts["pending"], done=counts["done"], failed_count=counts["failed"],

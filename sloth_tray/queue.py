@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import tzinfo
+from datetime import UTC, tzinfo
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -1085,6 +1085,13 @@ class Queue:
                     "SELECT count(*) FROM jobs WHERE state = 'pending' AND not_before <= :now "
                     f"AND NOT (1{waits})", {"now": self.clock(), **params}).fetchone()[0]
         return counts
+
+    def overdue(self, *, paused: bool) -> overdue.Verdict:
+        """Which recurring series are overdue now, and when the next one will be. The
+        machine's time zone is read only when there is a series to judge."""
+        series = self.recurring_series()
+        return overdue.find(series, self.clock(), self.tz if series else UTC,
+                            paused=paused)
 
     def recurring_series(self) -> list[overdue.Series]:
         """Each live recurring series (one with a waiting or running run), with its last

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from datetime import datetime, time, timedelta, tzinfo
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sloth_tray import limits
 from sloth_tray.timefmt import format_duration
@@ -177,6 +176,8 @@ def calendar_of(options: dict[str, Any]) -> Calendar | None:
 
 def local_zone() -> tzinfo:
     """This machine's time zone, with its daylight-saving rules (not a fixed offset)."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # here: only calendar work needs it
+
     name = os.environ.get("TZ", "").lstrip(":")
     if name:
         try:
