@@ -249,16 +249,18 @@ class Runner:
         started = self.monotonic()  # the timeout counts time awake, not time asleep
         lease_until = job.lease_until  # as claimed; tracked to notice a lapse
         next_beat = self.queue.clock() + beat_every
+        # When to call running_for's call: monotonic, like the timeout.
         show_at, show = (None, None) if running_for is None else \
-            (self.queue.clock() + running_for[0], running_for[1])
+            (started + running_for[0], running_for[1])
         while child.returncode is None:
-            deadline = next_beat if show_at is None else min(next_beat, show_at)
-            if timeout is not None:
-                deadline = min(deadline, self.queue.clock() + started + timeout - self.monotonic())
+            deadline = next_beat
+            for at in (show_at, None if timeout is None else started + timeout):
+                if at is not None:
+                    deadline = min(deadline, self.queue.clock() + at - self.monotonic())
             self.alarm.wait(deadline)
             if child.returncode is not None:
                 break
-            if show is not None and show_at is not None and self.queue.clock() >= show_at:
+            if show is not None and show_at is not None and self.monotonic() >= show_at:
                 show_at = None
                 show()
             if self._stopping:

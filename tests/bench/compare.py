@@ -1425,6 +1425,18 @@ def on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)  # so `finally` stops the children and removes temp dirs
 
 
+def byte_compile_sloth() -> None:
+    """An editable install (this tree) has no bytecode until something writes it, and
+    PYTHONDONTWRITEBYTECODE stops Python from doing so: every start would compile
+    sloth_tray again, costing time and memory that an installed copy (pip compiles
+    at install time) never pays, and the peers, installed, do not either."""
+    import compileall
+
+    import sloth_tray
+
+    compileall.compile_dir(Path(sloth_tray.__file__).parent, quiet=1)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if not sys.platform.startswith("linux"):
@@ -1432,6 +1444,7 @@ def main(argv: list[str] | None = None) -> None:
     mode = mode_for(args.quick)
     results: dict[str, Any] = {"peers": peer_versions(), "notes": [],
                                "mode": {**asdict(mode), "queue": asdict(mode.queue)}}
+    byte_compile_sloth()
     signal.signal(signal.SIGTERM, on_sigterm)
     root = Path(tempfile.mkdtemp(prefix="sloth-compare-"))
     results["machine"] = queue_bench.machine(str(root))
