@@ -58,8 +58,10 @@ def desktop(pids, tmp_path):
 
 
 def tree(env) -> str:
+    # Window names are whatever bytes their clients set: pystray's xorg backend sets
+    # its title in Latin-1 (the "·" in it is 0xb7), GTK in UTF-8.
     return subprocess.run(["xwininfo", "-root", "-tree"], env=env, capture_output=True,
-                          text=True).stdout
+                          text=True, errors="replace").stdout
 
 
 def icon_box(env) -> tuple[str, int, int, int, int] | None:
