@@ -145,11 +145,14 @@ class Daemon:
         system bus on Linux (its thread, asyncio and the D-Bus library are loaded only
         now); elsewhere no service tells of changes (yet), so the machine is read."""
         if freedesktop():
-            from sloth_tray.desktop.power import start_power_source
+            try:
+                from sloth_tray.desktop.power import start_power_source
 
-            self.power = start_power_source(self.conditions)
-        else:
-            log.info("require=: %s", fall_back(self.conditions, CONDITIONS))
+                self.power = start_power_source(self.conditions)
+                return
+            except Exception as exc:  # conditions left unknown would hold jobs for good
+                log.warning("cannot follow the system bus (%s)", exc)
+        log.info("require=: %s", fall_back(self.conditions, CONDITIONS))
 
     def _watch_the_queue_file(self) -> None:
         """Stop, saying why, when queue.db is deleted, moved or replaced (or the home

@@ -314,6 +314,7 @@ class Engine:
                     self._start_conditions_if_waited_on()
                     self.alarm.wait(self._wake_at(paused))
                 except DatabaseProblem as exc:
+                    self._give_back_claimed()  # its lease would lapse while the loop waits
                     self._report(exc)
                     if drain:
                         raise
@@ -338,7 +339,11 @@ class Engine:
     def _wake_at(self, paused: bool) -> float | None:
         """The queue's next due time (none while paused), or the moment a series
         becomes overdue if that comes first: the new look needs no polling."""
-        times = [t for t in (None if paused else self.queue.next_wakeup(self._unmet()),
+        # Untold, every condition counts as unmet, yet a require= job falling due must
+        # still wake the loop: that is when the conditions are first asked for.
+        told = self.conditions is None or self.conditions.told
+        unmet = self._unmet() if told else frozenset()
+        times = [t for t in (None if paused else self.queue.next_wakeup(unmet),
                              None if paused else self._next_probe(),
                              self._next_overdue)
                  if t is not None]
@@ -370,7 +375,9 @@ class Engine:
         unmet = self.conditions.probed & self._unmet()
         if not unmet or not self.queue.waits_on(unmet):
             return None
-        return (self._probed_at or self.queue.clock()) + PROBE_EVERY
+        now = self.queue.clock()
+        # min(): after the wall clock went back, the last reading is not in the future
+        return min(self._probed_at if self._probed_at is not None else now, now) + PROBE_EVERY
 
     def _read_pause(self) -> bool:
         """The pause, from the file, once per pass; its changes are said in the log."""

@@ -120,12 +120,20 @@ def _environments(since: int | None = None) -> Iterator[tuple[int, list[bytes]]]
             continue
 
 
+PID_MAX_FOR_SINCE = 32768  # below this, pids may wrap around twice within a short run
+
+
 def _last_pid() -> int | None:
-    """The pid the kernel handed out last (in our pid namespace)."""
+    """The pid the kernel handed out last in our pid namespace; None where that cannot
+    be read, or where pid_max is so low that a short run may see the pids wrap twice
+    (then every process is looked at)."""
     try:
-        with open("/proc/loadavg") as loadavg:
-            return int(loadavg.read().split()[4])
-    except (OSError, ValueError, IndexError):
+        with open("/proc/sys/kernel/pid_max") as pid_max:
+            if int(pid_max.read()) < PID_MAX_FOR_SINCE:
+                return None
+        with open("/proc/sys/kernel/ns_last_pid") as last:
+            return int(last.read())
+    except (OSError, ValueError):
         return None
 
 

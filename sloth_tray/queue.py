@@ -317,12 +317,12 @@ class Queue:
             self._batching = True
             try:
                 yield
+                self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._roll_back()
                 raise
             finally:
                 self._batching = False
-            self._db.execute("COMMIT")
 
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:
@@ -349,10 +349,18 @@ class Queue:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
+                self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._roll_back()
                 raise
-            self._db.execute("COMMIT")
+
+    def _roll_back(self) -> None:
+        """After a failure inside a transaction, or of its COMMIT (a full disk): never
+        leave the connection inside one, holding the write lock with nothing to end it.
+        SQLite may have rolled it back itself already."""
+        if self._db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):  # the first failure is the one to say
+                self._db.execute("ROLLBACK")
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
@@ -608,8 +616,8 @@ class Queue:
         written in order. Only a power cut before that can lose it: fit for notes
         like `started`, whose token the claim already made durable. Back to back, a
         job then waits for the disk twice (push; outcome + next claim), not three."""
-        if self._synchronous.upper() != "FULL" or self._batching:
-            yield
+        if self._synchronous.upper() != "FULL" or self._db.in_transaction:
+            yield  # the level cannot change inside a transaction: it commits as it is
             return
         with self._lock, self._translated_errors():
             self._db.execute("PRAGMA synchronous = NORMAL")

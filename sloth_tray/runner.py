@@ -132,8 +132,9 @@ class CappedLog:
             self._file = None
 
 
-# A run shorter than this cannot have seen the pids wrap around (pid_max is at least
-# 32,768): its strays are among the pids handed out since it was spawned.
+# A run shorter than this cannot have seen the pids wrap around twice (where pid_max is
+# at least 32,768: procs.kill_strays looks at every process otherwise): its strays are
+# among the pids handed out since it was spawned.
 SHORT_RUN = 1.0
 
 
@@ -161,7 +162,7 @@ class Runner:
         self.default_timeout = default_timeout
         self.alarm = alarm or make_alarm(queue.clock)
         self._stopping = False
-        self._nudged = False  # the queue changed: check the lease before the next beat
+        self._nudges = 0  # the queue changed this often: check the lease before the beat
         self._spawned_at = 0.0  # monotonic time of the current run's spawn
         self._interrupted: tuple[str, int, str] | None = None  # (job id, run, why)
 
@@ -181,7 +182,7 @@ class Runner:
 
     def nudge(self) -> None:
         """Check the lease now (the queue changed: the job may have been cancelled)."""
-        self._nudged = True
+        self._nudges += 1  # a count, not a flag: one that lands while read is never lost
         self.alarm.ring()
 
     # -- the work -------------------------------------------------------------
@@ -249,6 +250,7 @@ class Runner:
         started = self.monotonic()  # the timeout counts time awake, not time asleep
         lease_until = job.lease_until  # as claimed; tracked to notice a lapse
         next_beat = self.queue.clock() + beat_every
+        seen_nudges = self._nudges
         # When to call running_for's call: monotonic, like the timeout.
         show_at, show = (None, None) if running_for is None else \
             (started + running_for[0], running_for[1])
@@ -274,9 +276,10 @@ class Runner:
                 self._end(child, readers, token)
                 return Attempt.failed(Reason.TIMED_OUT,
                                       f"timed out after {format_duration(timeout)}")
-            nudged, self._nudged = self._nudged, False
-            if not nudged and self.queue.clock() < next_beat:
+            nudges, seen_nudges = self._nudges, seen_nudges
+            if nudges == seen_nudges and self.queue.clock() < next_beat:
                 continue  # woken early by a ring meant for an earlier run: nothing to do
+            seen_nudges = nudges
             slept = sleep_watch.gap()
             try:
                 still_ours = self.queue.heartbeat(job.id, self.owner, lease)
@@ -404,23 +407,30 @@ def watch_child(child: subprocess.Popen, pidfd: int, out: LastLine, err: LastLin
     one's last line) and call `exited` when the main process ends, told by its
     pidfd; until both pipes are closed (strays may hold them after the exit)."""
     tails = {child.stdout.fileno(): out, child.stderr.fileno(): err}
-    with selectors.DefaultSelector() as selector, child.stdout, child.stderr:
-        for fd in (*tails, pidfd):
-            selector.register(fd, selectors.EVENT_READ)
-        try:
+    told = False
+    try:
+        with selectors.DefaultSelector() as selector, child.stdout, child.stderr:
+            for fd in (*tails, pidfd):
+                selector.register(fd, selectors.EVENT_READ)
             while len(selector.get_map()):
                 for key, _ in selector.select():
                     if key.fd == pidfd:
                         selector.unregister(pidfd)
                         child.wait()  # it has exited: this only reaps it
+                        told = True
                         exited()
                     elif chunk := os.read(key.fd, CHUNK):
                         tails[key.fd].feed(chunk)
                         log.write(chunk)
                     else:
                         selector.unregister(key.fd)
-        finally:
-            os.close(pidfd)
+    except Exception:  # a bug of ours: the output is lost, the exit must not be
+        logger.exception("watching the output of pid %d failed", child.pid)
+    finally:
+        os.close(pidfd)
+    if not told:
+        child.wait()
+        exited()
 
 
 def exit_description(returncode: int) -> str:

@@ -36,24 +36,38 @@ class StopSignals:
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> StopSignals:
+        if os.name != "posix":
+            # Windows takes only a socket as the wake-up fd; its console signals
+            # reach Python's handler on the main thread anyway.
+            self._previous = {sig: signal.signal(sig, lambda *_: self.stop())
+                              for sig in self.signals}
+            return self
         read_end, self._write_end = os.pipe()
         os.set_blocking(self._write_end, False)  # the C handler must never block
+        # The wake-up fd before the handlers: a signal in between is not lost.
+        try:
+            self._previous_fd = signal.set_wakeup_fd(self._write_end,
+                                                     warn_on_full_buffer=False)
+        except ValueError:  # not on the main thread
+            os.close(read_end)
+            os.close(self._write_end)
+            raise
         self._thread = threading.Thread(target=self._listen, args=(read_end,),
                                         name="stop-signals", daemon=True)
         self._thread.start()
         # A Python handler must be set for the C handler to write the byte; the
         # work is done by the listener, so the handler itself does nothing.
         self._previous = {sig: signal.signal(sig, _noted) for sig in self.signals}
-        self._previous_fd = signal.set_wakeup_fd(self._write_end, warn_on_full_buffer=False)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        signal.set_wakeup_fd(self._previous_fd)
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        if self._thread is None:
+            return
+        signal.set_wakeup_fd(self._previous_fd)
         os.close(self._write_end)  # the listener reads end-of-file and returns
-        if self._thread is not None:
-            self._thread.join()
+        self._thread.join()
 
     def _listen(self, read_end: int) -> None:
         try:

@@ -492,3 +492,15 @@ def test_a_queue_without_require_never_loads_the_d_bus_layer(system_bus, pids, t
     # The first job that requires something starts the system bus.
     (home.jobs / "backup.sh").write_text("# sloth: require=ac\necho backed up\n")
     wait_for(lambda: mapped(daemon.pid, "dbus_fast"), what="the D-Bus layer to load")
+
+
+@needs_dbus
+def test_a_missing_service_never_says_holds_before_the_reading_that_says_not(
+        system_bus, source_for):
+    system_bus.network_manager()
+    conditions = Conditions(start=lambda: None)  # unknown, so unmet, until told
+    heard: list[frozenset[str]] = []
+    conditions.subscribe(heard.append)
+    source_for(conditions, {"ac": lambda: False})  # no UPower; the machine: on battery
+    assert conditions.unmet() == {"ac"}
+    assert heard and all("ac" in unmet for unmet in heard), heard

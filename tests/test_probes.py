@@ -223,3 +223,33 @@ def test_a_probed_condition_is_read_once_a_minute_while_a_job_waits_and_never_el
         thread.join(timeout=10)
         queue.close()
     assert not thread.is_alive()
+
+
+def test_a_require_job_due_later_wakes_the_loop_before_anything_tells_the_conditions(
+        tmp_path, clock):
+    """Untold, every condition is unmet; that must not hide a job due later from the
+    loop's deadline, or nothing would ever start telling them."""
+    home = locate(tmp_path / "home").ensure()
+    queue = Queue(home.db, clock=clock)
+    told: list[float] = []
+    conditions = Conditions(start=lambda: told.append(clock()))
+    alarm = HeldAlarm()
+    engine = Engine(queue, home, alarm=alarm, conditions=conditions)
+    engine.recover()
+    backup = queue.push("backup", delay=600, options={"require": "ac"})
+    thread = threading.Thread(target=engine.run)
+    thread.start()
+    try:
+        wait_for(lambda: alarm.waits, what="the loop to wait")
+        assert alarm.waits[-1] == queue.get(backup).not_before  # not an untimed wait
+        assert told == []  # nothing waits yet: nothing to tell
+        clock.advance(600)
+        seen = len(alarm.waits)
+        alarm.ring()
+        wait_for(lambda: len(alarm.waits) > seen, what="the loop to wait again")
+        assert told == [clock()]  # due and waiting: the conditions are asked for now
+        assert queue.get(backup).attempts == 0
+    finally:
+        engine.stop()
+        thread.join(timeout=10)
+        queue.close()

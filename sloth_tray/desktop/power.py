@@ -156,8 +156,8 @@ class PowerSource:
 
     def _missing(self, name: str, why: str) -> None:
         self._known[name] = {}
-        for condition in SERVICES[name][1]:
-            self.conditions.set(condition, True)  # until a reading says otherwise
+        # Read now (or taken as met where nothing can read them): never a moment of
+        # "holds" before a reading that says otherwise, which a claim could act on.
         instead = fall_back(self.conditions, SERVICES[name][1], self.readings)
         self._say_once(name, f"{name} is not on the system bus ({why}); {instead}")
 
