@@ -504,3 +504,24 @@ def test_a_missing_service_never_says_holds_before_the_reading_that_says_not(
     source_for(conditions, {"ac": lambda: False})  # no UPower; the machine: on battery
     assert conditions.unmet() == {"ac"}
     assert heard and all("ac" in unmet for unmet in heard), heard
+
+
+@needs_dbus
+def test_a_job_needing_an_unmetered_network_starts_within_2s_of_metered_turning_off(
+        system_bus, pids, tmp_path, monkeypatch):
+    from conftest import start_daemon
+
+    system_bus.upower(on_battery=False)
+    nm = system_bus.network_manager(state=70, connectivity=4, metered=1)  # YES: metered
+    monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", system_bus.address)
+    home = locate(tmp_path / "home").ensure()
+    ran = tmp_path / "ran"
+    (home.jobs / "sync.sh").write_text(f"# sloth: require=unmetered\ntouch {ran}\n")
+    start_daemon(pids, home)
+    with Queue(home.db) as queue:
+        wait_for(lambda: queue.unmet() == {"unmetered"} and queue.jobs(),
+                 what="the job to wait for an unmetered network")
+        assert queue.summary().get("waiting_on") == {"unmetered": 1}
+    assert not ran.exists()
+    system_bus.change(nm, metered=4)  # GUESS_NO
+    wait_for(ran.exists, timeout=2, what="the job to start within 2 s of an unmetered network")
