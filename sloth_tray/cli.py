@@ -361,12 +361,14 @@ def cmd_run(args: argparse.Namespace, home: Home) -> int:
 def open_tray(daemon: Daemon, args: argparse.Namespace):
     """The tray icon, or None (said in one line) when there is no display for one."""
     from sloth_tray.app import log
-    from sloth_tray.tray import Tray, display_available
+    from sloth_tray.desktop import display_available
 
     if not display_available():
         log.info("no display: running headless (sloth-tray run --headless says so quietly)")
         return None
     try:
+        from sloth_tray.tray import Tray
+
         return Tray(daemon, notifications=args.settings["notifications"])
     except Exception as exc:  # pystray could not reach a display or a tray backend
         log.warning("cannot show a tray icon (%s): running headless", exc)

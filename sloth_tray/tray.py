@@ -38,13 +38,6 @@ NO_MENU_HINT = (
 )
 
 
-def display_available() -> bool:
-    """Whether a tray icon could be shown at all (Linux needs an X or Wayland display)."""
-    if not sys.platform.startswith("linux"):
-        return True
-    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
-
-
 def make_surface() -> Surface:
     """A StatusNotifierItem where the session has a watcher for one (what KDE, GNOME
     with AppIndicator, Xfce, Cinnamon, MATE and waybar show) unless PYSTRAY_BACKEND

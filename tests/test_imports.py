@@ -39,3 +39,23 @@ def test_importing_the_command_line_loads_nothing_of_the_daemon_or_the_tray():
                                      ["list", "--json"], ["paths", "--json"]])
 def test_reading_commands_load_nothing_they_do_not_use(tmp_path, command):
     assert heavy(loaded(*command, "--home", str(tmp_path / "home"))) == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="no display is a Linux notion")
+def test_the_app_with_no_display_runs_headless_without_loading_the_tray(tmp_path, pids):
+    """`sloth-tray` on a server: one line, then the daemon, with neither Pillow nor
+    pystray in memory (what `run --headless` holds, not 6 MB more)."""
+    import os
+
+    from conftest import wait_for
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    home = tmp_path / "home"
+    app = pids.popen([sys.executable, "-m", "sloth_tray", "run", "--home", str(home)],
+                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    app_log = home / "logs" / "sloth-tray.log"
+    wait_for(lambda: app_log.exists() and "running headless" in app_log.read_text(),
+             what="the app to say it runs headless")
+    with open(f"/proc/{app.pid}/maps") as maps:
+        mapped = maps.read()
+    assert "_imaging" not in mapped and "pystray" not in mapped
