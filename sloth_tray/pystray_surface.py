@@ -23,6 +23,10 @@ log = logging.getLogger("sloth_tray")
 
 APP_NAME = "sloth-tray"
 ICON_PIXELS = 64
+PLAIN_X11_REFUSED = (
+    "this desktop has no StatusNotifier host, and without PyGObject pystray would draw "
+    "its plain X11 icon, which can freeze the app; install PyGObject into this "
+    "environment for the GTK icon and menu")
 
 
 def guarded(action: Callable[[], None], label: str) -> Callable[[object, object], None]:
@@ -43,6 +47,11 @@ class PystraySurface:
 
         self.pystray = pystray
         self.name = pystray.Icon.__module__.rsplit("_", 1)[-1]  # gtk, appindicator, xorg, ...
+        if self.name == "xorg":
+            # pystray hands every change to its X thread over the one X connection and
+            # waits; python-xlib can deadlock the two threads on it, and the app froze
+            # with its icon (under load, a start in four). Headless is honest instead.
+            raise RuntimeError(PLAIN_X11_REFUSED)
         if self.name in ("gtk", "appindicator"):
             from gi.repository import GLib
 
@@ -100,7 +109,7 @@ class PystraySurface:
             from PyObjCTools import AppHelper
 
             AppHelper.callAfter(call)
-        else:  # win32 and xorg serialise updates on their own
+        else:  # win32 serialises updates on its own
             call()
 
     # -- what it shows -------------------------------------------------------------

@@ -30,14 +30,6 @@ from sloth_tray.surface import Appearance, Status, Surface
 
 log = logging.getLogger("sloth_tray")
 
-NO_MENU_HINT = (
-    "this tray has no menu (pystray fell back to its plain X11 backend): a click does the "
-    "menu's default (retry every failed job, or open the jobs folder). A desktop with a "
-    "StatusNotifier host (KDE, GNOME with AppIndicator, Xfce, ...) shows the full menu; "
-    "on a bare X11 tray, install PyGObject into this environment for pystray's GTK menu"
-)
-
-
 def make_surface() -> Surface:
     """A StatusNotifierItem where the session has a watcher for one (what KDE, GNOME
     with AppIndicator, Xfce, Cinnamon, MATE and waybar show) unless PYSTRAY_BACKEND
@@ -102,8 +94,6 @@ class Tray:
                 self._engine_thread.join()
 
     def _ready(self) -> None:
-        if not self.surface.has_menu:
-            log.warning("%s", NO_MENU_HINT)
         self.engine.subscribe(self._on_snapshot)
         self._engine_thread.start()
         if self.daemon.first_run:
