@@ -1,4 +1,5 @@
-"""pystray as a Surface: XEmbed on X11 (gtk or plain xorg), macOS, Windows.
+"""pystray as a Surface: GTK's XEmbed icon on X11, macOS, Windows (never pystray's plain
+X11 backend: see PLAIN_X11_REFUSED).
 The ONLY module that imports pystray.
 
 pystray looks at how many parameters an action takes and passes the Icon (and
@@ -133,7 +134,7 @@ class PystraySurface:
     def _items(self):
         """pystray calls this each time it shows the menu: fresh labels every time."""
         items = self._build()
-        if not self.has_menu:  # xorg: only the default action exists
+        if not self.has_menu:  # a backend without menus: only the default action exists
             default = next((item for item in items if item.default), None)
             return (self.pystray.MenuItem(default.label, guarded(default.action, default.label),
                                           default=True),) if default else ()
