@@ -532,21 +532,27 @@ class Queue:
         return None
 
     def _finish(self, db: sqlite3.Connection, job_id: str, now: float, state: str,
-                event: tuple[str, str], **columns: Any) -> None:
-        """Move a job out of running and record why (the caller checked the owner).
+                event: tuple[str, str], *, owner: str | None = None, **columns: Any) -> bool:
+        """Move a job out of running and record why: only if `owner` holds it, when
+        given (else the caller checked). False when it was not moved.
 
         A calendar job that ends (done, or failed for good) is followed by its
         next run in this same transaction, as the `recur` trigger does for every=.
         """
         history, params = _history(event)
         sets = "".join(f", {name} = :{name}" for name in columns)
-        db.execute(
+        held = " AND state = 'running' AND lease_owner = :owner" if owner is not None else ""
+        rows = db.execute(
             "UPDATE jobs SET state = :state, lease_owner = NULL, lease_until = NULL, "
-            f"updated_at = :now{sets}, {history} WHERE id = :id",
-            {"state": state, "now": now, "id": job_id, **columns, **params},
-        )
+            f"updated_at = :now{sets}, {history} WHERE id = :id{held} "
+            "RETURNING name, script, max_attempts, options",
+            {"state": state, "now": now, "id": job_id, "owner": owner, **columns, **params},
+        ).fetchall()  # all: the statement runs to its end
+        if not rows:
+            return False
         if state in (State.DONE, State.FAILED):
-            self._follow_calendar_run(db, job_id, now)
+            self._follow_calendar_run(db, job_id, now, *rows[0])
+        return True
 
     def heartbeat(self, job_id: str, owner: str, lease: float | None = None) -> bool:
         """Extend the lease; False means `owner` no longer holds it (stop the work).
@@ -583,15 +589,8 @@ class Queue:
     def complete(self, job_id: str, owner: str, result: str = "") -> bool:
         now = self.clock()
         with self._transaction() as db:
-            if not self._holds(db, job_id, owner):
-                return False
-            self._finish(db, job_id, now, "done", ("completed", result), result=result)
-        return True
-
-    @staticmethod
-    def _holds(db: sqlite3.Connection, job_id: str, owner: str) -> bool:
-        return db.execute("SELECT 1 FROM jobs WHERE id = ? AND state = 'running' "
-                          "AND lease_owner = ?", (job_id, owner)).fetchone() is not None
+            return self._finish(db, job_id, now, "done", ("completed", result), owner=owner,
+                                result=result)
 
     def started(self, job_id: str, owner: str, child: dict[str, Any]) -> bool:
         """Remember the attempt's process; owner-checked like a heartbeat.
@@ -918,7 +917,9 @@ class Queue:
                        {"id": job_id, "now": now, **params})
             return None
 
-    def _follow_calendar_run(self, db: sqlite3.Connection, job_id: str, now: float) -> None:
+    def _follow_calendar_run(self, db: sqlite3.Connection, job_id: str, now: float,
+                             name: str, script: str | None, max_attempts: int,
+                             options_text: str) -> None:
         """Queue a calendar job's next run, inside the transaction that ended this one:
         a crash can never end the series. Due at the first calendar time after this
         run's; if that has passed already, the claim applies catchup= to it.
@@ -926,9 +927,6 @@ class Queue:
         A series keeps one waiting run: a retried old run that ends while its
         series' next run waits adds nothing.
         """
-        name, script, max_attempts, options_text = db.execute(
-            "SELECT name, script, max_attempts, options FROM jobs WHERE id = ?", (job_id,)
-        ).fetchone()
         options = json.loads(options_text)
         calendar = self._calendar_or_none(db, job_id, options, now)
         if calendar is None:
