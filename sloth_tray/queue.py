@@ -595,9 +595,9 @@ class Queue:
     def started(self, job_id: str, owner: str, child: dict[str, Any]) -> bool:
         """Remember the attempt's process; owner-checked like a heartbeat.
 
-        Called twice: before the spawn with the run's token only (so a crash
-        right after the spawn still leaves a way to find the orphan), then
-        with its pid, which is the `started` event.
+        Before the spawn with the run's token only, unless the claim stored it
+        already (so a crash right after the spawn still leaves a way to find the
+        orphan); then with its pid, which is the `started` event.
         """
         event = ("started", f"pid {child['pid']}") if "pid" in child else None
         if event is None:  # the token before a spawn: on disk before the process exists

@@ -276,7 +276,7 @@ class Runner:
                 self._end(child, readers, token)
                 return Attempt.failed(Reason.TIMED_OUT,
                                       f"timed out after {format_duration(timeout)}")
-            nudges, seen_nudges = self._nudges, seen_nudges
+            nudges = self._nudges
             if nudges == seen_nudges and self.queue.clock() < next_beat:
                 continue  # woken early by a ring meant for an earlier run: nothing to do
             seen_nudges = nudges
