@@ -15,7 +15,8 @@
 #                             with a real menu. auto: when GObject introspection's and
 #                             cairo's development files are there to build it (Debian:
 #                             libgirepository1.0-dev libcairo2-dev pkg-config); 1: must;
-#                             0: never (the tray is then pystray's plain X11 icon, no menu)
+#                             0: never (on a bare X11 tray with no StatusNotifier host,
+#                             the app then runs headless)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -73,10 +74,10 @@ if [ "$(uname -s)" = Linux ] && [ "$WITH_GTK" != 0 ]; then
         # PyGObject 3.51 and later need girepository-2.0 (GLib 2.80), newer than Debian 12's.
         if ! "${PIP[@]}" install --quiet "pygobject<3.51"; then
             [ "$WITH_GTK" = 1 ] && die "could not build PyGObject (Debian: apt-get install libgirepository1.0-dev libcairo2-dev pkg-config python3-dev)"
-            echo "PyGObject did not build: going on without it (the tray will be plain X11, no menu)"
+            echo "PyGObject did not build: going on without it (no icon on a bare X11 tray: headless there)"
         fi
     else
-        step "no PyGObject: the tray will be pystray's plain X11 icon, without a menu"
+        step "no PyGObject: on a bare X11 tray (no StatusNotifier host) the app runs headless"
         echo "(for the GTK tray: apt-get install libgirepository1.0-dev libcairo2-dev pkg-config, then run this again)"
     fi
 fi
