@@ -1,8 +1,8 @@
 """What the tray shows for a Snapshot: the icon's look, the title, the menu.
 
 Pure functions over immutable values, so every label, every enabled flag and
-the default action are tested without a display; tray.py only translates the
-result into pystray's objects.
+the default action are tested without a display; the surfaces only translate the
+result into their toolkit's objects (pystray_surface.py, desktop/dbusmenu.py).
 """
 
 from __future__ import annotations

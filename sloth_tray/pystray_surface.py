@@ -62,7 +62,7 @@ class PystraySurface:
         self._quit: Callable[[], None] = self.stop
         self.icon = pystray.Icon(APP_NAME, icon=render(Look.IDLE, ICON_PIXELS),
                                  title="sloth: starting", menu=pystray.Menu(self._items))
-        self.has_menu = bool(self.icon.HAS_MENU)
+        self.has_menu = True  # every backend used has one (the plain X11 one is refused)
         self.has_default_action = bool(self.icon.HAS_DEFAULT_ACTION)
 
     # -- life --------------------------------------------------------------------
@@ -124,8 +124,7 @@ class PystraySurface:
         self.menu_changed()
 
     def menu_changed(self) -> None:
-        if self.has_menu:
-            self.icon.update_menu()
+        self.icon.update_menu()
 
     def notify(self, title: str, message: str) -> None:
         """pystray's own notification (always with a title: darwin's crashes without)."""
@@ -133,15 +132,10 @@ class PystraySurface:
 
     def _items(self):
         """pystray calls this each time it shows the menu: fresh labels every time."""
-        items = self._build()
-        if not self.has_menu:  # a backend without menus: only the default action exists
-            default = next((item for item in items if item.default), None)
-            return (self.pystray.MenuItem(default.label, guarded(default.action, default.label),
-                                          default=True),) if default else ()
-        return tuple(self._convert(item) for item in items)
+        return tuple(self._convert(item) for item in self._build())
 
     def _convert(self, item: Item):
-        if item is SEPARATOR or item.label == SEPARATOR.label:
+        if item == SEPARATOR:
             return self.pystray.Menu.SEPARATOR
         if item.submenu:
             action = self.pystray.Menu(*(self._convert(sub) for sub in item.submenu))

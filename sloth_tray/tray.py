@@ -73,7 +73,6 @@ class Tray:
         self.home = daemon.home
         self.surface = surface or make_surface()
         self.backend = self.surface.name
-        self.notifications = notifications
         self.notifier = make_notifier(self.surface) if notifications else None
         self.opener = opener or self._open
         self._snapshot: Snapshot | None = None
@@ -138,6 +137,8 @@ class Tray:
     # -- telling the user ------------------------------------------------------------
 
     def _announce(self, job: FailedJob) -> None:
+        from sloth_tray.desktop.notify import FAILURE_ACTIONS  # the buttons' keys, below
+
         key = (job.id, job.at)
         if key in self._announced or job.refused:
             return
@@ -150,7 +151,7 @@ class Tray:
                 self.show_log(job.id)
 
         self._tell("sloth-tray: a job failed", f"{job.name}: {job.error}",
-                   actions=[("retry", "Retry"), ("log", "Show log")], on_action=act)
+                   actions=FAILURE_ACTIONS, on_action=act)
 
     def _announce_overdue(self, job: OverdueJob) -> None:
         """Once per overdue spell: again only after a success and a new delay."""

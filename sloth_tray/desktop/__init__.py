@@ -6,7 +6,9 @@ testable alone against a private bus; nothing here needs a compiler or PyGObject
 """
 
 import os
+import stat
 import sys
+from urllib.parse import quote
 
 
 def freedesktop() -> bool:
@@ -20,3 +22,20 @@ def display_available() -> bool:
     if not sys.platform.startswith("linux"):
         return True
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def session_address() -> str | None:
+    """The session bus's address: the environment's, else the per-user socket systemd
+    and dbus-broker make ($XDG_RUNTIME_DIR/bus), else None."""
+    address = os.environ.get("DBUS_SESSION_BUS_ADDRESS")
+    if address:
+        return address
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        socket_path = os.path.join(runtime, "bus")
+        try:
+            if stat.S_ISSOCK(os.stat(socket_path).st_mode):
+                return "unix:path=" + quote(socket_path, safe="-_/.")
+        except OSError:
+            pass
+    return None

@@ -16,6 +16,7 @@ from typing import Any
 from dbus_fast import DBusError, Message, MessageType
 from dbus_fast.aio import MessageBus
 
+from sloth_tray.desktop import session_address
 from sloth_tray.errors import SlothError
 
 log = logging.getLogger("sloth_tray")
@@ -39,7 +40,9 @@ def guarded(call: Callable[[], object], what: str = "") -> None:
 
 
 async def connect(address: str | None = None) -> MessageBus:
-    """The session bus (or the bus at `address`), connected; SlothError when unreachable."""
+    """The session bus (or the bus at `address`), connected; SlothError when unreachable.
+    Found as notifications and the opener find it (session_address)."""
+    address = address or session_address()
     try:
         bus = await MessageBus(bus_address=address).connect()
     except Exception as exc:  # OSError, AuthError, InvalidAddressError, ...: all mean "no bus"

@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
-from urllib.parse import quote
 
 log = logging.getLogger("sloth_tray")
 
@@ -272,27 +269,12 @@ async def _call(bus: Any, destination: str, path: str, interface: str, member: s
 
 # -- the session bus ----------------------------------------------------------------------
 
-def session_address() -> str | None:
-    """The session bus's address: the environment's, else the per-user socket systemd
-    and dbus-broker make ($XDG_RUNTIME_DIR/bus), else None."""
-    address = os.environ.get("DBUS_SESSION_BUS_ADDRESS")
-    if address:
-        return address
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime:
-        socket_path = os.path.join(runtime, "bus")
-        try:
-            if stat.S_ISSOCK(os.stat(socket_path).st_mode):
-                return "unix:path=" + quote(socket_path, safe="-_/.")
-        except OSError:
-            pass
-    return None
-
-
 async def session_bus(address: str | None = None, *, unix_fds: bool = False) -> Any:
     """A connected dbus-fast MessageBus on the session bus (ImportError without dbus-fast;
     OSError or dbus-fast's errors when there is no bus to reach)."""
     from dbus_fast.aio import MessageBus
+
+    from sloth_tray.desktop import session_address
 
     address = address or session_address()
     if address is None:
@@ -312,14 +294,11 @@ def _describe(exc: BaseException) -> str:
 class CallbackNotifier:
     """The same interface over a plain `show(title, body)`, such as a tray surface's own
     notification (pystray's, on macOS and Windows), or over nothing (None): the log.
-    It has no buttons: `actions` are left out, and the body says what happened. `post`
-    hands the call to the thread that owns `show` (the UI thread); without it `show`
+    It has no buttons: `actions` are left out, and the body says what happened. `show`
     runs on the caller's thread."""
 
-    def __init__(self, show: Callable[[str, str], object] | None,
-                 post: Callable[[Callable[[], object]], object] | None = None) -> None:
+    def __init__(self, show: Callable[[str, str], object] | None) -> None:
         self._show = show
-        self._post = post
         self._say_once = _SaysOnce()
 
     def notify(self, title: str, body: str, actions: Actions = (),
@@ -329,20 +308,9 @@ class CallbackNotifier:
             _to_log(title, body)
             return
 
-        def show() -> None:
-            try:
-                show_with(title, body)
-            except Exception as exc:  # no notification service on this desktop
-                self._say_once("failed", f"desktop notifications are off ({_describe(exc)}); "
-                               "they go to this log")
-                _to_log(title, body)
-
         try:
-            if self._post is None:
-                show()
-            else:
-                self._post(show)
-        except Exception as exc:
-            self._say_once("post", f"desktop notifications are off ({_describe(exc)}); "
+            show_with(title, body)
+        except Exception as exc:  # no notification service on this desktop
+            self._say_once("failed", f"desktop notifications are off ({_describe(exc)}); "
                            "they go to this log")
             _to_log(title, body)

@@ -21,7 +21,8 @@ from typing import Any
 
 from sloth_tray import procs
 from sloth_tray.desktop import freedesktop
-from sloth_tray.desktop.notify import Notifies, session_bus
+from sloth_tray.desktop.notify import Notifies, _describe, session_bus
+from sloth_tray.presenter import tilde
 
 log = logging.getLogger("sloth_tray")
 
@@ -42,11 +43,6 @@ def open_path(path: str | os.PathLike[str], notifier: Notifies | None = None) ->
     _in_background(open_now, path, notifier)
 
 
-def reveal_path(path: str | os.PathLike[str], notifier: Notifies | None = None) -> None:
-    """Show a file in its folder (selected, where the file manager can). Returns at once."""
-    _in_background(reveal_now, path, notifier)
-
-
 def open_now(path: str | os.PathLike[str], notifier: Notifies | None = None) -> str:
     """Open `path` on this thread (which must not be running an asyncio loop).
     Returns the way that took it ("portal", "file-manager", "xdg-open", "gio", "open",
@@ -55,7 +51,8 @@ def open_now(path: str | os.PathLike[str], notifier: Notifies | None = None) -> 
 
 
 def reveal_now(path: str | os.PathLike[str], notifier: Notifies | None = None) -> str:
-    """`reveal_path` on this thread; returns the way taken, as `open_now` does."""
+    """Show a file in its folder (selected, where the file manager can), on this
+    thread; returns the way taken, as `open_now` does."""
     return _open(path, notifier, reveal=True)
 
 
@@ -103,7 +100,7 @@ def _nothing(target: Path, notifier: Notifies | None) -> str:
 
 
 def _cannot(path: str | os.PathLike[str], why: str, notifier: Notifies | None) -> None:
-    sentence = f"cannot open {_tilde(path)}: {why}; open it yourself"
+    sentence = f"cannot open {tilde(str(path), str(Path.home()))}: {why}; open it yourself"
     if notifier is None:
         log.warning("%s", sentence)
         return
@@ -111,16 +108,6 @@ def _cannot(path: str | os.PathLike[str], why: str, notifier: Notifies | None) -
         notifier.notify(TITLE, sentence)
     except Exception:  # a notifier must not raise, but the sentence must still be said
         log.warning("%s", sentence)
-
-
-def _tilde(path: str | os.PathLike[str]) -> str:
-    text, home = str(path), str(Path.home())
-    return "~" + text[len(home):] if home not in ("", "/") and text.startswith(home + os.sep) \
-        else text
-
-
-def _describe(exc: BaseException) -> str:
-    return str(exc) or type(exc).__name__
 
 
 # -- programs -----------------------------------------------------------------------------
