@@ -12,6 +12,7 @@ from pathlib import Path
 
 from sloth_tray import safety
 from sloth_tray.errors import DatabaseProblem
+from sloth_tray.paths import DB_SIDES
 
 # Marks the file as ours (PRAGMA application_id): "SLTH".
 APPLICATION_ID = 0x534C5448
@@ -161,7 +162,7 @@ def prepare_file(path: Path) -> None:
     except PermissionError:
         raise DatabaseProblem(f"cannot create the queue at {path}: permission denied") from None
     os.close(fd)  # the file is new: no connection can hold locks on it yet
-    for side in ("-wal", "-shm", "-journal"):  # left by an earlier database of that name
+    for side in DB_SIDES:  # left by an earlier database of that name
         safety.own_entry(path.with_name(path.name + side), folder=False)
 
 
@@ -173,7 +174,7 @@ def _vet_existing(path: Path) -> None:
     SQLite may take a file too short to hold its header for an empty database
     and write over it; such a file is damaged, and refused."""
     for checked in (path, *(path.with_name(path.name + side)
-                            for side in ("-wal", "-shm", "-journal"))):
+                            for side in DB_SIDES)):
         safety.own_entry(checked, folder=False)
     size = os.lstat(path).st_size
     if 0 < size < MIN_DATABASE_BYTES:

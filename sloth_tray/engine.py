@@ -243,7 +243,7 @@ class Engine:
             self.alarm.ring()
             self._publish()
 
-        self._submit(act)
+        self._actions.submit(act)
 
     def _publish_soon(self) -> None:
         """A publish on the action thread; a burst of wakes (a thousand drops)
@@ -262,14 +262,9 @@ class Engine:
                 self._publish_queued = False  # a change after this reads again
             self._publish()
 
-        if not self._submit(publish):
+        if not self._actions.submit(publish):
             with self._publish_queued_lock:
                 self._publish_queued = False
-
-    def _submit(self, work: Callable[[], None]) -> bool:
-        """Run `work` on the action thread; False once the engine has stopped (a
-        doorbell rung during the quit changes nothing any more)."""
-        return self._actions.submit(work)
 
     # -- the loop -------------------------------------------------------------
 

@@ -41,7 +41,6 @@ log = logging.getLogger("sloth_tray")
 
 SETTLE = 0.5
 IGNORED_ENDINGS = ("~", ".swp", ".tmp", ".part", ".partial", ".crdownload")
-POSIX = os.name == "posix"
 
 
 def ignored(name: str) -> bool:

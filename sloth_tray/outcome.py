@@ -53,7 +53,6 @@ class Outcome(StrEnum):
 class Result:
     outcome: Outcome
     detail: str
-    reason: Reason | None = None
 
 
 LOST = Result(Outcome.LOST, "another worker holds the job now")
@@ -82,8 +81,7 @@ def record(queue: Queue, owner: str, job: Job, attempt: Attempt) -> Result:
         if state is None:
             return LOST
         if state == State.FAILED:
-            return Result(Outcome.FAILED, queue.get(job.id).last_error or attempt.detail,
-                          Reason.LATER_TOO_LONG)
+            return Result(Outcome.FAILED, queue.get(job.id).last_error or attempt.detail)
         return Result(Outcome.LATER, attempt.detail)
     if attempt.ending == Ending.LEASE_LOST:
         return Result(Outcome.LOST, attempt.detail or LOST.detail)
@@ -92,4 +90,4 @@ def record(queue: Queue, owner: str, job: Job, attempt: Attempt) -> Result:
     if state is None:
         return LOST
     outcome = Outcome.FAILED if state == State.FAILED else Outcome.RETRYING
-    return Result(outcome, attempt.detail, reason)
+    return Result(outcome, attempt.detail)

@@ -178,15 +178,10 @@ def kill_strays(token: str, since: int | None = None) -> int:
 
 
 def kill_orphan(child: dict[str, Any]) -> int:
-    """Kill what is left of a run whose daemon died. Returns how many were signalled.
-
-    On Linux, any process that carries the run's token in its environment is
-    ours (grandchildren included, whatever group they moved to). Elsewhere,
-    the group is killed only if its leader is the very process we started
-    (same pid and same start time).
-    """
-    if FINDS_RUNS_BY_ENVIRONMENT and child.get("token"):
-        return kill_strays(child["token"])
+    """Kill what is left of a run whose daemon died, where processes cannot be found by
+    their environment (not Linux: there kill_runs_of does it). Returns how many were
+    signalled. The group is killed only if its leader is the very process we started
+    (same pid and same start time)."""
     pid = child.get("pid")
     if not WINDOWS and pid and child.get("start") and start_time(pid) == child["start"]:
         try:

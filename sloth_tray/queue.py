@@ -211,7 +211,7 @@ class Queue:
         self.backoff_cap = float(backoff_cap)
         self.busy_timeout = float(busy_timeout)
         self._lock = threading.RLock()  # re-entered by the writes inside a batch()
-        self._batching = False
+        self._in_transaction = False  # ours, open (under the lock): a batch's writes join it
         self._synchronous = synchronous
         prepare_file(self.path)
         try:
@@ -309,20 +309,8 @@ class Queue:
         The daemon's loop records an attempt's outcome and claims the next job in
         one (outcome.record + claim): two commits per job where there were four.
         """
-        with self._lock, self._translated_errors():
-            if self._batching:  # already inside one: it is that transaction
-                yield
-                return
-            self._db.execute("BEGIN IMMEDIATE")
-            self._batching = True
-            try:
-                yield
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._roll_back()
-                raise
-            finally:
-                self._batching = False
+        with self._transaction():
+            yield
 
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:
@@ -340,19 +328,22 @@ class Queue:
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """BEGIN IMMEDIATE ... COMMIT: take the write lock before reading (inside a
-        batch, the batch is the transaction)."""
+        """BEGIN IMMEDIATE ... COMMIT: take the write lock before reading. Inside one
+        already open on this connection (a batch), that one is the transaction."""
         with self._lock, self._translated_errors():
-            if self._batching:
+            if self._in_transaction:
                 yield self._db
                 return
             self._db.execute("BEGIN IMMEDIATE")
+            self._in_transaction = True
             try:
                 yield self._db
                 self._db.execute("COMMIT")
             except BaseException:
                 self._roll_back()
                 raise
+            finally:
+                self._in_transaction = False
 
     def _roll_back(self) -> None:
         """After a failure inside a transaction, or of its COMMIT (a full disk): never
