@@ -36,7 +36,7 @@ WIDEST_SHIFT = timedelta(hours=3)
 COUNTED = 1000
 SHOWN = 5  # missed times an event names
 
-WINDOW = limits.Limit("window", limits.Kind.DURATION, 60.0, limits.TEN_YEARS)
+WINDOW = limits.WINDOW
 
 AT_FORM = ("a time as HH:MM, several joined by commas, after the days when not every day: "
            '09:00, 09:00,17:30, mon-fri@09:00, sat,sun@10:30, or "mon-fri 09:00" in quotes')

@@ -40,11 +40,21 @@ def test_timerfd_alarm_wakes_at_the_wall_clock_deadline_not_before():
 
 
 @linux
+def waited(alarm, deadline, within: float) -> bool:
+    """Whether alarm.wait(deadline), on a thread, returned within `within` seconds."""
+    thread = threading.Thread(target=alarm.wait, args=(deadline,), daemon=True)
+    thread.start()
+    thread.join(within)
+    return not thread.is_alive()
+
+
 def test_rings_before_the_wait_are_not_lost():
     alarm = TimerfdAlarm()
-    alarm.ring()
-    alarm.wait(None)  # would block forever if the ring were lost
-    alarm.close()
+    try:
+        alarm.ring()
+        assert waited(alarm, None, 5)  # a lost ring: a wait with no end
+    finally:
+        alarm.close()
 
 
 def test_make_alarm_falls_back_to_a_bounded_wait_for_an_injected_clock(clock):
@@ -80,11 +90,25 @@ def test_one_lock_holder_at_a_time_and_the_pid_is_told(tmp_path):
     InstanceLock(path).acquire().release()
 
 
-@pytest.mark.parametrize("deadline", [math.inf, math.nan, 1e300, -1e300, 2.0**63])
-def test_any_deadline_at_all_arms_the_alarm_and_a_ring_still_ends_the_wait(deadline):
+@pytest.mark.parametrize("deadline", [math.inf, math.nan, 1e300, 2.0**63])
+def test_a_deadline_too_far_or_not_a_number_waits_and_a_ring_still_ends_it(deadline):
     alarm = make_alarm()
     try:
+        thread = threading.Thread(target=alarm.wait, args=(deadline,), daemon=True)
+        thread.start()
+        thread.join(0.3)  # the scenario: it must not end by itself
+        assert thread.is_alive(), "a far deadline ended the wait at once"
         alarm.ring()
-        alarm.wait(deadline)  # returns at the ring: never an error, never a hang
+        thread.join(5)
+        assert not thread.is_alive(), "the ring did not end the wait"
+    finally:
+        alarm.close()
+
+
+@pytest.mark.parametrize("deadline", [-1e300, -math.inf, 0.0, 1.0])
+def test_a_deadline_in_the_past_ends_the_wait_at_once(deadline):
+    alarm = make_alarm()
+    try:
+        assert waited(alarm, deadline, 5)
     finally:
         alarm.close()

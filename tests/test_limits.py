@@ -47,6 +47,8 @@ FUZZ = settings(max_examples=300, deadline=None, database=None)
     (limits.LOG_CAP, [1, 1024, 1024**4], [0, -1, 1024**4 + 1, 1.5, False]),
     (limits.OLDER_THAN, [0, 7 * 86400, 3650 * 86400], [-1, math.inf, 3651 * 86400]),
     (limits.LIST_LIMIT, [0, 50, 1_000_000], [-1, 1_000_001, 2**63]),
+    (limits.GRACE, [60, 3650 * 86400], [59.9, 0, -1, math.inf, math.nan, 10**400]),
+    (limits.WINDOW, [60, 6 * 3600, 3650 * 86400], [59, 0, -math.inf, math.nan, 3651 * 86400]),
 ])
 def test_each_limit_keeps_its_range_and_refuses_just_outside_it(limit, inside, outside):
     for value in inside:
@@ -189,6 +191,40 @@ def test_fuzz_a_header_value_is_in_range_or_one_sentence_naming_the_key(key, val
         assert OPTIONS[key].contains(options[key]), (key, value, options)
 
 
+# grace= and window= only stand beside what they qualify.
+BESIDE = {"grace": "every=1h", "window": "at=09:00"}
+QUALIFIERS = {"grace": limits.GRACE, "window": limits.WINDOW}
+
+
+@FUZZ
+@given(key=st.sampled_from(sorted(BESIDE)), value=number_texts.filter(one_token))
+def test_fuzz_grace_and_window_are_in_range_or_one_sentence_naming_the_key(key, value):
+    try:
+        options = parse_options(f"#!/bin/sh\n# sloth: {BESIDE[key]} {key}={value}\n".encode(),
+                                "job.sh")
+    except BadJobFile as exc:
+        message = str(exc)
+        assert message.startswith("job.sh, line 2: bad value ") and "\n" not in message
+        assert f" for {key}: use " in message and QUALIFIERS[key].range_text in message
+    else:
+        assert QUALIFIERS[key].contains(options[key]), (key, value, options)
+
+
+@pytest.mark.parametrize("key, value", [("grace", math.nan), ("grace", -1), ("window", math.inf),
+                                        ("every", 0), ("lease", 10**400)])
+def test_options_a_program_pushes_are_checked_as_a_header_is(tmp_path, key, value):
+    from sloth_tray.queue import Queue
+
+    options = {key: value, **({"at": "09:00"} if key == "window" else {}),
+               **({"every": 3600} if key == "grace" else {})}
+    with Queue(tmp_path / "q.db") as queue, pytest.raises(SlothError) as caught:
+        queue.push("job", options=options)
+    assert str(caught.value).startswith("the job's options: bad value ")
+    assert f" for {key}: " in str(caught.value) and "\n" not in str(caught.value)
+    with Queue(tmp_path / "q.db") as queue:
+        assert queue.jobs() == []
+
+
 def toml_literal(value: object) -> str:
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)  # a TOML basic string, or invalid TOML
@@ -256,7 +292,8 @@ def test_the_readme_limits_table_says_what_the_code_checks():
                   for row in section.splitlines() if row.startswith("| ") and "---" not in row}
     rows = {"lease": limits.LEASE, "attempts": limits.ATTEMPTS, "timeout": limits.TIMEOUT,
             "every": limits.EVERY, "delay": limits.DELAY, "log cap": limits.LOG_CAP,
-            "age": limits.OLDER_THAN, "jobs listed": limits.LIST_LIMIT}
+            "age": limits.OLDER_THAN, "jobs listed": limits.LIST_LIMIT,
+            "grace": limits.GRACE, "catch-up window": limits.WINDOW}
     for what, limit in rows.items():
         said = (limit.range_text.replace(" and at most ", ", at most ")
                 .replace("between ", "").replace(" and ", " to "))
