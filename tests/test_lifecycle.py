@@ -244,3 +244,25 @@ def test_ctrl_c_on_an_add_waiting_for_a_locked_queue_exits_and_queues_nothing(ho
         blocker.close()
     restart(pids, home)
     assert jobs(home) == [] and not ran.exists()
+
+
+def test_run_now_then_restart_runs_the_job_once_and_a_series_keeps_its_clock(home, tmp_path,
+                                                                               pids):
+    runs = tmp_path / "runs"
+    once = add(home, "later.sh", f"echo once >> {runs}", "--delay", "1h")
+    series = tmp_path / "hourly.sh"
+    series.write_text(f"# sloth: every=1h\necho hourly >> {runs}\n")
+    first = sloth(home, "add", str(series), "--delay", "1h").stdout.strip()
+    sloth(home, "run-now", once, first)  # with the daemon down: due now, kept in the file
+    restart(pids, home)
+    restart(pids, home)  # a second start finds nothing more to do
+    assert sorted(runs.read_text().split()) == ["hourly", "once"]
+    by_name: dict[str, list[dict]] = {}
+    for job in jobs(home):
+        by_name.setdefault(job["name"], []).append(job)
+    assert [j["state"] for j in by_name["later"]] == ["done"]
+    states = sorted(j["state"] for j in by_name["hourly"])
+    assert states == ["done", "pending"]  # one run, one next run: not a burst, not lost
+    (following,) = [j for j in by_name["hourly"] if j["state"] == "pending"]
+    (ran,) = [j for j in by_name["hourly"] if j["state"] == "done"]
+    assert following["not_before"] >= ran["updated_at"] + 3600 - 60
