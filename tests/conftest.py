@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -147,6 +148,24 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+class Recorder:
+    """The menu's controls (presenter.Controls), remembering what the menu asked for,
+    with what, and on which thread; a control named in `failing` raises."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.threads: set[str] = set()
+        self.failing: set[str] = set()
+
+    def __getattr__(self, name: str):
+        def control(*args):
+            self.threads.add(threading.current_thread().name)
+            self.calls.append((name, *args))
+            if name in self.failing:
+                raise OSError(f"{name} could not open anything")
+        return control
 
 
 def to_other_thread(pid: int, sig: int) -> None:

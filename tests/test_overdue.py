@@ -11,7 +11,7 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 import pytest
-from conftest import FakeClock
+from conftest import FakeClock, Recorder
 
 from sloth_tray import overdue, presenter
 from sloth_tray.alarm import Alarm
@@ -260,13 +260,6 @@ def test_the_look_is_overdue_when_nothing_failed_and_failed_still_wins():
     assert presenter.look(Snapshot(overdue=(LATE,), running=RunningJob(
         "r1", "x", 1, 5, NOW))) == Look.RUNNING
     assert presenter.look(Snapshot()) == Look.IDLE
-
-
-class Recorder:
-    """Controls that do nothing: the overdue rows have no action."""
-
-    def __getattr__(self, name: str):
-        return lambda *args: None
 
 
 def test_the_title_and_the_menu_say_what_is_overdue():

@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from conftest import Recorder
 
 from sloth_tray import presenter
 from sloth_tray.engine import FailedJob, RunningJob, Snapshot, WaitingJob
 from sloth_tray.icons import Look, render
 
 NOW = 1_000_000.0
-
-
-class Recorder:
-    """Controls that remember what the menu asked for."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple] = []
-
-    def __getattr__(self, name: str):
-        return lambda *args: self.calls.append((name, *args))
 
 
 IDLE = Snapshot()

@@ -10,6 +10,7 @@ import importlib
 import sys
 
 import pytest
+from conftest import Recorder
 
 from sloth_tray import presenter
 from sloth_tray.engine import FailedJob, RunningJob, Snapshot, WaitingJob
@@ -25,16 +26,6 @@ BUSY = Snapshot(
     waiting=(WaitingJob("w1", "tidy_downloads", NOW + 240),),
     overdue=(OverdueJob("nightly", NOW - 3 * 86400, "failing: rsync: connection refused"),),
 )
-
-
-class Recorder:
-    """Controls that remember what the menu asked for, and with what."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple] = []
-
-    def __getattr__(self, name: str):
-        return lambda *args: self.calls.append((name, *args))
 
 
 @pytest.fixture
@@ -97,11 +88,9 @@ def test_an_item_that_raises_is_logged_and_the_menu_goes_on(dummy_pystray, caplo
 
     surface = PystraySurface()
 
-    class Broken(Recorder):
-        def quit(self) -> None:
-            raise RuntimeError("boom")
-
-    surface.set_menu(lambda: presenter.menu(BUSY, Broken(), NOW))
+    broken = Recorder()
+    broken.failing = {"quit"}
+    surface.set_menu(lambda: presenter.menu(BUSY, broken, NOW))
     quit_entry = tuple(surface.icon.menu.items)[-1]
     assert str(quit_entry.text) == "Quit"
     quit_entry(surface.icon)  # no exception reaches pystray

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import pytest
-from conftest import wait_for
+from conftest import Recorder, wait_for
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or shutil.which("dbus-daemon") is None,
@@ -140,23 +140,6 @@ class Panel:
         self.bus.disconnect()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
-
-
-class Recorder:
-    """Controls that remember what the menu asked for, and on which thread."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple] = []
-        self.threads: set[str] = set()
-        self.failing: set[str] = set()
-
-    def __getattr__(self, name: str):
-        def control(*args):
-            self.threads.add(threading.current_thread().name)
-            self.calls.append((name, *args))
-            if name in self.failing:
-                raise OSError(f"{name} could not open anything")
-        return control
 
 
 class Scene:
