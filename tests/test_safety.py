@@ -532,3 +532,34 @@ def test_an_unreadable_jobs_folder_is_one_sentence_for_an_ordinary_user(shared):
                           "--jobs-dir", str(jobs), timeout=30)
     one_sentence(done, f"the jobs folder {jobs} cannot be read and written by you "
                        "(mode 0000); sloth-tray must list it and move each drop out of it")
+
+
+def test_a_jobs_folder_another_user_makes_again_after_its_removal_never_runs_their_file(
+        shared, tmp_path, pids):
+    """The jobs folder sits in a folder everyone may write to (like /tmp). It is
+    removed while the app runs, and another user makes it again and drops a script in:
+    the app watches it again, takes the drop, and refuses it; it never runs."""
+    from conftest import start_daemon, wait_for
+
+    home = real_home(tmp_path / "home")
+    jobs = shared / "jobs"
+    jobs.mkdir(mode=0o700)
+    daemon = start_daemon(pids, home, "--jobs-dir", str(jobs))
+    shutil.rmtree(jobs)
+    ran = shared / "ran"
+    planted = subprocess.run(
+        ["setpriv", f"--reuid={OTHER}", f"--regid={other_ids()[1]}", "--clear-groups",
+         "sh", "-c", f"mkdir -m 755 {jobs} && printf 'touch {ran}\\n' > {jobs}/evil.sh"],
+        capture_output=True, text=True, timeout=30, cwd="/")
+    assert planted.returncode == 0, planted.stderr
+
+    def planted_job():
+        with Queue(home.db) as queue:
+            return next((job for job in queue.jobs() if job.name == "evil"), None)
+
+    job = wait_for(planted_job, what="the planted drop to be taken")
+    with Queue(home.db) as queue:
+        wait_for(lambda: queue.get(job.id).state == "failed", what="the drop to be refused")
+        assert queue.get(job.id).last_error == "refused: not owned by you"
+        assert "claimed" not in [e.kind for e in queue.history(job.id)]  # never run
+    assert not ran.exists() and daemon.poll() is None
