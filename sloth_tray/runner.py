@@ -192,8 +192,10 @@ class Runner:
         """Run one claimed job and say how it ended. `running_for` (seconds, call):
         call once the job has run that long (the engine shows it as running then)."""
         sleep_watch = SleepWatch(self.queue.clock, self.monotonic)  # from the claim on
+        if not job.script:  # pushed by a program with nothing to run
+            return Attempt.failed(Reason.UNRUNNABLE, "the job has no script to run")
         try:
-            command = command_for(Path(job.script or ""))
+            command = command_for(Path(job.script))
         except BadJobFile as exc:
             return Attempt.failed(Reason.UNRUNNABLE, str(exc))
         workdir = Path.home()

@@ -443,3 +443,13 @@ def test_a_missing_home_folder_is_said_as_such(home, monkeypatch):
     assert result.outcome == Outcome.FAILED
     assert "working folder" in result.detail and "does not exist" in result.detail
     assert queue.get(job.id).reason == Reason.COULD_NOT_START
+
+
+def test_a_job_pushed_without_a_script_fails_with_a_sentence_saying_so(home):
+    queue = Queue(home.db)
+    queue.push("note_to_self", script=None)  # a program's push: the API allows it
+    job = queue.claim("me")
+    result = run_and_record(Runner(queue, home, "me"), job)
+    failed = queue.get(job.id)
+    assert (result.outcome, failed.reason) == (Outcome.FAILED, "unrunnable")
+    assert failed.last_error == "the job has no script to run"
