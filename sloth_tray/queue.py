@@ -392,6 +392,13 @@ class Queue:
         options = dict(options or {})
         for key in options.keys() & JOB_OPTIONS.keys():  # a value no claim could use: refused
             options[key] = JOB_OPTIONS[key].check(options[key], "the job's options")
+        for key in options.keys() & WORD_OPTIONS.keys():  # as a header's words are read
+            read, accepted = WORD_OPTIONS[key]
+            try:
+                options[key] = read(options[key])
+            except (ValueError, TypeError):
+                raise SlothError(f"the job's options: bad value {limits.shown(options[key])} "
+                                 f"for {key}: use {accepted}") from None
         if options.get("every"):
             options.setdefault("scheduled", now + delay)  # the series' clock
         not_before = self._first_calendar_time(options, now + delay)
@@ -814,15 +821,8 @@ class Queue:
         return self._tz
 
     def _first_calendar_time(self, options: dict[str, Any], earliest: float) -> float | None:
-        """Vet a calendar job's options and set its first run at its first calendar time
-        after `earliest` (the push, plus any delay=); None for any other job."""
-        for key in options.keys() & WORD_OPTIONS.keys():
-            read, accepted = WORD_OPTIONS[key]
-            try:
-                options[key] = read(options[key])
-            except (ValueError, TypeError):
-                raise SlothError(f"the job's options: bad value {limits.shown(options[key])} "
-                                 f"for {key}: use {accepted}") from None
+        """A calendar job's first run: its first calendar time after `earliest` (the
+        push, plus any delay=); None for any other job."""
         calendar = schedule.calendar_of(options)
         if calendar is None:
             return None
