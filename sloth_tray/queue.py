@@ -639,11 +639,12 @@ class Queue:
         detail = detail[:ERROR_LIMIT]
         with self._transaction() as db:
             row = db.execute(
-                "SELECT history FROM jobs WHERE id = ? AND state = 'running' "
+                "SELECT history, attempts FROM jobs WHERE id = ? AND state = 'running' "
                 "AND lease_owner = ?", (job_id, owner)).fetchone()
             if row is None:
                 return None
-            earlier = _trailing_laters(json.loads(row[0]))
+            history, attempts = row
+            earlier = _trailing_laters(json.loads(history))
             since = earlier[0] if earlier else now
             if now - since >= LATER_FOR_AT_MOST:
                 error = (f"it asked to run later for {format_duration(now - since)} "
@@ -656,8 +657,7 @@ class Queue:
                          ("later", f"{detail}; asked to run later: next try in "
                                    f"{format_duration(delay)}"),
                          last_error=detail, not_before=now + delay,
-                         attempts=db.execute("SELECT max(attempts - 1, 0) FROM jobs "
-                                             "WHERE id = ?", (job_id,)).fetchone()[0])
+                         attempts=max(attempts - 1, 0))  # this attempt does not count
             return State.PENDING
 
     def fail(self, job_id: str, owner: str, error: str,
