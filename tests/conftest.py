@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from sloth_tray.engine import FailedJob, RunningJob, Snapshot, WaitingJob
 from sloth_tray.queue import Queue
 
 
@@ -148,6 +149,18 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+# A tray's state with something in every section, as the menu tests show it.
+NOW = 1_000_000.0
+BUSY = Snapshot(
+    pending=1, failed_count=2,
+    running=RunningJob("a1", "backup_home", 2, 5, NOW - 42),
+    failed_jobs=(FailedJob("f1", "disk_check", "disk 82% full", NOW - 5),
+                 FailedJob("r1", "evil_link", "refused: it is a symbolic link", NOW - 1,
+                           refused=True)),
+    waiting=(WaitingJob("w1", "tidy_downloads", NOW + 240),),
+)
 
 
 class Recorder:

@@ -8,24 +8,16 @@ from __future__ import annotations
 
 import importlib
 import sys
+from dataclasses import replace
 
 import pytest
-from conftest import Recorder
+from conftest import BUSY, NOW, Recorder
 
 from sloth_tray import presenter
-from sloth_tray.engine import FailedJob, RunningJob, Snapshot, WaitingJob
 from sloth_tray.overdue import OverdueJob
 
-NOW = 1_000_000.0
-BUSY = Snapshot(
-    pending=1, failed_count=2,
-    running=RunningJob("a1", "backup_home", 2, 5, NOW - 42),
-    failed_jobs=(FailedJob("f1", "disk_check", "disk 82% full", NOW - 5),
-                 FailedJob("r1", "evil_link", "refused: it is a symbolic link", NOW - 1,
-                           refused=True)),
-    waiting=(WaitingJob("w1", "tidy_downloads", NOW + 240),),
-    overdue=(OverdueJob("nightly", NOW - 3 * 86400, "failing: rsync: connection refused"),),
-)
+BUSY = replace(BUSY, overdue=(OverdueJob("nightly", NOW - 3 * 86400,
+                                          "failing: rsync: connection refused"),))
 
 
 @pytest.fixture

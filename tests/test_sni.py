@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import pytest
-from conftest import Recorder, wait_for
+from conftest import BUSY, NOW, Recorder, wait_for
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or shutil.which("dbus-daemon") is None,
@@ -46,26 +46,17 @@ from sloth_tray.desktop.sni import (  # noqa: E402
     argb32,
     watcher_present,
 )
-from sloth_tray.engine import FailedJob, RunningJob, Snapshot, WaitingJob  # noqa: E402
+from sloth_tray.engine import Snapshot  # noqa: E402
 from sloth_tray.errors import SlothError  # noqa: E402
 from sloth_tray.icons import Look, render  # noqa: E402
 from sloth_tray.surface import Appearance, Status  # noqa: E402
 
-NOW = 1_000_000.0
 WATCHER = "org.kde.StatusNotifierWatcher"
 ITEM = "org.kde.StatusNotifierItem"
 MENU = "com.canonical.dbusmenu"
 PROPS = "org.freedesktop.DBus.Properties"
 Strs = Annotated[list[str], DBusSignature("as")]
 
-BUSY = Snapshot(
-    pending=1, failed_count=2,
-    running=RunningJob("a1", "backup_home", 2, 5, NOW - 42),
-    failed_jobs=(FailedJob("f1", "disk_check", "disk 82% full", NOW - 5),
-                 FailedJob("r1", "evil_link", "refused: it is a symbolic link", NOW - 1,
-                           refused=True)),
-    waiting=(WaitingJob("w1", "tidy_downloads", NOW + 240),),
-)
 QUIET = Snapshot(done=3)
 
 

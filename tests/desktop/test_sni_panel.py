@@ -274,26 +274,8 @@ def test_a_cli_retry_while_a_job_runs_shows_in_the_panel_within_a_second(panel, 
     assert state(home, failing) == State.PENDING
 
 
-def test_a_stop_signal_to_any_thread_quits_and_gives_the_running_job_back(panel, pids,
-                                                                          tmp_path):
-    home = locate(tmp_path / "home").ensure()
-    app = pids.popen([sys.executable, "-m", "sloth_tray", "run", "--home", str(home.root)],
-                     env=panel, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: "StatusNotifierItem" in registered_items(panel),
-             what="the item to register with the panel")
-    started = tmp_path / "started"
-    slow = add(home, panel, "slow", f"echo $$ > {started}\nsleep 300\n")
-    child = pids.add(int(wait_for(lambda: started.exists() and started.read_text().strip(),
-                                  what="the slow job to start")))
-    to_other_thread(app.pid, signal.SIGTERM)
-    assert app.wait(timeout=20) == 0
-    assert state(home, slow) == State.PENDING
-    assert history(home, slow)[-1] == "released"
-    assert not alive(child)
-
-
-def test_quit_from_the_menu_while_a_job_runs_gives_the_job_back_and_stops_it(panel, pids,
-                                                                             tmp_path):
+@pytest.mark.parametrize("how", ["a stop signal to any thread", "Quit in the menu"])
+def test_a_quit_while_a_job_runs_gives_the_job_back_and_stops_it(panel, pids, tmp_path, how):
     home = locate(tmp_path / "home").ensure()
     app = pids.popen([sys.executable, "-m", "sloth_tray", "run", "--home", str(home.root)],
                      env=panel, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -303,7 +285,10 @@ def test_quit_from_the_menu_while_a_job_runs_gives_the_job_back_and_stops_it(pan
     slow = add(home, panel, "slow", f"echo $$ > {started}\nsleep 300\n")
     child = pids.add(int(wait_for(lambda: started.exists() and started.read_text().strip(),
                                   what="the slow job to start")))
-    choose(panel, "Up")  # Quit: the last row
+    if how == "Quit in the menu":
+        choose(panel, "Up")  # Quit: the last row
+    else:
+        to_other_thread(app.pid, signal.SIGTERM)
     assert app.wait(timeout=20) == 0
     assert (state(home, slow), history(home, slow)[-1]) == (State.PENDING, "released")
     assert not alive(child)
