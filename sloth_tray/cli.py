@@ -13,21 +13,23 @@ import json
 import os
 import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
 
 from sloth_tray import __version__, config, limits
 from sloth_tray.display import printable
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home, locate
-from sloth_tray.queue import Job, Queue, Reason, State
+from sloth_tray.states import Reason, State
 from sloth_tray.timefmt import clock_time, relative
 
+TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
     from sloth_tray.app import Daemon
     from sloth_tray.outcome import Result
+    from sloth_tray.queue import Job, Queue
 
 Command = Callable[[argparse.Namespace, Home], int]
 BROKEN_PIPE_STATUS = 128 + 13  # 128 + SIGPIPE, as a shell reports a tool the signal stopped
@@ -41,6 +43,8 @@ def command(function: Command) -> Command:
 
 
 def open_queue(home: Home) -> Queue:
+    from sloth_tray.queue import Queue  # here: `status` reads without it (glance.py)
+
     home.ensure()
     return Queue(home.db)
 
@@ -91,10 +95,9 @@ def cmd_paths(args: argparse.Namespace, home: Home) -> int:
 
 @command
 def cmd_status(args: argparse.Namespace, home: Home) -> int:
-    with open_queue(home) as queue:
-        counts = queue.summary()
-        late = queue.overdue(paused=bool(counts["paused"])).overdue
-    counts["overdue"] = len(late)  # recurring jobs with no success for a period and a grace
+    from sloth_tray import glance
+
+    counts = glance.read(home)  # "overdue": recurring jobs with no success for a period + grace
     if args.json:
         emit_json(counts)
     else:
@@ -176,7 +179,7 @@ def cmd_show(args: argparse.Namespace, home: Home) -> int:
     return 0
 
 
-Hint = Callable[[Job], "str | None"]
+Hint = Callable[["Job"], "str | None"]
 
 
 def _each_job(home: Home, ids: Sequence[str], act: Callable[[Queue, str], bool],
@@ -240,7 +243,8 @@ def cmd_retry(args: argparse.Namespace, home: Home) -> int:
 
 @command
 def cmd_run_now(args: argparse.Namespace, home: Home) -> int:
-    status = _each_job(home, args.ids, Queue.run_now, "run now", "due now", _retry_instead)
+    status = _each_job(home, args.ids, lambda queue, job_id: queue.run_now(job_id),
+                       "run now", "due now", _retry_instead)
     with open_queue(home) as queue:
         paused = queue.paused()
     if paused and status == 0:
@@ -270,7 +274,8 @@ def cmd_resume(args: argparse.Namespace, home: Home) -> int:
 
 @command
 def cmd_cancel(args: argparse.Namespace, home: Home) -> int:
-    return _each_job(home, args.ids, Queue.cancel, "cancel", "cancelled")
+    return _each_job(home, args.ids, lambda queue, job_id: queue.cancel(job_id),
+                     "cancel", "cancelled")
 
 
 @command
@@ -427,32 +432,46 @@ class _NotBuilt:
         return None
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The whole command line; with `only`, just that command's parser among the
-    commands (argparse looks up translations for every parser it builds: a tenth
-    of what `status` costs)."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--home", default=argparse.SUPPRESS, metavar="DIR",
+def add_common(parser: argparse.ArgumentParser) -> None:
+    """The options every command takes: where the home, the settings and the jobs are."""
+    parser.add_argument("--home", default=argparse.SUPPRESS, metavar="DIR",
                         help="the app's folder (default: $SLOTH_TRAY_HOME or the "
                              "platform's data dir)")
-    common.add_argument("--config", default=argparse.SUPPRESS, metavar="FILE",
+    parser.add_argument("--config", default=argparse.SUPPRESS, metavar="FILE",
                         help="the settings file (default: $SLOTH_TRAY_CONFIG or the "
                              "platform's config dir/config.toml)")
-    common.add_argument("--jobs-dir", default=argparse.SUPPRESS, metavar="DIR",
+    parser.add_argument("--jobs-dir", default=argparse.SUPPRESS, metavar="DIR",
                         help="the watched jobs folder (default: $SLOTH_TRAY_JOBS or HOME/jobs)")
-    json_flag = argparse.ArgumentParser(add_help=False)
-    json_flag.add_argument("--json", action="store_true", help="machine-readable output")
 
+
+def json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def daemon_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--lease", type=limits.LEASE.argument, metavar="SECONDS",
+                        help="how long a job's lease lasts between heartbeats (default 60s)")
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with `only`, just that command's parser among the
+    commands. (Each parser argparse builds looks up translations: options shared by
+    commands are added to each, not kept in parent parsers built every time.)"""
     parser = Parser(
-        prog="sloth-tray", parents=[common],
+        prog="sloth-tray",
         description="Run the scripts you drop in a folder, one at a time, under leases.")
+    add_common(parser)
     parser.add_argument("--version", action="version", version=f"sloth-tray {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    def add(name: str, help: str, *parents: argparse.ArgumentParser) -> Any:
+    def add(name: str, help: str, *extras: Callable[[argparse.ArgumentParser], None]) -> Any:
         if only is not None and name != only:
             return _NotBuilt()
-        return sub.add_parser(name, help=help, description=help, parents=[common, *parents])
+        command_parser = sub.add_parser(name, help=help, description=help)
+        add_common(command_parser)
+        for extra in extras:
+            extra(command_parser)
+        return command_parser
 
     add("paths", "where the app keeps its files", json_flag)
     add("status", "how many jobs are in each state", json_flag)
@@ -481,14 +500,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--max-attempts", type=limits.ATTEMPTS.argument, metavar="N",
                    help="tries before giving up (1 to 1000)")
     p.add_argument("--name", help="the job's name (default: the file's name without extension)")
-    daemon = argparse.ArgumentParser(add_help=False)
-    daemon.add_argument("--lease", type=limits.LEASE.argument, metavar="SECONDS",
-                        help="how long a job's lease lasts between heartbeats (default 60s)")
-    p = add("run", "the daemon: run due jobs as they come", daemon)
+    p = add("run", "the daemon: run due jobs as they come", daemon_options)
     p.add_argument("--headless", action="store_true", help="no tray icon")
     p.add_argument("--no-notifications", action="store_true",
                    help="no desktop notification when a job fails for good")
-    p = add("work", "run due jobs in the foreground, one line per job", daemon)
+    p = add("work", "run due jobs in the foreground, one line per job", daemon_options)
     p.add_argument("--once", action="store_true", help="run every job due now, then exit")
     add("config", "the effective settings and where each comes from", json_flag)
     p = add("autostart", "start the app at login: enable, disable, or show the status",
@@ -559,10 +575,14 @@ def interrupted_at_once(one_shot: bool):
     for good. A one-shot command has nothing to clean up: each write is one
     SQLite transaction, and `add` copies where no start would queue it.
     """
-    if not one_shot or threading.current_thread() is not threading.main_thread():
+    if not one_shot:
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_DFL)
+    except ValueError:  # not the main thread (main() called from a thread): leave it be
+        yield
+        return
     try:
         yield
     finally:

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections import namedtuple
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from sloth_tray import limits
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import APP_NAME, JOBS_ENV
+
+TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
+if TYPE_CHECKING:
+    from typing import Any
 
 CONFIG_ENV = "SLOTH_TRAY_CONFIG"
 
@@ -39,12 +42,11 @@ def _folder(value: Any) -> Path:
     return Path(value).expanduser()
 
 
-@dataclass(frozen=True)
-class Key:
-    parse: Callable[[Any], Any]  # raises ValueError saying what is accepted
-    default: Any
-    help: str
-    limit: limits.Limit | None = None  # the range of a number, shared with headers and flags
+class Key(namedtuple("Key", ["parse", "default", "help", "limit"], defaults=(None,))):
+    """One setting: `parse` turns the file's value into it (raising ValueError that says
+    what is accepted); `limit` is a number's range, shared with headers and flags."""
+
+    __slots__ = ()
 
 
 def _number(limit: limits.Limit, default: Any, help: str) -> Key:
@@ -62,11 +64,17 @@ KEYS: dict[str, Key] = {
 }
 
 
-@dataclass(frozen=True)
 class Settings:
-    values: dict[str, Any] = field(default_factory=dict)
-    sources: dict[str, str] = field(default_factory=dict)  # key -> default/file/env/flag
-    path: Path | None = None
+    """The effective `values`, where each came from (`sources`: key -> default, file PATH,
+    env NAME or flag), and the config file they were read from (`path`)."""
+
+    __slots__ = ("values", "sources", "path")
+
+    def __init__(self, values: dict[str, Any] | None = None,
+                 sources: dict[str, str] | None = None, path: Path | None = None) -> None:
+        self.values = dict(values or {})
+        self.sources = dict(sources or {})
+        self.path = path
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]

@@ -6,12 +6,14 @@ queue.py runs, and only ever reads the file itself.)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 from sloth_tray import safety
-from sloth_tray.errors import DatabaseProblem
+from sloth_tray.errors import DatabaseProblem, SlothError
 from sloth_tray.paths import DB_SIDES
 
 # Marks the file as ours (PRAGMA application_id): "SLTH".
@@ -182,6 +184,47 @@ def _vet_existing(path: Path) -> None:
             f"{path} is damaged or is not a sloth-tray queue (it is too short to be an "
             "SQLite file); it was left as it is"
         )
+
+
+def identify(db: sqlite3.Connection, path: Path) -> int:
+    """The file's schema version (0: a new, empty file), after refusing a file written
+    by a newer sloth-tray or by another program. Only reads: a file that is not ours
+    must come out exactly as it went in."""
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    app_id = db.execute("PRAGMA application_id").fetchone()[0]
+    tables = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise DatabaseProblem(
+            f"{path} was written by a newer sloth-tray (schema {version}, "
+            f"this one knows {SCHEMA_VERSION}); upgrade sloth-tray to use it"
+        )
+    if (version and app_id != APPLICATION_ID) or (not version and tables):
+        raise DatabaseProblem(
+            f"{path} is an SQLite file of something else, not a sloth-tray "
+            "queue; it was left as it is"
+        )
+    return version
+
+
+@contextlib.contextmanager
+def translated_errors(path: Path, busy_timeout: float) -> Iterator[None]:
+    """Turn SQLite's exceptions into one sentence that names the file."""
+    try:
+        yield
+    except (SlothError, sqlite3.IntegrityError):
+        raise  # ours already, or the caller's to handle (a duplicate id)
+    except sqlite3.OperationalError as exc:
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            raise DatabaseProblem(
+                f"the queue {path} is locked by another program "
+                f"(waited {busy_timeout:g} s); try again when it lets go"
+            ) from None
+        raise DatabaseProblem(f"cannot use the queue {path}: {text}") from None
+    except sqlite3.DatabaseError as exc:
+        raise DatabaseProblem(
+            f"{path} is damaged or is not a sloth-tray queue ({exc}); it was left as it is"
+        ) from None
 
 
 def verify(path: Path) -> None:

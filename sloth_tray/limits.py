@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from dataclasses import dataclass
+from collections import namedtuple
 from enum import Enum
 
 from sloth_tray.errors import SlothError
@@ -40,16 +40,13 @@ class Kind(Enum):
     SIZE = "a size"
 
 
-@dataclass(frozen=True)
-class Limit:
-    """The accepted range of one setting; `low_open` means more than `low`, not `low` itself."""
+class Limit(namedtuple("Limit", ["key", "kind", "low", "high", "low_open", "note"],
+                       defaults=(False, ""))):
+    """The accepted range of one setting, named `key`, of a `kind`: from `low` to `high`.
+    `low_open` means more than `low`, not `low` itself; `note` says what a special value
+    means, such as "0: all". (A named tuple: see paths.Home.)"""
 
-    key: str
-    kind: Kind
-    low: float
-    high: float
-    low_open: bool = False
-    note: str = ""  # what a special value means, such as "0: all"
+    __slots__ = ()
 
     # -- the words ------------------------------------------------------------
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections import namedtuple
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from sloth_tray import safety
@@ -17,12 +17,14 @@ DB_SIDES = ("-wal", "-shm", "-journal")
 NUL_IN_PATH = "holds a NUL character, which no file name can hold"
 
 
-@dataclass(frozen=True)
-class Home:
-    """The app's folder: queue.db, spool/, logs/, the doorbell, the lock, and by default jobs/."""
+class Home(namedtuple("Home", ["root", "jobs"])):
+    """The app's folder (`root`, a Path): queue.db, spool/, logs/, the doorbell, the lock,
+    and by default the watched `jobs` folder.
 
-    root: Path
-    jobs: Path
+    A named tuple, not a dataclass: every command builds one, and importing
+    dataclasses would cost `sloth-tray status` a fifth of its time."""
+
+    __slots__ = ()
 
     @property
     def db(self) -> Path:

@@ -24,15 +24,22 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, tzinfo
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from sloth_tray import limits, overdue, schedule
-from sloth_tray.dbfile import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, prepare_file
+from sloth_tray import glance, limits, overdue, schedule
+from sloth_tray.dbfile import (
+    APPLICATION_ID,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    identify,
+    prepare_file,
+    translated_errors,
+)
 from sloth_tray.errors import DatabaseProblem, SlothError, UnknownJob
 from sloth_tray.jobfile import OPTIONS as JOB_OPTIONS
 from sloth_tray.jobfile import WORD_OPTIONS
+from sloth_tray.states import PERMANENT, Reason, State
 from sloth_tray.timefmt import format_duration
 
 Clock = Callable[[], float]
@@ -41,38 +48,6 @@ ERROR_LIMIT = 2000  # characters of an error message kept in the row
 LATER_FOR_AT_MOST = 86400.0  # seconds of nothing but "try again later" before giving up
 # Events that may sit between two "later"s of one unbroken run of them.
 _BETWEEN_LATERS = frozenset({"claimed", "started", "slept", "renewed", "reclaimed", "hurried"})
-# A recurring run's first event names the run it follows; how far back a series is walked.
-_FOLLOWS = re.compile(r"the next run after ([0-9a-f]{12})")
-SERIES_WALK_LIMIT = 1000
-
-
-class State(StrEnum):
-    PENDING = "pending"  # waiting for not_before; claimable once it has passed
-    RUNNING = "running"  # leased to lease_owner until lease_until
-    DONE = "done"  # finished; result kept
-    FAILED = "failed"  # gave up after max_attempts; last_error says why; retry() revives
-    CANCELLED = "cancelled"  # the user said no; retry() revives
-
-
-class Reason(StrEnum):
-    """Why a job's last attempt failed: the `reason` column, beside last_error's sentence."""
-
-    EXIT_CODE = "exit_code"  # the script exited non-zero
-    KILLED = "killed"  # a signal it did not expect ended it
-    TIMED_OUT = "timed_out"  # it ran past its timeout and was stopped
-    COULD_NOT_START = "could_not_start"  # its interpreter or working folder is missing
-    UNRUNNABLE = "unrunnable"  # nothing knows how to run the file (no #!, odd extension)
-    BAD_HEADER = "bad_header"  # its `# sloth:` line is wrong; retry re-reads it
-    REFUSED = "refused"  # an unsafe drop (a link, another's file): never runs, never retried
-    LEASE_EXPIRED = "lease_expired"  # its holder vanished on the last attempt
-    SCRIPT_GONE = "script_gone"  # its copy in the spool disappeared
-    INTERNAL_ERROR = "internal_error"  # sloth-tray itself failed while running it
-    LATER_TOO_LONG = "later_too_long"  # it asked to run later (exit 75) for a day straight
-
-
-# Reasons that no number of tries can change: the job fails for good at once.
-PERMANENT = frozenset({Reason.COULD_NOT_START, Reason.UNRUNNABLE, Reason.BAD_HEADER,
-                       Reason.REFUSED, Reason.SCRIPT_GONE})
 
 
 class Refused(SlothError):
@@ -174,20 +149,6 @@ def new_job_id() -> str:
     return os.urandom(6).hex()
 
 
-def _not_waiting(unmet: frozenset[str] | set[str]) -> tuple[str, dict[str, str]]:
-    """A WHERE clause's tail that leaves out jobs whose require= names a condition in
-    `unmet`, and its parameters. Nothing at all when every condition holds: the usual
-    claim stays the statement it always was."""
-    if not unmet:
-        return "", {}
-    names = sorted(unmet)
-    # require= is stored canonical ("ac,network"): a ",ac," inside ",ac,network,".
-    tests = " OR ".join(f"instr(',' || json_extract(options, '$.require') || ',', :unmet{i})"
-                        for i in range(len(names)))
-    return (f" AND NOT coalesce({tests}, 0)",
-            {f"unmet{i}": f",{name}," for i, name in enumerate(names)})
-
-
 class Queue:
     """A SQLite lease queue. Safe to share between threads; one file, many processes."""
 
@@ -235,28 +196,12 @@ class Queue:
         # Read before writing anything: a file that is not ours, or is damaged,
         # must come out of here exactly as it went in.
         with self._translated_errors():
-            version, app_id, tables = self._identify()
-            if version > SCHEMA_VERSION:
-                raise DatabaseProblem(
-                    f"{self.path} was written by a newer sloth-tray (schema {version}, "
-                    f"this one knows {SCHEMA_VERSION}); upgrade sloth-tray to use it"
-                )
-            if (version and app_id != APPLICATION_ID) or (not version and tables):
-                raise DatabaseProblem(
-                    f"{self.path} is an SQLite file of something else, not a sloth-tray "
-                    "queue; it was left as it is"
-                )
+            version = identify(self._db, self.path)
             if self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
                 raise DatabaseProblem(f"cannot switch {self.path} to WAL mode")
             self._db.execute(f"PRAGMA synchronous = {synchronous}")
             if version < SCHEMA_VERSION:
                 self._migrate()
-
-    def _identify(self) -> tuple[int, int, int]:
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        app_id = self._db.execute("PRAGMA application_id").fetchone()[0]
-        tables = self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-        return version, app_id, tables
 
     def _migrate(self) -> None:
         with self._transaction() as db:
@@ -280,26 +225,8 @@ class Queue:
 
     # -- plumbing ----------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _translated_errors(self) -> Iterator[None]:
-        """Turn SQLite's exceptions into one sentence that names the file."""
-        try:
-            yield
-        except (SlothError, sqlite3.IntegrityError):
-            raise  # ours already, or the caller's to handle (a duplicate id)
-        except sqlite3.OperationalError as exc:
-            text = str(exc)
-            if "locked" in text or "busy" in text:
-                raise DatabaseProblem(
-                    f"the queue {self.path} is locked by another program "
-                    f"(waited {self.busy_timeout:g} s); try again when it lets go"
-                ) from None
-            raise DatabaseProblem(f"cannot use the queue {self.path}: {text}") from None
-        except sqlite3.DatabaseError as exc:
-            raise DatabaseProblem(
-                f"{self.path} is damaged or is not a sloth-tray queue ({exc}); "
-                "it was left as it is"
-            ) from None
+    def _translated_errors(self) -> contextlib.AbstractContextManager[None]:
+        return translated_errors(self.path, self.busy_timeout)
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
@@ -442,7 +369,7 @@ class Queue:
         """
         child = json.dumps({"token": token}) if token else None
         now = self.clock()
-        waits, waits_params = _not_waiting(unmet)
+        waits, waits_params = glance.not_waiting(unmet)
         self._settle_missed_calendar_runs(now, unmet)
         with self._reading() as db:
             expired = db.execute(
@@ -495,7 +422,7 @@ class Queue:
         """The usual claim, when no lease has expired: one UPDATE picks the oldest
         due pending job and leases it. A single statement is atomic on its own
         (SQLite takes the write lock before it reads), so no BEGIN is needed."""
-        waits, waits_params = _not_waiting(unmet)
+        waits, waits_params = glance.not_waiting(unmet)
         with self._writing() as db:
             rows = db.execute(
                 "UPDATE jobs SET state = 'running', lease_owner = :owner, "
@@ -843,7 +770,7 @@ class Queue:
         A run already judged (or made due by hand: run-now, retry) has a
         not_before other than its scheduled time, and is left as it is.
         """
-        waits, waits_params = _not_waiting(unmet)  # a waiting run is judged when it may start
+        waits, waits_params = glance.not_waiting(unmet)  # a waiting run is judged when it may start
         for _ in range(100):  # each pass moves one run away from the head
             with self._reading() as db:
                 row = db.execute(
@@ -1025,63 +952,24 @@ class Queue:
         return [Event(at, kind, detail) for at, kind, detail in json.loads(row[0])]
 
     def status(self) -> dict[str, int]:
-        now = self.clock()
         with self._reading() as db:
-            counts = dict(db.execute("SELECT state, n FROM counts"))
-            counts.update(db.execute(
-                "SELECT 'pending', count(*) FROM jobs WHERE state = 'pending' UNION ALL "
-                "SELECT 'running', count(*) FROM jobs WHERE state = 'running' UNION ALL "
-                "SELECT 'failed', count(*) FROM jobs WHERE state = 'failed'"))
-            due_now = db.execute(
-                "SELECT (SELECT count(*) FROM jobs WHERE state = 'pending' AND not_before <= :now)"
-                " + (SELECT count(*) FROM jobs WHERE state = 'running' AND lease_until <= :now)",
-                {"now": now},
-            ).fetchone()[0]
-        return {state.value: counts.get(state.value, 0) for state in State} | {"due_now": due_now}
+            return glance.counts(db, self.clock())
 
-    def summary(self) -> dict[str, int | bool]:
-        """status(), and whether the queue is paused. While it is, nothing is due
-        now, whatever the clock says: nothing will start."""
-        counts: dict[str, Any] = dict(self.status())
-        paused = self.paused()
-        waiting_on = self._waiting_on(self.unmet())
-        if paused:
-            counts["due_now"] = 0
-        elif waiting_on:
-            counts["due_now"] = max(0, counts["due_now"] - waiting_on.pop("any"))
-        return counts | {"paused": paused} | ({"waiting_on": waiting_on} if waiting_on else {})
+    def summary(self) -> dict[str, Any]:
+        """status(), and whether the queue is paused (glance.summary)."""
+        with self._reading() as db:
+            return glance.summary(db, self.clock())
 
     def waits_on(self, unmet: frozenset[str]) -> bool:
         """Whether some due job waits on a condition in `unmet`."""
         if not unmet:
             return False
-        waits, params = _not_waiting(unmet)
+        waits, params = glance.not_waiting(unmet)
         with self._reading() as db:
             return db.execute(
                 "SELECT 1 FROM jobs WHERE state = 'pending' AND not_before <= :now "
                 f"AND NOT (1{waits}) LIMIT 1", {"now": self.clock(), **params}
             ).fetchone() is not None
-
-    def _waiting_on(self, unmet: frozenset[str]) -> dict[str, int]:
-        """Due jobs that wait, per unmet condition (only those some job waits on),
-        and "any": how many wait at all. Empty when every condition holds."""
-        if not unmet:
-            return {}
-        waits, params = _not_waiting(unmet)
-        counts: dict[str, int] = {}
-        with self._reading() as db:
-            for name in sorted(unmet):
-                n = db.execute(
-                    "SELECT count(*) FROM jobs WHERE state = 'pending' AND not_before <= :now "
-                    "AND instr(',' || json_extract(options, '$.require') || ',', :name)",
-                    {"now": self.clock(), "name": f",{name},"}).fetchone()[0]
-                if n:
-                    counts[name] = n
-            if counts:
-                counts["any"] = db.execute(
-                    "SELECT count(*) FROM jobs WHERE state = 'pending' AND not_before <= :now "
-                    f"AND NOT (1{waits})", {"now": self.clock(), **params}).fetchone()[0]
-        return counts
 
     def overdue(self, *, paused: bool) -> overdue.Verdict:
         """Which recurring series are overdue now, and when the next one will be. The
@@ -1091,57 +979,9 @@ class Queue:
                             paused=paused)
 
     def recurring_series(self) -> list[overdue.Series]:
-        """Each live recurring series (one with a waiting or running run), with its last
-        success, for overdue.find.
-
-        Cheap however many finished jobs pile up: the heads come from the partial
-        indexes, and each run names the run it follows in its first event (`the
-        next run after <id>`), so the walk back to the newest done run is a
-        primary-key read per run that did not succeed. A run that was pruned was
-        done (prune deletes only done and cancelled runs): its successor's
-        creation, the moment it ended, stands for its success.
-        """
-        series: dict[tuple[str, str | None], overdue.Series] = {}
+        """Each live recurring series, with its last success (glance.recurring_series)."""
         with self._reading() as db:
-            heads = db.execute(
-                "SELECT name, script, options, created_at, last_error, "
-                "json_extract(history, '$[0][2]') FROM jobs INDEXED BY jobs_due "
-                "WHERE state = 'pending' AND (json_extract(options, '$.every') > 0 "
-                "OR json_type(options, '$.at') IS NOT NULL "
-                "OR json_type(options, '$.cron') IS NOT NULL) UNION ALL "
-                "SELECT name, script, options, created_at, last_error, "
-                "json_extract(history, '$[0][2]') FROM jobs INDEXED BY jobs_leased "
-                "WHERE state = 'running' AND (json_extract(options, '$.every') > 0 "
-                "OR json_type(options, '$.at') IS NOT NULL "
-                "OR json_type(options, '$.cron') IS NOT NULL)").fetchall()
-            for name, script, options, created_at, last_error, first_event in heads:
-                found = self._walk_back(db, created_at, last_error, first_event)
-                one = overdue.Series(name, script, json.loads(options), *found)
-                known = series.get((name, script))
-                if known is None or (one.last_success or 0) > (known.last_success or 0):
-                    series[(name, script)] = one
-        return list(series.values())
-
-    @staticmethod
-    def _walk_back(db: sqlite3.Connection, created_at: float, last_error: str | None,
-                   first_event: str | None) -> tuple[float | None, float, str | None]:
-        """(last success, first creation, the last run's error) for the run so made."""
-        error = last_error  # the head's own failed attempt (it waits for a retry)
-        for _ in range(SERIES_WALK_LIMIT):
-            match = _FOLLOWS.fullmatch(first_event or "")
-            if match is None:
-                return None, created_at, error  # the series' first run: it never succeeded
-            row = db.execute("SELECT state, updated_at, created_at, last_error, "
-                             "json_extract(history, '$[0][2]') FROM jobs WHERE id = ?",
-                             (match.group(1),)).fetchone()
-            if row is None:
-                return created_at, created_at, error  # pruned, so it was done
-            state, updated_at, created_at, run_error, first_event = row
-            if state == State.DONE:
-                return updated_at, created_at, error
-            if error is None and state == State.FAILED:
-                error = run_error
-        return None, created_at, error  # failing for longer than anyone looks back
+            return [overdue.Series(*row) for row in glance.recurring_series(db)]
 
     # -- the pause -------------------------------------------------------------
 
@@ -1154,16 +994,14 @@ class Queue:
                        (int(bool(paused)),))
 
     def paused(self) -> bool:
-        """One primary-key read: cheap enough for every pass of the daemon's loop."""
         with self._reading() as db:
-            row = db.execute("SELECT value FROM flags WHERE name = 'paused'").fetchone()
-        return bool(row and row[0])
+            return glance.paused(db)
 
     def next_wakeup(self, unmet: frozenset[str] = frozenset()) -> float | None:
         """The earliest wall time at which claim() could return a job; None if never.
         Jobs waiting on a condition in `unmet` do not count: the change of that
         condition, not the clock, is what lets them start."""
-        waits, waits_params = _not_waiting(unmet)
+        waits, waits_params = glance.not_waiting(unmet)
         with self._reading() as db:
             return db.execute(
                 "SELECT min(t) FROM ("
@@ -1183,5 +1021,4 @@ class Queue:
     def unmet(self) -> frozenset[str]:
         """The conditions the running app last said do not hold."""
         with self._reading() as db:
-            row = db.execute("SELECT value FROM flags WHERE name = 'unmet'").fetchone()
-        return frozenset(filter(None, str(row[0]).split(","))) if row else frozenset()
+            return glance.unmet(db)

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -10,6 +12,7 @@ import pytest
 
 from sloth_tray import __version__
 from sloth_tray.cli import main
+from sloth_tray.dbfile import SCHEMA_VERSION
 from sloth_tray.paths import locate
 from sloth_tray.queue import Queue
 
@@ -69,6 +72,72 @@ def test_a_corrupt_database_is_one_line_and_left_untouched(home, content):
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "damaged or is not a sloth-tray queue" in done.stderr
     assert (home / "queue.db").read_bytes() == content
+
+
+def other_files(home, case: str) -> None:
+    """A queue.db that status must refuse: a newer sloth-tray's, another program's."""
+    home.mkdir()
+    if case == "a newer sloth-tray's":
+        Queue(home / "queue.db").close()
+    with contextlib.closing(sqlite3.connect(home / "queue.db", isolation_level=None)) as raw:
+        raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}" if case == "a newer sloth-tray's"
+                    else "CREATE TABLE photos (id INTEGER)")
+
+
+@pytest.mark.parametrize("case, sentence", [
+    ("a newer sloth-tray's", "was written by a newer sloth-tray"),
+    ("another program's", "is an SQLite file of something else")])
+def test_status_refuses_a_queue_it_cannot_read_in_one_line_and_leaves_it_as_it_was(
+        home, case, sentence):
+    other_files(home, case)
+    before = (home / "queue.db").read_bytes()
+    done = sloth("status", "--json", "--home", str(home))
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and sentence in done.stderr, done.stderr
+    assert (home / "queue.db").read_bytes() == before
+
+
+def test_status_brings_a_queue_of_an_older_schema_up_to_date_and_counts_its_jobs(home):
+    from sloth_tray.dbfile import APPLICATION_ID, MIGRATIONS
+
+    home.mkdir(mode=0o700)
+    with sqlite3.connect(home / "queue.db", isolation_level=None) as raw:
+        for statements in MIGRATIONS[:2]:
+            for statement in statements:
+                raw.execute(statement)
+        raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        raw.execute("PRAGMA user_version = 2")
+        raw.execute("INSERT INTO jobs(id, name, state, max_attempts, not_before, created_at, "
+                    "updated_at) VALUES ('0123456789ab', 'old', 'pending', 5, 0, 0, 0)")
+    os.chmod(home / "queue.db", 0o600)
+    done = sloth("status", "--json", "--home", str(home))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) | {"paused": False} == {
+        "pending": 1, "running": 0, "done": 0, "failed": 0, "cancelled": 0, "due_now": 1,
+        "paused": False, "overdue": 0}
+    with sqlite3.connect(home / "queue.db") as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_status_answers_at_once_while_the_daemon_holds_the_write_lock(home, capsys):
+    """A glance never waits for a writer: it reads the last commit (WAL)."""
+    with Queue(home_db(home)) as q:
+        q.push("committed")
+    writer = sqlite3.connect(home / "queue.db", isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute("UPDATE jobs SET state = 'done'")  # not committed: status must not see it
+        code, out, err = run(capsys, "status", "--json", "--home", str(home))
+        assert code == 0, err
+        assert json.loads(out)["pending"] == 1 and json.loads(out)["done"] == 0
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+
+
+def home_db(home):
+    locate(home).ensure()
+    return home / "queue.db"
 
 
 def test_a_home_whose_parent_is_missing_is_refused(tmp_path):

@@ -41,6 +41,21 @@ def test_reading_commands_load_nothing_they_do_not_use(tmp_path, command):
     assert heavy(loaded(*command, "--home", str(tmp_path / "home"))) == []
 
 
+# What `status` on a queue with no recurring job does without: the queue's writing code
+# and the calendar (glance.py reads), dataclasses and typing (a fifth of its time).
+GLANCE_NEVER = ("sloth_tray.queue", "sloth_tray.jobfile", "sloth_tray.schedule",
+                "sloth_tray.overdue", "dataclasses", "typing")
+
+
+@pytest.mark.parametrize("command", [["status", "--json"], ["status"]])
+def test_status_loads_only_what_a_glance_needs(tmp_path, command):
+    home = str(tmp_path / "home")
+    loaded(*command, "--home", home)  # the first one makes the queue (queue.py does)
+    modules = loaded(*command, "--home", home)
+    assert "sloth_tray.glance" in modules
+    assert sorted(m for m in GLANCE_NEVER if m in modules) == []
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="no display is a Linux notion")
 def test_the_app_with_no_display_runs_headless_without_loading_the_tray(tmp_path, pids):
     """`sloth-tray` on a server: one line, then the daemon, with neither Pillow nor

@@ -1,0 +1,38 @@
+"""The words of a job's life: the states it passes through, and why an attempt failed.
+
+Apart from queue.py so that what only reads them (the command line's parser,
+`status`) need not load the queue's writing code.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class State(StrEnum):
+    PENDING = "pending"  # waiting for not_before; claimable once it has passed
+    RUNNING = "running"  # leased to lease_owner until lease_until
+    DONE = "done"  # finished; result kept
+    FAILED = "failed"  # gave up after max_attempts; last_error says why; retry() revives
+    CANCELLED = "cancelled"  # the user said no; retry() revives
+
+
+class Reason(StrEnum):
+    """Why a job's last attempt failed: the `reason` column, beside last_error's sentence."""
+
+    EXIT_CODE = "exit_code"  # the script exited non-zero
+    KILLED = "killed"  # a signal it did not expect ended it
+    TIMED_OUT = "timed_out"  # it ran past its timeout and was stopped
+    COULD_NOT_START = "could_not_start"  # its interpreter or working folder is missing
+    UNRUNNABLE = "unrunnable"  # nothing knows how to run the file (no #!, odd extension)
+    BAD_HEADER = "bad_header"  # its `# sloth:` line is wrong; retry re-reads it
+    REFUSED = "refused"  # an unsafe drop (a link, another's file): never runs, never retried
+    LEASE_EXPIRED = "lease_expired"  # its holder vanished on the last attempt
+    SCRIPT_GONE = "script_gone"  # its copy in the spool disappeared
+    INTERNAL_ERROR = "internal_error"  # sloth-tray itself failed while running it
+    LATER_TOO_LONG = "later_too_long"  # it asked to run later (exit 75) for a day straight
+
+
+# Reasons that no number of tries can change: the job fails for good at once.
+PERMANENT = frozenset({Reason.COULD_NOT_START, Reason.UNRUNNABLE, Reason.BAD_HEADER,
+                       Reason.REFUSED, Reason.SCRIPT_GONE})
