@@ -87,7 +87,6 @@ class Daemon:
         self.observer = None
         self.first_run = False
         self.inbox: Inbox | None = None
-        self.inbox_queue: Queue | None = None
         # What require= jobs wait for; told once a due job first waits on it.
         self.conditions = Conditions(self._tell_conditions if watch else None)
         self.power: PowerSource | None = None
@@ -111,9 +110,11 @@ class Daemon:
                 self.observer = make_observer()
                 watch_doorbell(self.observer, self.home.doorbell, self.engine.wake)
                 self.observer.start()
-                # The inbox's own connection: it writes from watchdog's thread.
-                self.inbox_queue = Queue(self.home.db, **self.queue_settings)
-                self.inbox = start_inbox(self.home, self.inbox_queue, self.observer,
+                # The engine's own connection: the inbox's pushes and the engine's
+                # writes take turns on the queue's lock, which hands over at once;
+                # two connections met in SQLite's busy handler, which sleeps 1, 2,
+                # 5... ms between tries.
+                self.inbox = start_inbox(self.home, self.queue, self.observer,
                                          self.engine.job_added)
         except BaseException:
             if self._db_identity is not None:
@@ -134,8 +135,6 @@ class Daemon:
         if self.observer is not None and self.observer.is_alive():
             self.observer.stop()
             self.observer.join()
-        if self.inbox_queue is not None:
-            self.inbox_queue.close()
         if self.queue is not None:
             self.queue.close()
         self.lock.release()
