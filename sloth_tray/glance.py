@@ -168,14 +168,14 @@ def _walk_back(db: sqlite3.Connection, created_at: float, last_error: str | None
 
 def overdue_count(db: sqlite3.Connection, now: float, *, is_paused: bool) -> int:
     """How many recurring series are overdue at `now`. Only a queue that has some
-    loads the code that judges them (and reads the machine's time zone)."""
+    loads the code that judges them (and a calendar series, the machine's time zone)."""
     rows = recurring_series(db)
     if not rows:
         return 0
-    from sloth_tray import overdue, schedule
+    from sloth_tray import overdue
 
     series = [overdue.Series(*row) for row in rows]
-    return len(overdue.find(series, now, schedule.local_zone(), paused=is_paused).overdue)
+    return len(overdue.find(series, now, None, paused=is_paused).overdue)
 
 
 # -- `sloth-tray status` ---------------------------------------------------------------

@@ -7,65 +7,72 @@ is older than one period plus a grace. The grace is the header's `grace=`,
 else half the period, and never less than MINIMUM_GRACE: a job that is a bit
 late is not news.
 
-Pure functions: the queue gives the rows (Queue.recurring_series), the
+Pure functions: the queue gives the rows (glance.recurring_series), the
 moment and the time zone are arguments, so tests move time instead of waiting.
+`sloth-tray status` judges series too: the records here are named tuples and
+the calendar code is loaded only for a calendar series, so that a queue of
+every= jobs costs the command no more than an empty one.
 """
 
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from datetime import tzinfo
-from typing import Any
 
-from sloth_tray import schedule
+TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
+if TYPE_CHECKING:
+    from datetime import tzinfo
+    from typing import Any
 
 MINIMUM_GRACE = 300.0  # seconds: the default grace is half the period, but at least this
 
 PAUSED = "paused"
 
 
-@dataclass(frozen=True)
-class Series:
-    """What the queue knows of one recurring series, read cheaply (see Queue.recurring_series)."""
+class Series(namedtuple("Series", ["name", "script", "options", "last_success",
+                                   "first_created", "last_error"], defaults=(None,))):
+    """What the queue knows of one recurring series, read cheaply (glance.recurring_series):
+    its name, script and options; `last_success`, when its newest done run ended (None:
+    it never succeeded); `first_created`, when its oldest known run was queued; and
+    `last_error`, when its last run failed."""
 
-    name: str
-    script: str | None
-    options: dict[str, Any] = field(hash=False)
-    last_success: float | None  # when its newest done run ended; None: never succeeded
-    first_created: float  # when its oldest known run was queued
-    last_error: str | None = None  # its last run failed, with this error
+    __slots__ = ()
 
 
-@dataclass(frozen=True)
-class OverdueJob:
-    """A series that is overdue: since when nothing succeeded, and the likely cause."""
+class OverdueJob(namedtuple("OverdueJob", ["name", "since", "reason", "ever_succeeded"],
+                            defaults=("", True))):
+    """A series that is overdue: `since` its last success (or its first run's creation,
+    if it never succeeded), and the likely `reason`: "failing: <error>", "paused", or
+    "" when nothing is known."""
 
-    name: str
-    since: float  # its last success, or its first run's creation if it never succeeded
-    reason: str = ""  # "failing: <error>", "paused", or "" when nothing is known
-    ever_succeeded: bool = True
-
-
-@dataclass(frozen=True)
-class Verdict:
-    overdue: tuple[OverdueJob, ...]
-    next_change: float | None  # the earliest moment a series not yet overdue becomes so
+    __slots__ = ()
 
 
-def period_of(options: dict[str, Any], around: float, tz: tzinfo) -> float | None:
+class Verdict(namedtuple("Verdict", ["overdue", "next_change"])):
+    """The overdue series (a tuple of OverdueJob), and `next_change`: the earliest moment
+    a series not yet overdue becomes so (None: never)."""
+
+    __slots__ = ()
+
+
+def period_of(options: dict[str, Any], around: float, tz: tzinfo | None) -> float | None:
     """every='s value; for a calendar, the gap between its two calendar times around
-    `around` (the series' last success: a deadline that does not move with the clock).
-    None when the options repeat by nothing, or by a schedule that cannot be read."""
+    `around` (the series' last success: a deadline that does not move with the clock),
+    in `tz` (None: this machine's zone). None when the options repeat by nothing, or by
+    a schedule that cannot be read."""
     every = options.get("every")
     if isinstance(every, int | float) and not isinstance(every, bool) and every > 0:
         return float(every)
+    from sloth_tray import schedule  # here: only a calendar series needs it
+
     try:
         calendar = schedule.calendar_of(options)
     except schedule.BadSchedule:
         return None
     if calendar is None:
         return None
+    if tz is None:
+        tz = schedule.local_zone()
     before = schedule.previous_time(calendar, around, tz)
     return schedule.next_time(calendar, around, tz) - before
 
@@ -77,7 +84,7 @@ def grace_of(options: dict[str, Any], period: float) -> float:
     return max(period / 2, MINIMUM_GRACE)
 
 
-def deadline_of(series: Series, tz: tzinfo) -> float | None:
+def deadline_of(series: Series, tz: tzinfo | None) -> float | None:
     """The moment the series becomes overdue, unless it succeeds before; None: never."""
     since = series.last_success if series.last_success is not None else series.first_created
     period = period_of(series.options, since, tz)
@@ -86,9 +93,10 @@ def deadline_of(series: Series, tz: tzinfo) -> float | None:
     return since + period + grace_of(series.options, period)
 
 
-def find(all_series: Iterable[Series], now: float, tz: tzinfo, *,
+def find(all_series: Iterable[Series], now: float, tz: tzinfo | None, *,
          paused: bool = False) -> Verdict:
-    """The series overdue at `now` (oldest first), and when the next one will be."""
+    """The series overdue at `now` (oldest first), and when the next one will be. A
+    calendar series is read in `tz`; None: this machine's zone, read only if one is."""
     overdue: list[OverdueJob] = []
     upcoming: list[float] = []
     for series in all_series:

@@ -14,14 +14,17 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections import namedtuple
 from datetime import datetime, time, timedelta, tzinfo
 from pathlib import Path
-from typing import Any
 
 from sloth_tray import limits
 from sloth_tray.timefmt import format_duration
+
+TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
 
 DAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 CATCHUP_POLICIES = ("once", "skip")
@@ -58,14 +61,13 @@ class BadSchedule(ValueError):
     """A schedule value that cannot be read; the message says what is accepted."""
 
 
-@dataclass(frozen=True)
-class Calendar:
-    """When a job runs: on `days` (0 is Monday) at `times`, or by a cron expression."""
+class Calendar(namedtuple("Calendar", ["text", "days", "times", "cron"],
+                          defaults=(frozenset(range(7)), (), None))):
+    """When a job runs: on `days` (0 is Monday) at `times` (datetime.time), or by a
+    `cron` expression. `text` is the canonical form, kept in the job's options.
+    (Named tuples here and in overdue.py: `status` judges series without dataclasses.)"""
 
-    text: str  # the canonical form, kept in the job's options
-    days: frozenset[int] = frozenset(range(7))
-    times: tuple[time, ...] = ()
-    cron: str | None = None
+    __slots__ = ()
 
     def wall_times_from(self, start: datetime) -> Iterator[datetime]:
         """Wall-clock times (naive) at or after `start`, ascending, without end."""
@@ -260,18 +262,16 @@ def times_between(calendar: Calendar, start: float, end: float, tz: tzinfo,
 # -- missed times --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CatchUp:
-    """What to do with a run whose time passed while nothing could start it."""
+class CatchUp(namedtuple("CatchUp", ["run_now", "kept", "kept_more", "dropped",
+                                     "dropped_more", "latest", "next_due", "reason"])):
+    """What to do with a run whose time passed while nothing could start it:
+    - run_now: one run now, standing for `kept`, the missed times it stands for
+      (oldest first, capped; `kept_more`: more than COUNTED of them);
+    - dropped, dropped_more: the missed times dropped, likewise, and `reason`, why;
+    - latest: the latest time the run now stands for (the series' clock);
+    - next_due: when the series is next due, when nothing runs now."""
 
-    run_now: bool  # one run now, standing for `kept`
-    kept: tuple[float, ...]  # missed times the run now stands for, oldest first (capped)
-    kept_more: bool  # more than COUNTED of them
-    dropped: tuple[float, ...]  # missed times dropped, oldest first (capped)
-    dropped_more: bool
-    latest: float  # the latest time the run now stands for: the series' clock
-    next_due: float  # when the series is next due, when nothing runs now
-    reason: str  # why the dropped ones were dropped
+    __slots__ = ()
 
 
 def is_late(scheduled: float, now: float) -> bool:

@@ -41,19 +41,30 @@ def test_reading_commands_load_nothing_they_do_not_use(tmp_path, command):
     assert heavy(loaded(*command, "--home", str(tmp_path / "home"))) == []
 
 
-# What `status` on a queue with no recurring job does without: the queue's writing code
-# and the calendar (glance.py reads), dataclasses and typing (a fifth of its time).
-GLANCE_NEVER = ("sloth_tray.queue", "sloth_tray.jobfile", "sloth_tray.schedule",
-                "sloth_tray.overdue", "dataclasses", "typing")
+# What `status` does without: the queue's writing code (glance.py reads), dataclasses
+# and typing (a fifth of its time), and the calendar unless a calendar job waits.
+GLANCE_NEVER = ("sloth_tray.queue", "sloth_tray.jobfile", "dataclasses", "typing")
+CALENDAR = ("sloth_tray.schedule", "zoneinfo", "croniter")
 
 
-@pytest.mark.parametrize("command", [["status", "--json"], ["status"]])
-def test_status_loads_only_what_a_glance_needs(tmp_path, command):
-    home = str(tmp_path / "home")
-    loaded(*command, "--home", home)  # the first one makes the queue (queue.py does)
-    modules = loaded(*command, "--home", home)
-    assert "sloth_tray.glance" in modules
-    assert sorted(m for m in GLANCE_NEVER if m in modules) == []
+@pytest.mark.parametrize("waiting, calendar", [(None, False), ({"every": 3600.0}, False),
+                                               ({"at": "09:00"}, True)])
+def test_status_loads_only_what_a_glance_needs(tmp_path, waiting, calendar):
+    from sloth_tray.paths import locate
+    from sloth_tray.queue import Queue
+
+    home = locate(tmp_path / "home").ensure()
+    with Queue(home.db) as queue:
+        if waiting is not None:
+            queue.push("recurring", options=waiting)
+    for command in (["status", "--json"], ["status"]):
+        modules = loaded(*command, "--home", str(home.root))
+        assert "sloth_tray.glance" in modules
+        assert sorted(m for m in GLANCE_NEVER if m in modules) == []
+        assert ("sloth_tray.overdue" in modules) == (waiting is not None)
+        assert ("sloth_tray.schedule" in modules) == calendar
+        if not calendar:
+            assert sorted(m for m in CALENDAR if m in modules) == []
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="no display is a Linux notion")
