@@ -135,6 +135,33 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
                              + json_extract(NEW.options, '$.every'), NEW.updated_at) AS due);
         END""",
     ),
+    (
+        # A series keeps one waiting run. A failed run of a series has its next run
+        # queued already; retried, it must not queue another when it ends (as
+        # Queue._follow_calendar_run holds for calendars). The waiting run is found
+        # through the partial index of pending jobs: a few rows, however many ended.
+        "DROP TRIGGER recur",
+        """CREATE TRIGGER recur AFTER UPDATE OF state ON jobs
+            WHEN OLD.state = 'running' AND NEW.state IN ('done', 'failed')
+             AND json_extract(NEW.options, '$.every') > 0
+             AND json_type(NEW.options, '$.at') IS NULL
+             AND json_type(NEW.options, '$.cron') IS NULL
+             AND NOT EXISTS (SELECT 1 FROM jobs INDEXED BY jobs_due
+                             WHERE state = 'pending' AND name = NEW.name
+                               AND script IS NEW.script
+                               AND json_extract(options, '$.every') > 0)
+            BEGIN
+            INSERT INTO jobs(id, name, state, max_attempts, not_before, script, options,
+                             created_at, updated_at, history)
+            SELECT lower(hex(randomblob(6))), NEW.name, 'pending', NEW.max_attempts, due,
+                   NEW.script, json_set(NEW.options, '$.scheduled', due),
+                   NEW.updated_at, NEW.updated_at,
+                   json_array(json_array(NEW.updated_at, 'pushed', 'the next run after '
+                                         || NEW.id))
+            FROM (SELECT max(json_extract(NEW.options, '$.scheduled')
+                             + json_extract(NEW.options, '$.every'), NEW.updated_at) AS due);
+        END""",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import sqlite3
@@ -389,6 +391,30 @@ def test_a_recurring_job_that_fails_for_good_still_schedules_the_next_run(queue,
     assert len(queue.jobs(State.PENDING)) == 1
 
 
+def test_a_retried_run_of_a_series_whose_next_run_waits_adds_no_second_one(queue, clock):
+    job_id = queue.push("flaky", max_attempts=1, options={"every": 3600})
+    queue.claim("w")
+    queue.fail(job_id, "w", "boom")  # failed for good: the series' next run waits
+    (waiting,) = queue.jobs(State.PENDING)
+    assert queue.retry(job_id)
+    assert queue.claim("w").id == job_id  # the retry is due now, the next run in an hour
+    assert queue.complete(job_id, "w")
+    assert [job.id for job in queue.jobs(State.PENDING)] == [waiting.id]
+
+
+def test_a_retried_run_of_a_series_with_no_waiting_run_queues_the_next(queue, clock):
+    job_id = queue.push("flaky", max_attempts=1, options={"every": 3600})
+    queue.claim("w")
+    queue.fail(job_id, "w", "boom")
+    (waiting,) = queue.jobs(State.PENDING)
+    assert queue.cancel(waiting.id)  # the user ended the series, then retries its last run
+    assert queue.retry(job_id)
+    queue.claim("w")
+    assert queue.complete(job_id, "w")
+    (following,) = queue.jobs(State.PENDING)
+    assert queue.history(following.id)[0].detail == f"the next run after {job_id}"
+
+
 def test_cancelling_a_recurring_job_ends_the_series(queue, clock):
     job_id = queue.push("hourly", options={"every": 3600})
     assert queue.cancel(job_id)
@@ -471,7 +497,32 @@ def test_a_queue_of_the_previous_schema_is_migrated_in_place_and_is_not_paused(t
         q.set_paused(True)
         assert q.paused()
     with sqlite3.connect(path) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+
+
+def test_a_series_from_schema_4_keeps_one_waiting_run_once_migrated(tmp_path, clock):
+    """Schema 4's trigger queued a second waiting run when a retried run of a series
+    ended; the migration replaces it."""
+    from sloth_tray.dbfile import APPLICATION_ID, MIGRATIONS
+
+    path = tmp_path / "q.db"
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as raw:
+        for statements in MIGRATIONS[:4]:
+            for statement in statements:
+                raw.execute(statement)
+        raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        raw.execute("PRAGMA user_version = 4")
+        for job_id, state in (("0123456789ab", "failed"), ("ba9876543210", "pending")):
+            raw.execute("INSERT INTO jobs(id, name, state, max_attempts, not_before, script, "
+                        "options, created_at, updated_at) VALUES (?, 'hourly', ?, 1, ?, "
+                        "'/spool/x/hourly.sh', ?, 0, 0)",
+                        (job_id, state, clock.now + 3600,
+                         json.dumps({"every": 3600, "scheduled": clock.now})))
+    with Queue(path, clock=clock) as q:
+        assert q.retry("0123456789ab")
+        assert q.claim("w").id == "0123456789ab"
+        assert q.complete("0123456789ab", "w")
+        assert [job.id for job in q.jobs(State.PENDING)] == ["ba9876543210"]
 
 
 def test_the_started_note_waits_for_no_fsync_of_its_own_and_the_token_does(queue):
