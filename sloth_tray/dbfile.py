@@ -19,6 +19,22 @@ from sloth_tray.paths import DB_SIDES
 # Marks the file as ours (PRAGMA application_id): "SLTH".
 APPLICATION_ID = 0x534C5448
 
+# The body of every version of the `recur` trigger (they differ in when it fires):
+# queue the next run of an every= series, due one period after this run was
+# scheduled; runs missed while the machine slept or the app was off coalesce into
+# one run, due at once.
+_QUEUE_NEXT_EVERY_RUN = """BEGIN
+            INSERT INTO jobs(id, name, state, max_attempts, not_before, script, options,
+                             created_at, updated_at, history)
+            SELECT lower(hex(randomblob(6))), NEW.name, 'pending', NEW.max_attempts, due,
+                   NEW.script, json_set(NEW.options, '$.scheduled', due),
+                   NEW.updated_at, NEW.updated_at,
+                   json_array(json_array(NEW.updated_at, 'pushed', 'the next run after '
+                                         || NEW.id))
+            FROM (SELECT max(json_extract(NEW.options, '$.scheduled')
+                             + json_extract(NEW.options, '$.every'), NEW.updated_at) AS due);
+        END"""
+
 # Each entry moves the schema one version forward; user_version = entries applied.
 # Statements are kept apart (not one script) so a migration runs inside our own
 # BEGIN IMMEDIATE: executescript() would commit behind our back.
@@ -74,23 +90,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         END""",
         # A recurring job (options.every) is followed by its next run in the
         # very statement that ends it, done or failed for good: a crash can
-        # never end a series. The next run is due one period after this one
-        # was scheduled; runs missed while the machine slept or the app was
-        # off coalesce into one run, due at once.
+        # never end a series.
         """CREATE TRIGGER recur AFTER UPDATE OF state ON jobs
             WHEN OLD.state = 'running' AND NEW.state IN ('done', 'failed')
              AND json_extract(NEW.options, '$.every') > 0
-            BEGIN
-            INSERT INTO jobs(id, name, state, max_attempts, not_before, script, options,
-                             created_at, updated_at, history)
-            SELECT lower(hex(randomblob(6))), NEW.name, 'pending', NEW.max_attempts, due,
-                   NEW.script, json_set(NEW.options, '$.scheduled', due),
-                   NEW.updated_at, NEW.updated_at,
-                   json_array(json_array(NEW.updated_at, 'pushed', 'the next run after '
-                                         || NEW.id))
-            FROM (SELECT max(json_extract(NEW.options, '$.scheduled')
-                             + json_extract(NEW.options, '$.every'), NEW.updated_at) AS due);
-        END""",
+            """ + _QUEUE_NEXT_EVERY_RUN,
     ),
     (
         # Why a job failed, as a word the tray, retry-all and scripts can test
@@ -123,17 +127,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
              AND json_extract(NEW.options, '$.every') > 0
              AND json_type(NEW.options, '$.at') IS NULL
              AND json_type(NEW.options, '$.cron') IS NULL
-            BEGIN
-            INSERT INTO jobs(id, name, state, max_attempts, not_before, script, options,
-                             created_at, updated_at, history)
-            SELECT lower(hex(randomblob(6))), NEW.name, 'pending', NEW.max_attempts, due,
-                   NEW.script, json_set(NEW.options, '$.scheduled', due),
-                   NEW.updated_at, NEW.updated_at,
-                   json_array(json_array(NEW.updated_at, 'pushed', 'the next run after '
-                                         || NEW.id))
-            FROM (SELECT max(json_extract(NEW.options, '$.scheduled')
-                             + json_extract(NEW.options, '$.every'), NEW.updated_at) AS due);
-        END""",
+            """ + _QUEUE_NEXT_EVERY_RUN,
     ),
     (
         # A series keeps one waiting run. A failed run of a series has its next run
@@ -150,17 +144,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
                              WHERE state = 'pending' AND name = NEW.name
                                AND script IS NEW.script
                                AND json_extract(options, '$.every') > 0)
-            BEGIN
-            INSERT INTO jobs(id, name, state, max_attempts, not_before, script, options,
-                             created_at, updated_at, history)
-            SELECT lower(hex(randomblob(6))), NEW.name, 'pending', NEW.max_attempts, due,
-                   NEW.script, json_set(NEW.options, '$.scheduled', due),
-                   NEW.updated_at, NEW.updated_at,
-                   json_array(json_array(NEW.updated_at, 'pushed', 'the next run after '
-                                         || NEW.id))
-            FROM (SELECT max(json_extract(NEW.options, '$.scheduled')
-                             + json_extract(NEW.options, '$.every'), NEW.updated_at) AS due);
-        END""",
+            """ + _QUEUE_NEXT_EVERY_RUN,
     ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -49,6 +49,27 @@ def queue(tmp_path, clock):
     q.close()
 
 
+def queue_file_of_schema(path, version: int, rows: tuple[tuple, ...] = ()) -> None:
+    """The queue file an older sloth-tray (schema `version`) left, 0600, holding `rows`:
+    (id, name, state, not_before, script, options JSON) each, for the migration tests."""
+    import contextlib
+    import sqlite3
+
+    from sloth_tray.dbfile import APPLICATION_ID, MIGRATIONS
+
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as raw:
+        for statements in MIGRATIONS[:version]:
+            for statement in statements:
+                raw.execute(statement)
+        raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        raw.execute(f"PRAGMA user_version = {version}")
+        for row in rows:
+            raw.execute("INSERT INTO jobs(id, name, state, max_attempts, not_before, script, "
+                        "options, created_at, updated_at) VALUES (?, ?, ?, 1, ?, ?, ?, 0, 0)",
+                        row)
+    os.chmod(path, 0o600)
+
+
 def wait_for(predicate, timeout: float = 15.0, what: str = "the condition"):
     """Wait until predicate() is truthy, at most `timeout` seconds; returns its value."""
     deadline = time.monotonic() + timeout

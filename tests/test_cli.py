@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import queue_file_of_schema
 
 from sloth_tray import __version__
 from sloth_tray.cli import main
@@ -98,21 +99,12 @@ def test_status_refuses_a_queue_it_cannot_read_in_one_line_and_leaves_it_as_it_w
 
 
 def test_status_brings_a_queue_of_an_older_schema_up_to_date_and_counts_its_jobs(home):
-    from sloth_tray.dbfile import APPLICATION_ID, MIGRATIONS
-
     home.mkdir(mode=0o700)
-    with sqlite3.connect(home / "queue.db", isolation_level=None) as raw:
-        for statements in MIGRATIONS[:2]:
-            for statement in statements:
-                raw.execute(statement)
-        raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        raw.execute("PRAGMA user_version = 2")
-        raw.execute("INSERT INTO jobs(id, name, state, max_attempts, not_before, created_at, "
-                    "updated_at) VALUES ('0123456789ab', 'old', 'pending', 5, 0, 0, 0)")
-    os.chmod(home / "queue.db", 0o600)
+    queue_file_of_schema(home / "queue.db", 2,
+                         rows=(("0123456789ab", "old", "pending", 0, None, "{}"),))
     done = sloth("status", "--json", "--home", str(home))
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) | {"paused": False} == {
+    assert json.loads(done.stdout) == {
         "pending": 1, "running": 0, "done": 0, "failed": 0, "cancelled": 0, "due_now": 1,
         "paused": False, "overdue": 0}
     with sqlite3.connect(home / "queue.db") as raw:

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -11,6 +10,7 @@ import sys
 import threading
 
 import pytest
+from conftest import queue_file_of_schema
 
 from sloth_tray.errors import DatabaseProblem, UnknownJob
 from sloth_tray.queue import SCHEMA_VERSION, Queue, Reason, State
@@ -480,17 +480,8 @@ def test_a_pause_is_kept_in_the_file_off_until_set_and_seen_by_every_connection(
 
 
 def test_a_queue_of_the_previous_schema_is_migrated_in_place_and_is_not_paused(tmp_path):
-    from sloth_tray.dbfile import APPLICATION_ID, MIGRATIONS
-
     path = tmp_path / "q.db"
-    with sqlite3.connect(path, isolation_level=None) as raw:
-        for statements in MIGRATIONS[:2]:
-            for statement in statements:
-                raw.execute(statement)
-        raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        raw.execute("PRAGMA user_version = 2")
-        raw.execute("INSERT INTO jobs(id, name, state, max_attempts, not_before, created_at, "
-                    "updated_at) VALUES ('0123456789ab', 'old', 'pending', 5, 0, 0, 0)")
+    queue_file_of_schema(path, 2, rows=(("0123456789ab", "old", "pending", 0, None, "{}"),))
     with Queue(path) as q:
         assert q.get("0123456789ab").name == "old"
         assert not q.paused()
@@ -503,21 +494,11 @@ def test_a_queue_of_the_previous_schema_is_migrated_in_place_and_is_not_paused(t
 def test_a_series_from_schema_4_keeps_one_waiting_run_once_migrated(tmp_path, clock):
     """Schema 4's trigger queued a second waiting run when a retried run of a series
     ended; the migration replaces it."""
-    from sloth_tray.dbfile import APPLICATION_ID, MIGRATIONS
-
     path = tmp_path / "q.db"
-    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as raw:
-        for statements in MIGRATIONS[:4]:
-            for statement in statements:
-                raw.execute(statement)
-        raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        raw.execute("PRAGMA user_version = 4")
-        for job_id, state in (("0123456789ab", "failed"), ("ba9876543210", "pending")):
-            raw.execute("INSERT INTO jobs(id, name, state, max_attempts, not_before, script, "
-                        "options, created_at, updated_at) VALUES (?, 'hourly', ?, 1, ?, "
-                        "'/spool/x/hourly.sh', ?, 0, 0)",
-                        (job_id, state, clock.now + 3600,
-                         json.dumps({"every": 3600, "scheduled": clock.now})))
+    options = json.dumps({"every": 3600, "scheduled": clock.now})
+    queue_file_of_schema(path, 4, rows=(
+        ("0123456789ab", "hourly", "failed", clock.now, "/spool/x/hourly.sh", options),
+        ("ba9876543210", "hourly", "pending", clock.now + 3600, "/spool/x/hourly.sh", options)))
     with Queue(path, clock=clock) as q:
         assert q.retry("0123456789ab")
         assert q.claim("w").id == "0123456789ab"
