@@ -575,15 +575,14 @@ def interrupted_at_once(one_shot: bool):
     for good. A one-shot command has nothing to clean up: each write is one
     SQLite transaction, and `add` copies where no start would queue it.
     """
-    if not one_shot:
-        yield
-        return
-    try:
-        previous = signal.signal(signal.SIGINT, signal.SIG_DFL)
-    except ValueError:  # not the main thread (main() called from a thread): leave it be
-        yield
-        return
+    previous = None
+    if one_shot:
+        try:
+            previous = signal.signal(signal.SIGINT, signal.SIG_DFL)
+        except ValueError:  # not the main thread (main() called from a thread): leave it be
+            pass
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)

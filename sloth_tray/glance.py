@@ -106,10 +106,8 @@ def summary(db: sqlite3.Connection, now: float) -> dict[str, Any]:
     found: dict[str, Any] = counts(db, now)
     is_paused = paused(db)
     waits = waiting_on(db, now, unmet(db))
-    if is_paused:
-        found["due_now"] = 0
-    elif waits:
-        found["due_now"] = max(0, found["due_now"] - waits.pop("any"))
+    waiting = waits.pop("any", 0)  # a count to subtract, not a condition to show
+    found["due_now"] = 0 if is_paused else max(0, found["due_now"] - waiting)
     return found | {"paused": is_paused} | ({"waiting_on": waits} if waits else {})
 
 

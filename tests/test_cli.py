@@ -315,3 +315,26 @@ def test_autostart_records_a_config_file_given_by_the_environment(tmp_path):
     shown = json.loads(sloth("autostart", "enable", "--json", env=env).stdout)
     assert (shown["home"], shown["config"], shown["jobs_dir"]) == (
         str(tmp_path / "h"), str(config), None)
+
+
+def test_a_command_run_off_the_main_thread_keeps_its_own_errors_plain():
+    """Off the main thread SIGINT cannot be touched; an error of the command must not
+    read as a failure of that ("During handling of ... signal only works in main
+    thread")."""
+    import threading
+
+    from sloth_tray.cli import interrupted_at_once
+
+    caught: list[BaseException] = []
+
+    def command() -> None:
+        try:
+            with interrupted_at_once(True):
+                raise RuntimeError("the command's own")
+        except RuntimeError as exc:
+            caught.append(exc)
+
+    thread = threading.Thread(target=command)
+    thread.start()
+    thread.join()
+    assert len(caught) == 1 and caught[0].__context__ is None

@@ -209,8 +209,13 @@ def test_paths_config_and_error_lines_escape_what_the_user_gave(tmp_path, capsys
 
 
 @pytest.fixture
-def app_log():
-    """setup_logging's handlers, removed again afterwards."""
+def app_log(monkeypatch):
+    """setup_logging's handlers, removed again afterwards, and the switches of logging
+    it turns off for the whole process, back as they were."""
+    import logging
+
+    for switch in ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing"):
+        monkeypatch.setattr(logging, switch, getattr(logging, switch))
     before = list(log.handlers)
     yield log
     for handler in log.handlers[len(before):]:

@@ -129,6 +129,16 @@ def test_summary_counts_due_jobs_per_unmet_condition_and_none_when_all_hold(queu
     assert queue.unmet() == frozenset() and "waiting_on" not in queue.summary()
 
 
+def test_a_paused_queue_says_what_due_jobs_wait_for_and_nothing_else(queue, clock):
+    queue.push("a", options={"require": "ac"})
+    queue.push("b", options={"require": "ac,network"})
+    queue.set_unmet({"ac", "network"})
+    queue.set_paused(True)
+    summary = queue.summary()
+    assert summary["waiting_on"] == {"ac": 2, "network": 1}  # no row for "any"
+    assert summary["due_now"] == 0
+
+
 def test_the_command_line_shows_what_a_due_job_waits_for(tmp_path, monkeypatch, capsys):
     home = locate(tmp_path / "home").ensure()
     monkeypatch.setenv("SLOTH_TRAY_HOME", str(home.root))
