@@ -90,10 +90,14 @@ def tolerate_full_socket(bus: MessageBus) -> MessageBus:
 
 
 async def call(bus: MessageBus, destination: str, path: str, interface: str, member: str,
-               signature: str = "", body: Sequence[Any] = ()) -> list[Any]:
-    """A method call's reply body; an error reply raises DBusError."""
-    reply = await bus.call(Message(destination=destination, path=path, interface=interface,
-                                   member=member, signature=signature, body=list(body)))
+               signature: str = "", body: Sequence[Any] = (), *, unix_fds: Sequence[int] = (),
+               timeout: float | None = None) -> list[Any]:
+    """A method call's reply body; an error reply raises DBusError, and no reply within
+    `timeout` seconds (when given) TimeoutError."""
+    sent = bus.call(Message(destination=destination, path=path, interface=interface,
+                            member=member, signature=signature, body=list(body),
+                            unix_fds=list(unix_fds)))
+    reply = await (sent if timeout is None else asyncio.wait_for(sent, timeout))
     if reply.message_type == MessageType.ERROR:
         text = reply.body[0] if reply.body and isinstance(reply.body[0], str) else ""
         raise DBusError(reply.error_name or "org.freedesktop.DBus.Error.Failed", text)

@@ -170,9 +170,9 @@ class Notifier:
         flat = [part for key, label in actions for part in (key, label)] if buttons else []
         hints = {"urgency": Variant("y", URGENCY_NORMAL),
                  "desktop-entry": Variant("s", APP_NAME)}
-        reply = await _call(bus, SERVICE, SERVICE_PATH, SERVICE, "Notify", "susssasa{sv}i",
-                            [APP_NAME, 0, "", title, body, flat, hints, -1])
-        notification_id = reply.body[0]
+        [notification_id] = await _call(bus, SERVICE, SERVICE_PATH, SERVICE, "Notify",
+                                        "susssasa{sv}i",
+                                        [APP_NAME, 0, "", title, body, flat, hints, -1])
         if flat and on_action is not None:
             self._waiting[notification_id] = (on_action, frozenset(key for key, _ in actions))
             while len(self._waiting) > REMEMBERED:
@@ -181,12 +181,13 @@ class Notifier:
 
     async def _capabilities(self, bus: Any) -> list[str]:
         try:
-            reply = await _call(bus, SERVICE, SERVICE_PATH, SERVICE, "GetCapabilities", "", [])
+            [capabilities] = await _call(bus, SERVICE, SERVICE_PATH, SERVICE,
+                                         "GetCapabilities", "", [])
         except _NoServer:
             raise
         except _Refused:
             return []  # a server that will not say what it can: no buttons, to be safe
-        return list(reply.body[0])
+        return list(capabilities)
 
     async def _connected(self) -> Any:
         """The bus, connected and listening for clicks; None (said once) when there is none."""
@@ -254,17 +255,19 @@ class _NoServer(_Refused):
 
 
 async def _call(bus: Any, destination: str, path: str, interface: str, member: str,
-                signature: str, body: list[Any]) -> Any:
-    """A method call with a deadline. Raises _Refused for an error reply."""
-    from dbus_fast import Message, MessageType
+                signature: str, body: list[Any]) -> list[Any]:
+    """A method call's reply body, with a deadline. Raises _NoServer or _Refused for an
+    error reply."""
+    from dbus_fast import DBusError
 
-    reply = await asyncio.wait_for(
-        bus.call(Message(destination=destination, path=path, interface=interface,
-                         member=member, signature=signature, body=body)), CALL_TIMEOUT)
-    if reply.message_type is MessageType.ERROR:
-        text = str(reply.body[0]) if reply.body else reply.error_name
-        raise (_NoServer if reply.error_name in _NO_SERVER_ERRORS else _Refused)(text)
-    return reply
+    from sloth_tray.desktop.bus import call
+
+    try:
+        return await call(bus, destination, path, interface, member, signature, body,
+                          timeout=CALL_TIMEOUT)
+    except DBusError as exc:
+        refusal = _NoServer if exc.type in _NO_SERVER_ERRORS else _Refused
+        raise refusal(exc.text or exc.type) from None
 
 
 # -- the session bus ----------------------------------------------------------------------

@@ -198,12 +198,14 @@ async def _file_manager(bus: Any, target: Path, reveal: bool) -> bool:
 
 async def _succeeds(bus: Any, destination: str, path: str, interface: str, member: str,
                     signature: str, body: list[Any], unix_fds: list[int] | None = None) -> bool:
-    from dbus_fast import Message, MessageType
+    from dbus_fast import DBusError
 
-    message = Message(destination=destination, path=path, interface=interface, member=member,
-                      signature=signature, body=body, unix_fds=unix_fds or [])
-    reply = await asyncio.wait_for(bus.call(message), CALL_TIMEOUT)
-    if reply.message_type is MessageType.ERROR:
-        log.debug("%s.%s: %s %s", interface, member, reply.error_name, reply.body)
+    from sloth_tray.desktop.bus import call
+
+    try:
+        await call(bus, destination, path, interface, member, signature, body,
+                   unix_fds=unix_fds or [], timeout=CALL_TIMEOUT)
+    except DBusError as exc:
+        log.debug("%s.%s: %s %s", interface, member, exc.type, exc.text)
         return False
     return True

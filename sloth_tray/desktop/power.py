@@ -147,8 +147,8 @@ class PowerSource:
 
         path, _ = SERVICES[name]
         try:
-            [values] = await asyncio.wait_for(
-                call(self._bus, name, path, PROPERTIES, "GetAll", "s", [name]), CALL_TIMEOUT)
+            [values] = await call(self._bus, name, path, PROPERTIES, "GetAll", "s", [name],
+                                  timeout=CALL_TIMEOUT)
         except (DBusError, TimeoutError) as exc:
             self._missing(name, str(exc) or "no answer")
             return
