@@ -10,6 +10,7 @@ import time
 import pytest
 
 from sloth_tray.engine import FailedJob, RunningJob, Snapshot, WaitingJob
+from sloth_tray.paths import locate
 from sloth_tray.queue import Queue
 
 
@@ -47,6 +48,29 @@ def queue(tmp_path, clock):
               backoff_cap=6)
     yield q
     q.close()
+
+
+@pytest.fixture
+def home(tmp_path):
+    """A home made as every command makes it (a module may mean a bare path instead)."""
+    return locate(tmp_path / "home").ensure()
+
+
+def run_sloth(home, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """`python -m sloth_tray ARGV --home HOME` in a child process, as a user's shell runs
+    it; with `check`, it must succeed."""
+    done = subprocess.run([sys.executable, "-m", "sloth_tray", *argv, "--home", str(home.root)],
+                          capture_output=True, text=True, timeout=60)
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def add_script(home, name: str, text: str, *extra: str) -> str:
+    """A script written beside the home and queued with `sloth-tray add`: its job id."""
+    path = home.root.parent / name
+    path.write_text(text)
+    return run_sloth(home, "add", str(path), *extra).stdout.strip()
 
 
 def queue_file_of_schema(path, version: int, rows: tuple[tuple, ...] = ()) -> None:

@@ -11,27 +11,12 @@ import threading
 import time
 
 import pytest
+from conftest import add_script as add
 from conftest import alive, start_daemon, to_other_thread, wait_for
 
-from sloth_tray.paths import locate
 from sloth_tray.queue import Queue, State
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
-
-
-@pytest.fixture
-def home(tmp_path):
-    return locate(tmp_path / "home").ensure()
-
-
-def add(home, name: str, text: str, *extra: str) -> str:
-    path = home.root.parent / name
-    path.write_text(text)
-    done = subprocess.run([sys.executable, "-m", "sloth_tray", "add", str(path),
-                           "--home", str(home.root), *extra],
-                          capture_output=True, text=True, timeout=30)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
 
 
 def job(home, job_id: str):

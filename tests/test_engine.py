@@ -11,15 +11,9 @@ import pytest
 from conftest import wait_for
 
 from sloth_tray.engine import Engine, Snapshot
-from sloth_tray.paths import locate
 from sloth_tray.queue import Queue, State
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /bin/sh")
-
-
-@pytest.fixture
-def home(tmp_path):
-    return locate(tmp_path / "home").ensure()
 
 
 def push_script(queue: Queue, home, name: str, text: str, **push) -> str:

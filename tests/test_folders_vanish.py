@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import add_script as add
 from conftest import alive, wait_for
 
 from sloth_tray.paths import locate
@@ -23,11 +24,6 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="uses inotify and /proc")
 
 IN_CREATE = 0x100
-
-
-@pytest.fixture
-def home(tmp_path):
-    return locate(tmp_path / "home").ensure()
 
 
 class Daemon:
@@ -57,15 +53,6 @@ def log_text(home) -> str:
 
 def drop(folder: Path, name: str, marker: Path) -> None:
     (folder / name).write_text(f"touch {marker}\n")
-
-
-def add(home, name: str, text: str) -> str:
-    path = home.root.parent / name
-    path.write_text(text)
-    done = subprocess.run([sys.executable, "-m", "sloth_tray", "add", str(path),
-                           "--home", str(home.root)], capture_output=True, text=True, timeout=30)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
 
 
 def watched_for_creation(pid: int, folder: Path) -> bool:

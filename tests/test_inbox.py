@@ -19,11 +19,6 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="in
 
 
 @pytest.fixture
-def home(tmp_path):
-    return locate(tmp_path / "home").ensure()
-
-
-@pytest.fixture
 def queue(home):
     q = Queue(home.db)
     yield q

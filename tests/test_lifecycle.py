@@ -14,31 +14,13 @@ import subprocess
 import sys
 
 import pytest
+from conftest import add_script as add
 from conftest import alive, start_daemon, wait_for
+from conftest import run_sloth as sloth
 
-from sloth_tray.paths import locate
 from sloth_tray.queue import Queue, State
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
-
-
-@pytest.fixture
-def home(tmp_path):
-    return locate(tmp_path / "home").ensure()
-
-
-def sloth(home, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "sloth_tray", *argv, "--home", str(home.root)],
-                          capture_output=True, text=True, timeout=60)
-    if check:
-        assert done.returncode == 0, done.stderr
-    return done
-
-
-def add(home, name: str, text: str, *extra: str) -> str:
-    path = home.root.parent / name
-    path.write_text(text)
-    return sloth(home, "add", str(path), *extra).stdout.strip()
 
 
 def drop(home, name: str, text: str) -> None:

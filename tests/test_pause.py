@@ -12,31 +12,16 @@ import subprocess
 import sys
 
 import pytest
-from conftest import start_daemon, wait_for
-
-from sloth_tray.paths import locate
+from conftest import add_script, start_daemon, wait_for
+from conftest import run_sloth as sloth
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /bin/sh")
 
 PAUSED_LINE = "paused: no job starts until resumed"
 
 
-@pytest.fixture
-def home(tmp_path):
-    return locate(tmp_path / "home").ensure()
-
-
-def sloth(home, *argv: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "sloth_tray", *argv, "--home", str(home.root)],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return done
-
-
 def add(home, name: str, marker) -> str:
-    script = home.root.parent / name
-    script.write_text(f"echo ran >> {marker}\n")
-    return sloth(home, "add", str(script)).stdout.strip()
+    return add_script(home, name, f"echo ran >> {marker}\n")
 
 
 def state(home, job_id: str) -> str:

@@ -17,16 +17,10 @@ from sloth_tray import runner as runner_module
 from sloth_tray.engine import Engine
 from sloth_tray.errors import DatabaseProblem
 from sloth_tray.outcome import Outcome, record
-from sloth_tray.paths import locate
 from sloth_tray.queue import Queue, Reason, State
 from sloth_tray.runner import LastLine, Runner
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
-
-
-@pytest.fixture
-def home(tmp_path):
-    return locate(tmp_path / "home").ensure()
 
 
 def script(home, name: str, text: str, mode: int = 0o600) -> Path:
