@@ -40,6 +40,11 @@ from sloth_tray.watch import FolderChange, KeptFolder
 log = logging.getLogger("sloth_tray")
 
 SETTLE = 0.5
+# What the inbox acts on where the platform tells a writer's close (Linux). Not
+# "modified": a drop written in a thousand pieces would wake three of watchdog's
+# threads and the inbox a thousand times, for a file taken at its close anyway.
+CLOSE_TOLD_EVENTS: list[type[FileSystemEvent]] = [
+    FileCreatedEvent, FileMovedEvent, FileOpenedEvent, FileClosedEvent, FileClosedNoWriteEvent]
 IGNORED_ENDINGS = ("~", ".swp", ".tmp", ".part", ".partial", ".crdownload")
 
 
@@ -77,7 +82,8 @@ class Inbox(FileSystemEventHandler):
     def start(self, observer: BaseObserver) -> None:
         """Watch the folder, then take what was dropped while the app was off."""
         self._settler.start()
-        self._kept = KeptFolder(observer, self.folder, self, self._folder_changed)
+        self._kept = KeptFolder(observer, self.folder, self, self._folder_changed,
+                                events=CLOSE_TOLD_EVENTS if self.close_events else None)
         self._kept.start()
         self.scan()
 

@@ -200,11 +200,13 @@ class KeptFolder:
     MAX_TRIES = 10  # re-checks when the folder changes while the watches are set up
 
     def __init__(self, observer: BaseObserver, folder: Path, handler: FileSystemEventHandler,
-                 on_change: Callable[[FolderChange], None]) -> None:
+                 on_change: Callable[[FolderChange], None], *,
+                 events: list[type[FileSystemEvent]] | None = None) -> None:
         self.observer = observer
         self.folder = folder
         self.handler = handler
         self.on_change = on_change
+        self.events = events  # the kinds of event the handler wants; None: all
         self._lock = threading.Lock()
         self._closed = False
         self._watch: ObservedWatch | None = None  # watchdog's, while the folder is there
@@ -218,7 +220,8 @@ class KeptFolder:
         self._paths = make_path_watch(self._on_event)
         with self._lock:
             if self._paths is None:
-                self._watch = self.observer.schedule(self.handler, str(self.folder))
+                self._watch = self.observer.schedule(self.handler, str(self.folder),
+                                                     event_filter=self.events)
                 return
             self._settle()  # the first watch is no change to tell
             missing = self._identity is None
@@ -279,7 +282,8 @@ class KeptFolder:
         self._forget()
         self._identity = None
         self._watch_path_and_parents(self.folder, GONE | IN_ONLYDIR)
-        self._watch = self.observer.schedule(self.handler, str(self.folder))
+        self._watch = self.observer.schedule(self.handler, str(self.folder),
+                                             event_filter=self.events)
         self._identity = now
         self._waiting_in = None
 

@@ -92,6 +92,27 @@ def test_a_slow_writer_is_never_taken_half_written(home, queue, running):
     assert open(job.script).read().count("echo part") == 4
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="closes are told by inotify")
+def test_a_drop_written_in_many_pieces_wakes_the_inbox_at_its_close_not_at_each_write(
+        home, queue, running, monkeypatch):
+    seen: list[str] = []
+    hint = Inbox.on_any_event
+
+    def counted(self, event) -> None:
+        seen.append(type(event).__name__)
+        hint(self, event)
+
+    monkeypatch.setattr(Inbox, "on_any_event", counted)
+    running()
+    with open(home.jobs / "long.sh", "w") as file:
+        for part in range(200):
+            file.write(f"echo part {part}\n")
+            file.flush()  # a write(2) each: inotify says "modified" for every one
+    (job,) = wait_for(lambda: queue.jobs(), what="the job after the close")
+    assert open(job.script).read().count("echo part") == 200
+    assert "FileModifiedEvent" not in seen and len(seen) < 10, seen
+
+
 def test_a_file_renamed_in_is_taken_at_once(home, queue, running, tmp_path):
     running(settle=60)  # a settle wait would time the test out: the rename must do it
     outside = tmp_path / "draft.sh"
