@@ -37,21 +37,26 @@ class QuietRotatingFileHandler(logging.FileHandler):
         self._failed_now = False
 
     def emit(self, record: logging.LogRecord) -> None:
+        """FileHandler's emit, with the record formatted once: it is measured for the
+        rotation and then written."""
         self._failed_now = False
         try:
-            if self._full_with(record):
+            line = self.format(record) + self.terminator
+            if self.stream is None:
+                self.stream = self._open()
+            if self._full_with(line):
                 self._rotate()
+                self.stream = self._open()
+            self.stream.write(line)
+            self.flush()
+        except RecursionError:  # as logging's own handlers do: not a write failure
+            raise
         except Exception:
             self.handleError(record)
-            return
-        super().emit(record)  # calls handleError instead of raising
         if not self._failed_now:
             self.failing = False  # it wrote: the next failure is news again
 
-    def _full_with(self, record: logging.LogRecord) -> bool:
-        if self.stream is None:
-            self.stream = self._open()
-        line = self.format(record) + self.terminator
+    def _full_with(self, line: str) -> bool:
         size = self.stream.tell()
         return size > 0 and size + len(line.encode(self.encoding or "utf-8", "replace")) \
             > self.max_bytes
