@@ -19,12 +19,12 @@ from sloth_tray.paths import DB_SIDES
 # Marks the file as ours (PRAGMA application_id): "SLTH".
 APPLICATION_ID = 0x534C5448
 
-# The body of every version of the `recur` trigger (they differ in when it fires):
+# What every version of the `recur` trigger does (they differ in when it fires):
 # queue the next run of an every= series, due one period after this run was
 # scheduled; runs missed while the machine slept or the app was off coalesce into
 # one run, due at once.
-_QUEUE_NEXT_EVERY_RUN = """BEGIN
-            INSERT INTO jobs(id, name, state, max_attempts, not_before, script, options,
+_QUEUE_NEXT_EVERY_RUN = "INSERT INTO jobs(id, name, state, max_attempts, not_before, script, " \
+    """options,
                              created_at, updated_at, history)
             SELECT lower(hex(randomblob(6))), NEW.name, 'pending', NEW.max_attempts, due,
                    NEW.script, json_set(NEW.options, '$.scheduled', due),
@@ -32,7 +32,9 @@ _QUEUE_NEXT_EVERY_RUN = """BEGIN
                    json_array(json_array(NEW.updated_at, 'pushed', 'the next run after '
                                          || NEW.id))
             FROM (SELECT max(json_extract(NEW.options, '$.scheduled')
-                             + json_extract(NEW.options, '$.every'), NEW.updated_at) AS due);
+                             + json_extract(NEW.options, '$.every'), NEW.updated_at) AS due)"""
+_EVERY_RUN_TRIGGER_BODY = f"""BEGIN
+            {_QUEUE_NEXT_EVERY_RUN};
         END"""
 
 # Each entry moves the schema one version forward; user_version = entries applied.
@@ -94,7 +96,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """CREATE TRIGGER recur AFTER UPDATE OF state ON jobs
             WHEN OLD.state = 'running' AND NEW.state IN ('done', 'failed')
              AND json_extract(NEW.options, '$.every') > 0
-            """ + _QUEUE_NEXT_EVERY_RUN,
+            """ + _EVERY_RUN_TRIGGER_BODY,
     ),
     (
         # Why a job failed, as a word the tray, retry-all and scripts can test
@@ -127,24 +129,32 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
              AND json_extract(NEW.options, '$.every') > 0
              AND json_type(NEW.options, '$.at') IS NULL
              AND json_type(NEW.options, '$.cron') IS NULL
-            """ + _QUEUE_NEXT_EVERY_RUN,
+            """ + _EVERY_RUN_TRIGGER_BODY,
     ),
     (
-        # A series keeps one waiting run. A failed run of a series has its next run
-        # queued already; retried, it must not queue another when it ends (as
-        # Queue._follow_calendar_run holds for calendars). The waiting run is found
-        # through the partial index of pending jobs: a few rows, however many ended.
+        # A run of a series is followed once. A failed run has its next run queued
+        # already; retried, it must not queue another when it ends, or the series
+        # runs twice a period from then on. `followed` says it was: set by the
+        # trigger for every=, by Queue._follow_calendar_run for calendars.
+        "ALTER TABLE jobs ADD COLUMN followed INTEGER NOT NULL DEFAULT 0",
+        # Runs followed before this version: each next run names its run in its
+        # first event. Read once, in one pass over the table.
+        """CREATE TEMP TABLE was_followed AS
+            SELECT substr(json_extract(history, '$[0][2]'), 20) AS id FROM jobs
+            WHERE json_extract(history, '$[0][2]') LIKE 'the next run after %'""",
+        "UPDATE jobs SET followed = 1 WHERE id IN (SELECT id FROM temp.was_followed)",
+        "DROP TABLE temp.was_followed",
         "DROP TRIGGER recur",
         """CREATE TRIGGER recur AFTER UPDATE OF state ON jobs
             WHEN OLD.state = 'running' AND NEW.state IN ('done', 'failed')
              AND json_extract(NEW.options, '$.every') > 0
              AND json_type(NEW.options, '$.at') IS NULL
              AND json_type(NEW.options, '$.cron') IS NULL
-             AND NOT EXISTS (SELECT 1 FROM jobs INDEXED BY jobs_due
-                             WHERE state = 'pending' AND name = NEW.name
-                               AND script IS NEW.script
-                               AND json_extract(options, '$.every') > 0)
-            """ + _QUEUE_NEXT_EVERY_RUN,
+             AND NOT NEW.followed
+            BEGIN
+            """ + _QUEUE_NEXT_EVERY_RUN + """;
+            UPDATE jobs SET followed = 1 WHERE id = NEW.id;
+            END""",
     ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)

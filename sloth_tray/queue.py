@@ -470,7 +470,7 @@ class Queue:
         rows = db.execute(
             "UPDATE jobs SET state = :state, lease_owner = NULL, lease_until = NULL, "
             f"updated_at = :now{sets}, {history} WHERE id = :id{held} "
-            "RETURNING name, script, max_attempts, options",
+            "RETURNING name, script, max_attempts, options, followed",
             {"state": state, "now": now, "id": job_id, "owner": owner, **columns, **params},
         ).fetchall()  # all: the statement runs to its end
         if not rows:
@@ -837,23 +837,20 @@ class Queue:
 
     def _follow_calendar_run(self, db: sqlite3.Connection, job_id: str, now: float,
                              name: str, script: str | None, max_attempts: int,
-                             options_text: str) -> None:
+                             options_text: str, followed: int) -> None:
         """Queue a calendar job's next run, inside the transaction that ended this one:
         a crash can never end the series. Due at the first calendar time after this
         run's; if that has passed already, the claim applies catchup= to it.
 
-        A series keeps one waiting run: a retried old run that ends while its
-        series' next run waits adds nothing.
+        A run is followed once (`followed`, as the `recur` trigger keeps it for
+        every=): a retried old run, whose next run was queued when it first ended,
+        adds none.
         """
+        if followed:
+            return
         options = json.loads(options_text)
         calendar = self._calendar_or_none(db, job_id, options, now)
         if calendar is None:
-            return
-        waiting = db.execute(
-            "SELECT 1 FROM jobs INDEXED BY jobs_due WHERE state = 'pending' AND name = ? "
-            "AND script IS ? AND (json_type(options, '$.at') IS NOT NULL "
-            "OR json_type(options, '$.cron') IS NOT NULL) LIMIT 1", (name, script)).fetchone()
-        if waiting:
             return
         due = schedule.next_time(calendar, float(options.get("scheduled", now)), self.tz)
         options["scheduled"] = due
@@ -866,9 +863,10 @@ class Queue:
                     "VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)",
                     (new_job_id(), name, max_attempts, due, script,
                      json.dumps(options, sort_keys=True), now, now, history))
-                return
+                break
             except sqlite3.IntegrityError:
                 continue  # an id drawn twice, 1 in 2**48: draw again
+        db.execute("UPDATE jobs SET followed = 1 WHERE id = ?", (job_id,))
 
     # -- reads ---------------------------------------------------------------
 

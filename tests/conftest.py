@@ -75,7 +75,8 @@ def add_script(home, name: str, text: str, *extra: str) -> str:
 
 def queue_file_of_schema(path, version: int, rows: tuple[tuple, ...] = ()) -> None:
     """The queue file an older sloth-tray (schema `version`) left, 0600, holding `rows`:
-    (id, name, state, not_before, script, options JSON) each, for the migration tests."""
+    (id, name, state, not_before, script, options JSON[, history JSON]) each, for the
+    migration tests."""
     import contextlib
     import sqlite3
 
@@ -89,8 +90,8 @@ def queue_file_of_schema(path, version: int, rows: tuple[tuple, ...] = ()) -> No
         raw.execute(f"PRAGMA user_version = {version}")
         for row in rows:
             raw.execute("INSERT INTO jobs(id, name, state, max_attempts, not_before, script, "
-                        "options, created_at, updated_at) VALUES (?, ?, ?, 1, ?, ?, ?, 0, 0)",
-                        row)
+                        "options, history, created_at, updated_at) "
+                        "VALUES (?, ?, ?, 1, ?, ?, ?, ?, 0, 0)", (*row, "[]")[:7])
     os.chmod(path, 0o600)
 
 

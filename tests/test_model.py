@@ -86,6 +86,7 @@ class Row:
     owner: str | None = None
     lease_until: float | None = None
     reason: Reason | None = None
+    followed: bool = False  # its series' next run was queued when it ended
 
     @property
     def lease(self) -> float:
@@ -207,13 +208,12 @@ class SpoolMachine(RuleBasedStateMachine):
 
     def _end_run(self, row: Row, state: State, reason: Reason | None = None) -> None:
         """running -> done or failed: the lease ends; a recurring job's next run is queued
-        in the same statement, unless one waits already (a retried run of the series)."""
+        in the same statement, once: a retried run that was followed already adds none."""
         row.state, row.owner, row.lease_until, row.updated_at = state, None, None, self.now
         if reason is not None:
             row.reason = reason
-        waiting = any(r.state == State.PENDING and r.script == row.script
-                      and r.options.get("every", 0) > 0 for r in self.m.rows)
-        if row.options.get("every", 0) > 0 and not waiting:
+        if row.options.get("every", 0) > 0 and not row.followed:
+            row.followed = True
             due = max(row.options["scheduled"] + row.options["every"], row.updated_at)
             self.m.insert(id=None, script=row.script, options={**row.options, "scheduled": due},
                           state=State.PENDING, max_attempts=row.max_attempts, not_before=due,

@@ -402,17 +402,42 @@ def test_a_retried_run_of_a_series_whose_next_run_waits_adds_no_second_one(queue
     assert [job.id for job in queue.jobs(State.PENDING)] == [waiting.id]
 
 
-def test_a_retried_run_of_a_series_with_no_waiting_run_queues_the_next(queue, clock):
+def test_a_retried_run_waiting_again_leaves_the_series_to_its_next_run(queue, clock):
+    """The retried run fails once more and waits for its retry; meanwhile the series'
+    next run runs: the series goes on from that one, whatever becomes of the retry."""
     job_id = queue.push("flaky", max_attempts=1, options={"every": 3600})
     queue.claim("w")
     queue.fail(job_id, "w", "boom")
     (waiting,) = queue.jobs(State.PENDING)
-    assert queue.cancel(waiting.id)  # the user ended the series, then retries its last run
-    assert queue.retry(job_id)
+    assert queue.retry(job_id, max_attempts=2)
+    queue.claim("w")
+    assert queue.fail(job_id, "w", "boom again") == "pending"  # waits for its backoff
+    assert queue.run_now(waiting.id)
+    clock.advance(1)
+    assert queue.claim("w").id == waiting.id
+    assert queue.complete(waiting.id, "w")
+    assert queue.cancel(job_id)
+    (following,) = queue.jobs(State.PENDING)
+    assert queue.history(following.id)[0].detail == f"the next run after {waiting.id}"
+
+
+def test_a_run_is_followed_once_and_a_cancelled_series_restarts_from_its_waiting_run(
+        queue, clock):
+    job_id = queue.push("flaky", max_attempts=1, options={"every": 3600})
+    queue.claim("w")
+    queue.fail(job_id, "w", "boom")
+    (waiting,) = queue.jobs(State.PENDING)
+    assert queue.cancel(waiting.id)  # the user ended the series
+    assert queue.retry(job_id)  # an old run, once more: it does not restart the series
     queue.claim("w")
     assert queue.complete(job_id, "w")
+    assert queue.jobs(State.PENDING) == []
+    assert queue.retry(waiting.id)  # its waiting run, revived: the series goes on
+    clock.advance(1)
+    queue.claim("w")
+    assert queue.complete(waiting.id, "w")
     (following,) = queue.jobs(State.PENDING)
-    assert queue.history(following.id)[0].detail == f"the next run after {job_id}"
+    assert queue.history(following.id)[0].detail == f"the next run after {waiting.id}"
 
 
 def test_cancelling_a_recurring_job_ends_the_series(queue, clock):
@@ -496,9 +521,11 @@ def test_a_series_from_schema_4_keeps_one_waiting_run_once_migrated(tmp_path, cl
     ended; the migration replaces it."""
     path = tmp_path / "q.db"
     options = json.dumps({"every": 3600, "scheduled": clock.now})
+    follows = json.dumps([[0, "pushed", "the next run after 0123456789ab"]])
     queue_file_of_schema(path, 4, rows=(
         ("0123456789ab", "hourly", "failed", clock.now, "/spool/x/hourly.sh", options),
-        ("ba9876543210", "hourly", "pending", clock.now + 3600, "/spool/x/hourly.sh", options)))
+        ("ba9876543210", "hourly", "pending", clock.now + 3600, "/spool/x/hourly.sh", options,
+         follows)))
     with Queue(path, clock=clock) as q:
         assert q.retry("0123456789ab")
         assert q.claim("w").id == "0123456789ab"

@@ -294,6 +294,23 @@ def test_a_retried_old_run_does_not_start_a_second_waiting_run(berlin_queue):
     assert len(berlin_queue.jobs(State.PENDING)) == 1
 
 
+def test_a_retried_run_waiting_again_leaves_the_calendar_series_to_its_next_run(berlin_queue):
+    job_id = berlin_queue.push("flaky", max_attempts=1, options={"at": "09:00"})
+    berlin_queue.clock_.now = berlin(2026, 3, 2, 9, 0)
+    berlin_queue.claim("w")
+    berlin_queue.fail(job_id, "w", "boom")
+    (waiting,) = berlin_queue.jobs(State.PENDING)  # Tuesday 09:00
+    assert berlin_queue.retry(job_id, max_attempts=2)
+    berlin_queue.claim("w")
+    assert berlin_queue.fail(job_id, "w", "boom again") == "pending"  # waits for its backoff
+    assert berlin_queue.run_now(waiting.id)  # before the retry's backoff ends
+    assert run_once(berlin_queue) == waiting.id
+    following = [job for job in berlin_queue.jobs(State.PENDING) if job.id != job_id]
+    assert [berlin_queue.history(job.id)[0].detail for job in following] == [
+        f"the next run after {waiting.id}"]
+    assert shown(following[0].not_before) == "Wed 2026-03-04 09:00 CET"
+
+
 def test_every_and_a_calendar_together_are_refused_by_the_queue(berlin_queue):
     with pytest.raises(SlothError, match="use one of them"):
         berlin_queue.push("both", options={"every": 60, "at": "09:00"})
