@@ -42,11 +42,21 @@ def command(function: Command) -> Command:
     return function
 
 
+def sound_home(home: Home) -> Home:
+    """The home, vetted (Home.ensure), once its queue file has read back whole and sound
+    (dbfile.verify: about 30 ms per 100,000 jobs): a command must never write on top of
+    a damaged page, nor do half its work and then meet one."""
+    from sloth_tray.dbfile import verify
+
+    home.ensure()
+    verify(home.db)
+    return home
+
+
 def open_queue(home: Home) -> Queue:
     from sloth_tray.queue import Queue  # here: `status` reads without it (glance.py)
 
-    home.ensure()
-    return Queue(home.db)
+    return Queue(sound_home(home).db)
 
 
 def emit_json(data: Any) -> None:
@@ -335,8 +345,7 @@ def cmd_prune(args: argparse.Namespace, home: Home) -> int:
 def cmd_add(args: argparse.Namespace, home: Home) -> int:
     from sloth_tray import spool
 
-    home.ensure()
-    job_id = spool.add(home, Path(args.path), name=args.name, delay=args.delay,
+    job_id = spool.add(sound_home(home), Path(args.path), name=args.name, delay=args.delay,
                        max_attempts=args.max_attempts)
     home.ring_doorbell()
     print(job_id)

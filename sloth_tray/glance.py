@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sloth_tray.dbfile import SCHEMA_VERSION, identify, prepare_file, translated_errors
+from sloth_tray.dbfile import SCHEMA_VERSION, identify, prepare_file, translated_errors, verify
 from sloth_tray.errors import DatabaseProblem
 from sloth_tray.paths import Home
 from sloth_tray.states import State
@@ -187,6 +187,7 @@ def read(home: Home, clock: Callable[[], float] = time.time) -> dict[str, Any]:
     if db is None:  # a new file, or one of an older schema: the queue makes or migrates it
         from sloth_tray.queue import Queue
 
+        verify(home.db)  # a migration writes: never on top of a damaged page
         Queue(home.db).close()
         db = _connect_current(home.db)
         if db is None:  # pragma: no cover - Queue refuses what it cannot bring up to date

@@ -338,3 +338,41 @@ def test_a_command_run_off_the_main_thread_keeps_its_own_errors_plain():
     thread.start()
     thread.join()
     assert len(caught) == 1 and caught[0].__context__ is None
+
+
+def damaged_queue(home) -> tuple[bytes, str]:
+    """A real queue whose page of old finished jobs is garbage, closed cleanly: the
+    header and the schema read fine. (Its bytes, and a waiting job's id.)"""
+    import random
+
+    home_db(home)
+    with Queue(home / "queue.db") as queue:
+        for i in range(300):
+            queue.push(f"finished-{i:03}")
+            job = queue.claim("fixture")
+            queue.complete(job.id, "fixture", f"result of finished-{i:03}")
+        waiting = queue.push("waiting", delay=3600)
+    data = (home / "queue.db").read_bytes()
+    page = int.from_bytes(data[16:18], "big")
+    at = data.index(b"result of finished-050") // page * page
+    damaged = data[:at] + random.Random(7).randbytes(page) + data[at + page:]
+    (home / "queue.db").write_bytes(damaged)
+    return damaged, waiting
+
+
+@pytest.mark.parametrize("command", [["list"], ["show", "ID"], ["pause"], ["resume"],
+                                     ["cancel", "ID"], ["retry", "ID"], ["run-now", "ID"],
+                                     ["prune", "--older-than", "0"], ["add", "SCRIPT"],
+                                     ["retry", "--all-failed"]])
+def test_no_command_writes_to_a_damaged_queue_and_each_says_so_once(home, tmp_path, command):
+    damaged, waiting = damaged_queue(home)
+    script = tmp_path / "new.sh"
+    script.write_text("echo new\n")
+    argv = [{"ID": waiting, "SCRIPT": str(script)}.get(arg, arg) for arg in command]
+    done = sloth(*argv, "--home", str(home))
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert done.stderr.count("\n") == 1 and "damaged" in done.stderr, done.stderr
+    assert "it was left as it is" in done.stderr and "Traceback" not in done.stderr
+    assert (home / "queue.db").read_bytes() == damaged
+    assert sorted(p.name for p in home.iterdir() if p.name.startswith("queue.db")) == [
+        "queue.db"]
