@@ -424,7 +424,8 @@ class Engine:
         finally:
             self._running = None
             self._running_job = None
-        log.info("%s %s (%s): %s", result.outcome, job.name, job.id, result.detail)
+        log.info("%s %s (%s)%s", result.outcome, job.name, job.id,
+                 f": {result.detail}" if result.detail else "")
         for listener in self._result_listeners:
             listener(job, result)
         if self._claimed is None:

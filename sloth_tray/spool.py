@@ -173,12 +173,15 @@ def push(queue: Queue, script: Path, job_id: str, *, name: str | None = None,
             options = parse_options(read_head(script), script.name)
         except BadJobFile as exc:
             error, reason = str(exc), Reason.BAD_HEADER
+    name = name or job_name(script)
     pushed = queue.push(
-        name or job_name(script), script=str(final or script), job_id=job_id,
+        name, script=str(final or script), job_id=job_id,
         delay=delay if delay is not None else options.get("delay", 0.0),
         max_attempts=max_attempts if max_attempts is not None else options.get("max_attempts"),
         options=options, error=error, reason=reason)
     _mark_queued(script.parent)
+    if error is not None and reason is Reason.BAD_HEADER:  # a refusal is said by the caller
+        log.warning("failed %s (%s): %s", name, pushed, error)
     return pushed
 
 

@@ -51,6 +51,16 @@ def test_drain_runs_every_due_job_and_publishes_what_happened(home):
     assert queue.get(ok).state == State.DONE
 
 
+def test_the_log_line_of_a_result_ends_with_what_the_job_said_or_its_name(home, caplog):
+    caplog.set_level("INFO", logger="sloth_tray")
+    queue = Queue(home.db)
+    quiet = push_script(queue, home, "quiet.sh", "true")
+    said = push_script(queue, home, "said.sh", "echo moved 4 files")
+    Engine(queue, home).run(drain=True)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("done ")]
+    assert lines == [f"done quiet ({quiet})", f"done said ({said}): moved 4 files"]
+
+
 def test_back_to_back_a_job_that_runs_a_moment_is_shown_running_while_it_runs(home, tmp_path):
     """Right behind another job, a job is published as running once it has run
     SHOW_RUNNING_AFTER: a burst of tiny jobs skips their snapshots, a real one never."""

@@ -181,7 +181,9 @@ def test_files_dropped_while_the_app_was_off_are_taken_at_start(home, queue, run
     assert list(home.jobs.iterdir()) == []
 
 
-def test_header_options_are_read_and_a_bad_header_fails_the_job_at_once(home, queue, running):
+def test_header_options_are_read_and_a_bad_header_fails_the_job_at_once(home, queue, running,
+                                                                        caplog):
+    caplog.set_level("INFO", logger="sloth_tray")
     running()
     drop(home, "good.sh", "#!/bin/sh\n# sloth: max_attempts=2 timeout=10m delay=30s every=1h\n")
     drop(home, "bad.sh", "#!/bin/sh\n# sloth: retries=3\necho never\n")
@@ -192,6 +194,8 @@ def test_header_options_are_read_and_a_bad_header_fails_the_job_at_once(home, qu
     assert good.options["every"] == 3600 and good.not_before >= good.created_at + 30
     assert bad.state == State.FAILED
     assert "unknown option 'retries'" in bad.last_error and "bad.sh, line 2" in bad.last_error
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert said == [f"failed bad ({bad.id}): {bad.last_error}"]  # the app's log says why
 
 
 @pytest.mark.parametrize("case", ["symlink", "fifo", "not yours", "open folder"])
