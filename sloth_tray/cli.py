@@ -231,8 +231,9 @@ def _retry_instead(job: Job) -> str | None:
 
 @command
 def cmd_retry(args: argparse.Namespace, home: Home) -> int:
-    if args.all_failed == bool(args.ids):
-        raise SlothError("give job ids to retry, or --all-failed (not both)")
+    if args.all_failed == bool(args.ids):  # a usage mistake: argparse's exit code, 2
+        print("sloth-tray: give job ids to retry, or --all-failed (not both)", file=sys.stderr)
+        return 2
     ids = args.ids
     if args.all_failed:
         with open_queue(home) as queue:

@@ -108,6 +108,8 @@ def locate(
 
         root = Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
         root.parent.mkdir(parents=True, exist_ok=True)
+    if root.exists() and not root.is_dir():
+        raise SlothError(f"the home folder {root} is not a folder")
     jobs_dir = jobs or env.get(JOBS_ENV)
     if not jobs:
         jobs_source = f"env {JOBS_ENV}" if jobs_dir else None

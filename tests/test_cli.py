@@ -132,6 +132,16 @@ def home_db(home):
     return home / "queue.db"
 
 
+@pytest.mark.parametrize("command", ["paths", "status", "list"])
+def test_a_home_that_is_a_file_is_refused_by_every_command(tmp_path, command):
+    a_file = tmp_path / "passwd"
+    a_file.write_text("root:x:0:0\n")
+    done = sloth(command, "--home", str(a_file))
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == f"sloth-tray: the home folder {a_file} is a file, not a folder\n"
+    assert a_file.read_text() == "root:x:0:0\n"
+
+
 def test_a_home_whose_parent_is_missing_is_refused(tmp_path):
     done = sloth("status", "--home", str(tmp_path / "no" / "such"))
     assert done.returncode == 1
@@ -194,7 +204,7 @@ def test_retry_all_failed_then_cancel_and_the_doorbell_rings(home, capsys):
 
 def test_retry_needs_ids_or_all_failed(home, capsys):
     code, _, err = run(capsys, "retry", "--home", str(home))
-    assert code == 1 and "give job ids to retry, or --all-failed" in err
+    assert code == 2 and "give job ids to retry, or --all-failed" in err  # as a usage error
 
 
 def test_prune_parses_ages(home, capsys):
