@@ -138,7 +138,7 @@ def test_a_home_that_is_a_file_is_refused_by_every_command(tmp_path, command):
     a_file.write_text("root:x:0:0\n")
     done = sloth(command, "--home", str(a_file))
     assert (done.returncode, done.stdout) == (1, "")
-    assert done.stderr == f"sloth-tray: the home folder {a_file} is a file, not a folder\n"
+    assert done.stderr == f"sloth-tray: the home folder {a_file} is not a folder\n"
     assert a_file.read_text() == "root:x:0:0\n"
 
 
