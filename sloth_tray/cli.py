@@ -82,9 +82,12 @@ def table(rows: Sequence[Sequence[str]]) -> str:
     )
 
 
-def when(job: Job, now: float) -> str:
+def when(job: Job, now: float, paused: bool = False) -> str:
+    """A pending job due while the queue is paused says so: nothing starts it now."""
     if job.state == State.PENDING:
-        return "due now" if job.not_before <= now else f"due {relative(job.not_before, now)}"
+        if job.not_before <= now:
+            return "due (paused)" if paused else "due now"
+        return f"due {relative(job.not_before, now)}"
     if job.state == State.RUNNING:
         return f"started {relative(job.updated_at, now)}"
     return relative(job.updated_at, now)
@@ -134,13 +137,14 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
             return 0
         now = queue.clock()
         unmet = queue.unmet()
+        paused = queue.paused()
         rows = [("ID", "NAME", "STATE", "TRIES", "WHEN", "NOTE")]
         for job in jobs:
             note = job.last_error if job.state in (State.FAILED, State.PENDING) else job.result
             if job.state == State.PENDING and job.not_before <= now:
                 note = _waiting_note(job, unmet) or note
             rows.append((queue.shortest_unique_prefix(job.id), job.name, job.state.value,
-                         f"{job.attempts}/{job.max_attempts}", when(job, now),
+                         f"{job.attempts}/{job.max_attempts}", when(job, now, paused),
                          (note or "").replace("\n", " ")[:80]))
     print(table(rows))
     if more:
@@ -163,6 +167,7 @@ def cmd_show(args: argparse.Namespace, home: Home) -> int:
         history = queue.history(job.id)
         now = queue.clock()
         unmet = queue.unmet()
+        paused = queue.paused()
     logs = home.job_logs(job.id)
     if args.json:
         emit_json(job.as_dict() | {"history": [event.as_dict() for event in history],
@@ -170,7 +175,7 @@ def cmd_show(args: argparse.Namespace, home: Home) -> int:
         return 0
     state = job.state.value
     if job.state in (State.PENDING, State.RUNNING):
-        state += f" ({when(job, now)})"
+        state += f" ({when(job, now, paused)})"
     waits = _waiting_note(job, unmet) if job.state == State.PENDING else None
     if waits and job.not_before <= now:
         state += f", {waits}"

@@ -92,3 +92,14 @@ def test_a_pause_outlives_a_restart_of_the_daemon(home, tmp_path, pids):
         assert marker.read_text() == "ran\nran\n"
     finally:
         stop(daemon)
+
+
+def test_list_and_show_say_a_due_job_waits_for_the_pause_not_that_it_is_due_now(home, tmp_path):
+    job_id = add(home, "held.sh", tmp_path / "ran")
+    assert "due now" in sloth(home, "list").stdout
+    sloth(home, "pause")
+    listed = sloth(home, "list").stdout.splitlines()[1]
+    assert "due (paused)" in listed and "due now" not in listed
+    assert "pending (due (paused))" in sloth(home, "show", job_id).stdout
+    sloth(home, "resume")
+    assert "due now" in sloth(home, "list").stdout
