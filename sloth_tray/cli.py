@@ -183,7 +183,7 @@ def cmd_show(args: argparse.Namespace, home: Home) -> int:
         ("id", job.id), ("name", job.name), ("state", state),
         ("attempts", f"{job.attempts} of {job.max_attempts}"),
         ("script", job.script or "-"),
-        ("options", " ".join(f"{k}={v}" for k, v in job.options.items()) or "-"),
+        ("options", " ".join(option_text(k, v) for k, v in sorted(job.options.items())) or "-"),
         ("last error", job.last_error or "-"), ("result", job.result or "-"),
         ("created", f"{clock_time(job.created_at)} ({relative(job.created_at, now)})"),
         ("logs", str(logs)),
@@ -192,6 +192,21 @@ def cmd_show(args: argparse.Namespace, home: Home) -> int:
     print("\nhistory")
     print(table([("  " + clock_time(e.at), e.kind, e.detail) for e in history]))
     return 0
+
+
+# A job's options that hold seconds: shown as a header says them (every=1h, not 3600.0).
+DURATION_OPTIONS = {limit.key for limit in (limits.TIMEOUT, limits.DELAY, limits.LEASE,
+                                            limits.EVERY, limits.GRACE, limits.WINDOW)}
+
+
+def option_text(key: str, value: object) -> str:
+    """key=value as a header would say it; `scheduled`, the series' clock, as a time."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if key in DURATION_OPTIONS:
+            return f"{key}={limits.compact_duration(value)}"
+        if key == "scheduled":
+            return f"{key}={clock_time(value)}"
+    return f"{key}={value}"
 
 
 Hint = Callable[["Job"], "str | None"]

@@ -76,7 +76,7 @@ class Limit(namedtuple("Limit", ["key", "kind", "low", "high", "low_open", "note
 
     def _show(self, bound: float) -> str:
         if self.kind == Kind.DURATION:
-            return _compact_duration(bound)
+            return compact_duration(bound)
         if self.kind == Kind.SIZE:
             return "1 byte" if bound == 1 else _compact_size(int(bound))
         return str(int(bound))
@@ -156,7 +156,8 @@ def shown(value: object) -> str:
     return text if len(text) <= _SHOWN else f"{text[:_SHOWN - 3]}..."
 
 
-def _compact_duration(seconds: float) -> str:
+def compact_duration(seconds: float) -> str:
+    """A duration as a header or a flag takes it: 1h, 90m, 90s."""
     for unit, length in (("d", DAY), ("h", 3600.0), ("m", 60.0)):
         if seconds >= length and seconds % length == 0:
             return f"{int(seconds // length)}{unit}"

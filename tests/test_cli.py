@@ -191,6 +191,21 @@ def test_show_json_has_the_fields_history_and_logs(home, capsys):
     assert shown["logs"] == str(home / "logs" / ids["ok"])
 
 
+def test_show_says_the_options_as_a_header_would_and_the_series_clock_as_a_time(home, capsys):
+    from sloth_tray.timefmt import clock_time
+
+    locate(home).ensure()
+    with Queue(home / "queue.db") as q:
+        job_id = q.push("hourly", options={"every": 3600.0, "timeout": 90.0, "grace": 600.0,
+                                           "require": "ac", "max_attempts": 3})
+        scheduled = q.get(job_id).options["scheduled"]
+    code, out, _ = run(capsys, "show", job_id, "--home", str(home))
+    (options,) = [line for line in out.splitlines() if line.startswith("options")]
+    assert options.split(None, 1)[1] == (
+        f"every=1h grace=10m max_attempts=3 require=ac scheduled={clock_time(scheduled)} "
+        "timeout=90s")
+
+
 def test_retry_all_failed_then_cancel_and_the_doorbell_rings(home, capsys):
     ids = seed(home)
     code, out, _ = run(capsys, "retry", "--all-failed", "--home", str(home))
