@@ -186,7 +186,7 @@ def cmd_show(args: argparse.Namespace, home: Home) -> int:
         ("options", " ".join(option_text(k, v) for k, v in sorted(job.options.items())) or "-"),
         ("last error", job.last_error or "-"), ("result", job.result or "-"),
         ("created", f"{clock_time(job.created_at)} ({relative(job.created_at, now)})"),
-        ("logs", str(logs)),
+        ("logs", str(logs) if logs.exists() else f"{logs} (none yet)"),
     ]
     print(table(fields))
     print("\nhistory")

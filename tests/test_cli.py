@@ -204,6 +204,8 @@ def test_show_says_the_options_as_a_header_would_and_the_series_clock_as_a_time(
     assert options.split(None, 1)[1] == (
         f"every=1h grace=10m max_attempts=3 require=ac scheduled={clock_time(scheduled)} "
         "timeout=90s")
+    (logs,) = [line for line in out.splitlines() if line.startswith("logs")]
+    assert logs.endswith("(none yet)")  # it never ran
 
 
 def test_retry_all_failed_then_cancel_and_the_doorbell_rings(home, capsys):
