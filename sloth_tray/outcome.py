@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from sloth_tray.errors import UnknownJob
 from sloth_tray.queue import Job, Queue, Reason, State
 
 
@@ -44,7 +45,7 @@ class Outcome(StrEnum):
     DONE = "done"  # completed
     RETRYING = "retrying"  # failed; the queue will try again later
     FAILED = "failed"  # failed for good
-    LOST = "lost"  # another owner holds the job now; we recorded nothing
+    LOST = "lost"  # no longer ours (cancelled, taken over, removed): we recorded nothing
     RELEASED = "released"  # stopped for a clean quit; due again at the next start
     LATER = "later"  # the script asked to be run later; due again after a backoff
 
@@ -55,7 +56,18 @@ class Result:
     detail: str
 
 
-LOST = Result(Outcome.LOST, "another worker holds the job now")
+def lost(queue: Queue, job: Job) -> Result:
+    """The job is no longer ours to record: say what became of it, as the queue has it
+    now (the user cancelled it, another worker took it over, it was pruned...)."""
+    try:
+        now = queue.get(job.id)
+    except UnknownJob:
+        return Result(Outcome.LOST, "it was removed from the queue while it ran")
+    if now.state == State.CANCELLED:
+        return Result(Outcome.LOST, "it was cancelled while it ran")
+    if now.state == State.RUNNING and now.lease_owner:
+        return Result(Outcome.LOST, f"another worker holds it now ({now.lease_owner})")
+    return Result(Outcome.LOST, f"it was changed elsewhere while it ran (now {now.state})")
 
 
 def record(queue: Queue, owner: str, job: Job, attempt: Attempt) -> Result:
@@ -67,27 +79,27 @@ def record(queue: Queue, owner: str, job: Job, attempt: Attempt) -> Result:
     if attempt.ending == Ending.SUCCEEDED:
         if queue.complete(job.id, owner, attempt.detail):
             return Result(Outcome.DONE, attempt.detail)
-        return LOST
+        return lost(queue, job)
     if attempt.ending == Ending.STOPPED:
         if queue.release(job.id, owner):
             return Result(Outcome.RELEASED, "stopped for quit; due again at the next start")
-        return LOST
+        return lost(queue, job)
     if attempt.ending == Ending.INTERRUPTED:
         if queue.release(job.id, owner, attempt.detail):
             return Result(Outcome.RELEASED, attempt.detail)
-        return LOST
+        return lost(queue, job)
     if attempt.ending == Ending.LATER:
         state = queue.later(job.id, owner, attempt.detail)
         if state is None:
-            return LOST
+            return lost(queue, job)
         if state == State.FAILED:
             return Result(Outcome.FAILED, queue.get(job.id).last_error or attempt.detail)
         return Result(Outcome.LATER, attempt.detail)
     if attempt.ending == Ending.LEASE_LOST:
-        return Result(Outcome.LOST, attempt.detail or LOST.detail)
+        return lost(queue, job)
     reason = attempt.reason or Reason.INTERNAL_ERROR
     state = queue.fail(job.id, owner, attempt.detail, reason)
     if state is None:
-        return LOST
+        return lost(queue, job)
     outcome = Outcome.FAILED if state == State.FAILED else Outcome.RETRYING
     return Result(outcome, attempt.detail)

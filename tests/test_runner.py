@@ -118,6 +118,7 @@ def test_a_lost_lease_kills_the_child_at_once(home, tmp_path, pids):
     assert later.claim("B").lease_owner == "B"
     thread.join(timeout=10)
     assert results and results[0].outcome == Outcome.LOST
+    assert results[0].detail == "another worker holds it now (B)"
     wait_for(lambda: not alive(child), timeout=2, what="the child to die")
     kinds = [e.kind for e in queue.history(job.id)]
     assert kinds[-2:] == ["reclaimed", "claimed"], "A must record nothing after losing"
@@ -137,6 +138,7 @@ def test_a_cancelled_running_job_is_stopped_at_the_next_nudge(home, tmp_path, pi
     runner.nudge()
     thread.join(timeout=10)
     assert results[0].outcome == Outcome.LOST
+    assert results[0].detail == "it was cancelled while it ran"
     wait_for(lambda: not alive(child), timeout=2, what="the child to die")
     assert queue.get(job.id).state == State.CANCELLED
 
