@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -441,6 +442,15 @@ def print_result(job: Job, result: Result) -> None:
 class Parser(argparse.ArgumentParser):
     """argparse, but a mistake on the command line is one line on stderr, like any
     other error (exit 2, argparse's code for a usage mistake)."""
+
+    # What argparse takes for a negative number, not an option, after an option that
+    # wants a value: with units too (`--older-than -1d`), so that the option's own
+    # check says what it accepts instead of "expected one argument".
+    NEGATIVE_VALUE = re.compile(r"^-[0-9]*\.?[0-9]+[a-zA-Z]*$")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = self.NEGATIVE_VALUE  # argparse's own hook (3.11)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {printable(message)}\n")

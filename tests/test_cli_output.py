@@ -61,6 +61,9 @@ def no_jobs(home) -> bool:
     (["list", "--limit", "-1"], "--limit", "between 0 and 1000000"),
     (["list", "--limit", "9" * 5000], "--limit", "between 0 and 1000000"),
     (["prune", "--older-than", "99999d"], "--older-than", "between 0s and 3650d"),
+    (["prune", "--older-than", "-1d"], "--older-than", "between 0s and 3650d"),
+    (["add", "JOB", "--delay", "-90s"], "--delay", "between 0s and 3650d"),
+    (["add", "JOB", "--delay", "-1.5h"], "--delay", "between 0s and 3650d"),
     (["run", "--headless", "--lease", "0"], "--lease", "between 1s and 1d"),
     (["work", "--once", "--lease", "0.001"], "--lease", "between 1s and 1d"),
 ])
