@@ -465,6 +465,9 @@ class Parser(argparse.ArgumentParser):
         return namespace, extras
 
 
+ID_HELP = "a job id, or enough of its start to be unique (`sloth-tray list` shows them)"
+
+
 class _NotBuilt:
     """A command's parser not needed this time: what is added to it goes nowhere."""
 
@@ -516,7 +519,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     add("paths", "where the app keeps its files", json_flag)
     add("status", "how many jobs are in each state", json_flag)
     p = add("list", "the jobs, newest first", json_flag)
-    p.add_argument("--state", choices=[s.value for s in State])
+    p.add_argument("--state", choices=[s.value for s in State], help="only jobs in this state")
     p.add_argument("--reason", choices=[r.value for r in Reason],
                    help="only jobs whose last attempt failed for this reason")
     p.add_argument("--limit", type=limits.LIST_LIMIT.argument, default=50,
@@ -524,12 +527,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = add("show", "one job: its fields, history and logs", json_flag)
     p.add_argument("id", help="a job id, or enough of its start to be unique")
     p = add("retry", "put failed or cancelled jobs back in line, due now")
-    p.add_argument("ids", nargs="*", metavar="ID")
+    p.add_argument("ids", nargs="*", metavar="ID", help=ID_HELP)
     p.add_argument("--all-failed", action="store_true", help="every failed job")
     p = add("cancel", "cancel pending, running or failed jobs")
-    p.add_argument("ids", nargs="+", metavar="ID")
+    p.add_argument("ids", nargs="+", metavar="ID", help=ID_HELP)
     p = add("run-now", "make waiting jobs due now (failed ones: use retry)")
-    p.add_argument("ids", nargs="+", metavar="ID")
+    p.add_argument("ids", nargs="+", metavar="ID", help=ID_HELP)
     add("pause", "start no new job until resume, in this and every later start "
                  "(a running job finishes)")
     add("resume", "start due jobs again after a pause")
