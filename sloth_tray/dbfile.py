@@ -37,6 +37,14 @@ _EVERY_RUN_TRIGGER_BODY = f"""BEGIN
             {_QUEUE_NEXT_EVERY_RUN};
         END"""
 
+# `recur` since calendars are followed in Python: an every= run without at= or cron=
+# ends (done, or failed for good).
+_CALENDARLESS_EVERY_RUN_ENDS = """CREATE TRIGGER recur AFTER UPDATE OF state ON jobs
+            WHEN OLD.state = 'running' AND NEW.state IN ('done', 'failed')
+             AND json_extract(NEW.options, '$.every') > 0
+             AND json_type(NEW.options, '$.at') IS NULL
+             AND json_type(NEW.options, '$.cron') IS NULL"""
+
 # Each entry moves the schema one version forward; user_version = entries applied.
 # Statements are kept apart (not one script) so a migration runs inside our own
 # BEGIN IMMEDIATE: executescript() would commit behind our back.
@@ -124,11 +132,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # schema number also keeps an older sloth-tray, which would end such a
         # series without a word, from opening this queue.
         "DROP TRIGGER recur",
-        """CREATE TRIGGER recur AFTER UPDATE OF state ON jobs
-            WHEN OLD.state = 'running' AND NEW.state IN ('done', 'failed')
-             AND json_extract(NEW.options, '$.every') > 0
-             AND json_type(NEW.options, '$.at') IS NULL
-             AND json_type(NEW.options, '$.cron') IS NULL
+        _CALENDARLESS_EVERY_RUN_ENDS + """
             """ + _EVERY_RUN_TRIGGER_BODY,
     ),
     (
@@ -145,11 +149,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "UPDATE jobs SET followed = 1 WHERE id IN (SELECT id FROM temp.was_followed)",
         "DROP TABLE temp.was_followed",
         "DROP TRIGGER recur",
-        """CREATE TRIGGER recur AFTER UPDATE OF state ON jobs
-            WHEN OLD.state = 'running' AND NEW.state IN ('done', 'failed')
-             AND json_extract(NEW.options, '$.every') > 0
-             AND json_type(NEW.options, '$.at') IS NULL
-             AND json_type(NEW.options, '$.cron') IS NULL
+        _CALENDARLESS_EVERY_RUN_ENDS + """
              AND NOT NEW.followed
             BEGIN
             """ + _QUEUE_NEXT_EVERY_RUN + """;
