@@ -595,3 +595,35 @@ def test_an_open_menus_times_move_once_a_second_and_a_closed_one_costs_nothing(t
     scene.now += 60
     time.sleep(2.5 * presenter.REFRESH_SECONDS)  # the scenario: time passes, menu closed
     assert updates() == closed, "a closed menu was rebuilt"
+
+
+def test_an_update_posted_after_stop_is_dropped_not_written_to_a_closing_bus(
+        bus_address, caplog):
+    """Quitting, the tray's last updates still arrive after stop(), while the loop lets
+    go of the bus: written to the closing socket, one failed in epoll with a traceback
+    in the log. They are dropped: the icon is leaving."""
+    loop = busmod.BusLoop(bus_address)
+    sent: list[Any] = []
+
+    async def start(bus: MessageBus) -> None:
+        return None
+
+    caplog.set_level(logging.DEBUG, logger="sloth_tray")
+    thread = threading.Thread(target=loop.run, args=(start,), name="bus")
+    thread.start()
+    try:
+        wait_for(lambda: loop.bus is not None and loop.bus.connected, what="the bus")
+        bus = loop.bus
+
+        def quit_then_update() -> None:  # in this order on the loop, as a quit can race
+            loop.stop()
+            loop.post(lambda: sent.append(bus.send(Message.new_signal(
+                "/StatusNotifierItem", "org.kde.StatusNotifierItem", "NewIcon"))))
+
+        loop.post(quit_then_update)
+        thread.join(10)
+        assert not thread.is_alive()
+    finally:
+        loop.stop()
+    assert sent == []
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

@@ -176,6 +176,7 @@ class BusLoop:
                 # The session is ending (or its bus crashed): nothing could show the icon.
                 log.warning("the session D-Bus closed the connection; the tray icon is gone")
         finally:
+            self._stop_wanted = True  # also when the bus went away: nothing more to send
             for task in self._tasks:
                 task.cancel()
             bus.disconnect()  # the bus daemon drops every name we own
@@ -185,11 +186,20 @@ class BusLoop:
                 gone.exception()  # retrieved: a lost connection was logged above
 
     def post(self, call: Callable[[], object]) -> None:
-        """Run `call` on the loop's thread, from any thread (also before run())."""
+        """Run `call` on the loop's thread, from any thread (also before run()); not
+        once stop() has been acted on."""
         try:
-            self.loop.call_soon_threadsafe(guarded, call)
+            self.loop.call_soon_threadsafe(self._run_posted, call)
         except RuntimeError:  # the loop is closed: the surface is gone, nothing to update
             log.debug("dropped %s: the tray icon is gone", describe(call))
+
+    def _run_posted(self, call: Callable[[], object]) -> None:
+        # Stopping, the loop lets go of the bus: an update (the tray's last snapshot,
+        # racing the quit) would be written to a closing socket and fail in epoll.
+        if self._stop_wanted:
+            log.debug("dropped %s: the tray icon is leaving", describe(call))
+            return
+        guarded(call)
 
     def stop(self) -> None:
         """End run(), from any thread; before run() it makes run() return at once."""
