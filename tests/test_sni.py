@@ -627,3 +627,26 @@ def test_an_update_posted_after_stop_is_dropped_not_written_to_a_closing_bus(
         loop.stop()
     assert sent == []
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_menu_and_an_item_leaving_the_bus_send_no_signal(scene):
+    """A panel's call that comes in while the loop lets go of the bus (AboutToShow,
+    racing a quit) must not emit on the closing socket: dbus-fast logs the failed
+    send as "Service interface raised an exception", with a traceback."""
+    from sloth_tray.desktop.dbusmenu import DbusMenu
+    from sloth_tray.desktop.sni import StatusNotifierItem
+
+    open_bus = [True]
+    sent: list[str] = []
+    menu = DbusMenu(scene.menu, can_send=lambda: open_bus[0])
+    menu.LayoutUpdated = lambda *args: sent.append("LayoutUpdated")
+    item = StatusNotifierItem("sloth-tray", scene.appearance(), lambda: None,
+                              can_send=lambda: open_bus[0])
+    item.NewIcon = lambda: sent.append("NewIcon")
+    item.NewAttentionIcon = lambda: sent.append("NewAttentionIcon")
+    assert menu.refresh() and sent == ["LayoutUpdated"]
+    open_bus[0] = False
+    scene.snapshot = Snapshot()
+    assert menu.refresh()  # the layout changed: kept, and said to no one
+    item.update(scene.appearance())
+    assert sent == ["LayoutUpdated"] and item.appearance == scene.appearance()

@@ -201,6 +201,11 @@ class BusLoop:
             return
         guarded(call)
 
+    @property
+    def stopping(self) -> bool:
+        """stop() was acted on, or the bus went away: nothing more goes out on it."""
+        return self._stop_wanted
+
     def stop(self) -> None:
         """End run(), from any thread; before run() it makes run() return at once."""
         self.post(self._stop_now)

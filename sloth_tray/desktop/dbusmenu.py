@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -183,10 +183,14 @@ def _shape(nodes: dict[int, Node]) -> dict[int, tuple[Props, tuple[int, ...]]]:
 class DbusMenu(ServiceInterface):
     """com.canonical.dbusmenu over a MenuBuilder. Lives on the loop's thread."""
 
-    def __init__(self, build: MenuBuilder = lambda: ()) -> None:
+    def __init__(self, build: MenuBuilder = lambda: (), *,
+                 can_send: Callable[[], bool] = lambda: True) -> None:
         super().__init__(INTERFACE)
         self.model = MenuModel()
         self.build = build
+        # False once the loop lets go of the bus: a signal then would be written to
+        # a closing socket (a panel's AboutToShow can race a quit).
+        self.can_send = can_send
         self._ticking: asyncio.TimerHandle | None = None  # while the menu is open
         self._opened_at = 0.0
 
@@ -198,7 +202,7 @@ class DbusMenu(ServiceInterface):
             log.exception("building the tray menu failed; it shows the last one")
             return False
         changed = self.model.update(items)
-        if changed:
+        if changed and self.can_send():
             self.LayoutUpdated(self.model.revision, ROOT_ID)
         return changed
 

@@ -83,16 +83,20 @@ class StatusNotifierItem(ServiceInterface):
     """org.kde.StatusNotifierItem: properties a panel reads, signals it listens for."""
 
     def __init__(self, item_id: str, appearance: Appearance,
-                 activate: Callable[[], None]) -> None:
+                 activate: Callable[[], None], *,
+                 can_send: Callable[[], bool] = lambda: True) -> None:
         super().__init__(ITEM_INTERFACE)
         self.item_id = item_id
         self.appearance = appearance
         self._activate = activate
+        self.can_send = can_send  # False once the loop lets go of the bus (DbusMenu's)
 
     def update(self, appearance: Appearance) -> None:
         """Take a new appearance; signal only what changed (each signal makes every
         panel read the property again)."""
         before, self.appearance = self.appearance, appearance
+        if not self.can_send():
+            return
         if appearance.look != before.look:
             self.NewIcon()
             self.NewAttentionIcon()
@@ -230,11 +234,15 @@ class SniSurface:
                  stop_signals: tuple[int, ...] = ()) -> None:
         self._loop = BusLoop(bus_address)
         self._stop_signals = stop_signals
-        self.menu = DbusMenu()
+        self.menu = DbusMenu(can_send=self._bus_open)
         self.item = StatusNotifierItem(item_id, appearance or STARTING,
-                                       self.menu.activate_default)
+                                       self.menu.activate_default, can_send=self._bus_open)
         self.bus_name: str | None = None  # org.kde.StatusNotifierItem-<pid>-<n>, once owned
         self._bus: MessageBus | None = None
+
+    def _bus_open(self) -> bool:
+        """Whether signals may still go out: not once the loop lets go of the bus."""
+        return not self._loop.stopping
 
     # -- Surface ---------------------------------------------------------------------
 
