@@ -262,7 +262,10 @@ class Runner:
                 if at is not None:
                     deadline = min(deadline, self.queue.clock() + at - self.monotonic())
             self.alarm.wait(deadline)
-            if child.returncode is not None:
+            # Its own end first, before a stop or a timeout, even if the watcher has not
+            # reaped it yet: a job that ran to its end is recorded as it ended, never
+            # given back to run a second time.
+            if child.poll() is not None:
                 break
             if show is not None and show_at is not None and self.monotonic() >= show_at:
                 show_at = None

@@ -47,9 +47,16 @@ def restart(pids, home) -> str:
 
 
 def settled(home) -> bool:
-    """Nothing is running, nothing is due now, nothing waits in the jobs folder."""
+    """Nothing is running, nothing is due now, nothing waits in the jobs folder, and no
+    drop is half taken (in the spool, not yet queued: it has no `.queued` marker).
+    Looked at in the order a drop moves through them, so that none slips between."""
+    if any(home.jobs.iterdir()):
+        return False
+    if any(not folder.name.startswith(".") and not (folder / ".queued").exists()
+           for folder in home.spool.iterdir()):
+        return False
     status = json.loads(sloth(home, "status", "--json").stdout)
-    return not status["running"] and not status["due_now"] and not any(home.jobs.iterdir())
+    return not status["running"] and not status["due_now"]
 
 
 def test_prune_then_restart_never_runs_a_finished_job_again(home, tmp_path, pids):

@@ -449,3 +449,39 @@ def test_a_job_pushed_without_a_script_fails_with_a_sentence_saying_so(home):
     failed = queue.get(job.id)
     assert (result.outcome, failed.reason) == (Outcome.FAILED, "unrunnable")
     assert failed.last_error == "the job has no script to run"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the pidfd watcher is Linux's")
+def test_a_job_that_ended_as_the_quit_came_is_recorded_done_not_given_back(
+        home, tmp_path, monkeypatch):
+    """The quit wakes the runner before the watcher has reaped the child: the job has
+    run to its end all the same. Given back, it would run a second time at the next
+    start."""
+    gate = threading.Event()
+    watch = runner_module.watch_child
+
+    def lagging_watch(*args) -> None:  # the watcher thread, not yet scheduled
+        gate.wait(10)
+        watch(*args)
+
+    monkeypatch.setattr(runner_module, "watch_child", lagging_watch)
+    queue = Queue(home.db)
+    pidfile = tmp_path / "pid"
+    job = start(queue, script(home, "quick.sh", f"echo $$ > {pidfile}.new; "
+                                                f"mv {pidfile}.new {pidfile}"))
+    runner = Runner(queue, home, "me")
+    results = []
+    thread = threading.Thread(target=lambda: results.append(run_and_record(runner, job)))
+    thread.start()
+    try:
+        pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(),
+                           what="the job to run"))
+        wait_for(lambda: procs.start_time(pid) is None or
+                 open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z",
+                 what="the job to end")
+        runner.stop()
+    finally:
+        gate.set()
+        thread.join(10)
+    assert results and results[0].outcome == Outcome.DONE, results
+    assert queue.get(job.id).state == State.DONE
