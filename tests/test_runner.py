@@ -35,6 +35,15 @@ def run_and_record(runner: Runner, job):
     return record(runner.queue, runner.owner, job, runner.run(job))
 
 
+def run_in_thread(runner: Runner, job) -> tuple[threading.Thread, list]:
+    """run_and_record on a thread of its own, started: the thread, and the list its one
+    Result lands in."""
+    results: list = []
+    thread = threading.Thread(target=lambda: results.append(run_and_record(runner, job)))
+    thread.start()
+    return thread, results
+
+
 def start(queue: Queue, path: Path, owner: str = "me", **push):
     job_id = queue.push(path.stem, script=str(path), **push)
     job = queue.claim(owner)
@@ -107,10 +116,8 @@ def test_a_lost_lease_kills_the_child_at_once(home, tmp_path, pids):
     pidfile = tmp_path / "pid"
     path = script(home, "hang.sh", f"echo $$ > {pidfile}; sleep 300; echo 'side effect'")
     job = start(queue, path, owner="A")
-    results = []
     runner = Runner(queue, home, "A")
-    thread = threading.Thread(target=lambda: results.append(run_and_record(runner, job)))
-    thread.start()
+    thread, results = run_in_thread(runner, job)
     child = pids.add(int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(),
                                   what="the child to start")))
     # Another worker whose clock says A's lease ran out takes the job over.
@@ -130,9 +137,7 @@ def test_a_cancelled_running_job_is_stopped_at_the_next_nudge(home, tmp_path, pi
     pidfile = tmp_path / "pid"
     job = start(queue, script(home, "hang.sh", f"echo $$ > {pidfile}; sleep 300"))
     runner = Runner(queue, home, "me")
-    results = []
-    thread = threading.Thread(target=lambda: results.append(run_and_record(runner, job)))
-    thread.start()
+    thread, results = run_in_thread(runner, job)
     child = pids.add(int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip())))
     assert queue.cancel(job.id)
     runner.nudge()
@@ -221,10 +226,8 @@ def test_a_wall_clock_jump_is_recorded_as_sleep_and_the_lease_renewed(home, tmp_
     path = script(home, "nap.sh", f"touch {started}; while [ ! -e {go} ]; do sleep 0.05; done;"
                                   "echo finished")
     job = start(queue, path)
-    results = []
     runner = Runner(queue, home, "me")
-    thread = threading.Thread(target=lambda: results.append(run_and_record(runner, job)))
-    thread.start()
+    thread, results = run_in_thread(runner, job)
     try:
         wait_for(started.exists, what="the job to start")
         clock.advance(7200)  # the lid was closed for two hours: wall time moved, monotonic not
@@ -245,9 +248,7 @@ def test_a_stop_request_releases_the_lease_without_counting_the_attempt(home, tm
     pidfile = tmp_path / "pid"
     job = start(queue, script(home, "hang.sh", f"echo $$ > {pidfile}; sleep 300"))
     runner = Runner(queue, home, "me", grace=1)
-    results = []
-    thread = threading.Thread(target=lambda: results.append(run_and_record(runner, job)))
-    thread.start()
+    thread, results = run_in_thread(runner, job)
     child = pids.add(int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip())))
     runner.stop()
     thread.join(timeout=10)
@@ -402,9 +403,7 @@ def test_a_nap_that_cannot_be_noted_does_not_cost_the_running_job(home, tmp_path
     job = start(queue, script(home, "nap.sh", f"touch {started}\n"
                               f"while [ ! -e {go} ]; do sleep 0.02; done\necho finished"))
     runner = Runner(queue, home, "me")
-    results = []
-    thread = threading.Thread(target=lambda: results.append(run_and_record(runner, job)))
-    thread.start()
+    thread, results = run_in_thread(runner, job)
     wait_for(started.exists, what="the job to start")
     wall["offset"] = 600.0  # the wall clock jumps ahead of the monotonic one: a nap
     runner.nudge()
@@ -470,9 +469,7 @@ def test_a_job_that_ended_as_the_quit_came_is_recorded_done_not_given_back(
     job = start(queue, script(home, "quick.sh", f"echo $$ > {pidfile}.new; "
                                                 f"mv {pidfile}.new {pidfile}"))
     runner = Runner(queue, home, "me")
-    results = []
-    thread = threading.Thread(target=lambda: results.append(run_and_record(runner, job)))
-    thread.start()
+    thread, results = run_in_thread(runner, job)
     try:
         pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(),
                            what="the job to run"))
