@@ -213,28 +213,26 @@ def option_text(key: str, value: object) -> str:
 Hint = Callable[["Job"], "str | None"]
 
 
-def _each_job(home: Home, ids: Sequence[str], act: Callable[[Queue, str], bool],
+def _each_job(queue: Queue, ids: Sequence[str], act: Callable[[Queue, str], bool],
               verb: str, done: str, hint: Hint | None = None) -> int:
     """Apply `act` to each id; one line per job; non-zero if any could not be done.
 
     `hint` may say what to do instead with a job `act` cannot change (the
     command that would), in place of "nothing to <verb>"."""
     status = 0
-    with open_queue(home) as queue:
-        for given in ids:
-            try:
-                job = queue.get(queue.resolve(given))
-                if act(queue, job.id):
-                    print(f"{done:<9} {printable(job.name)} ({job.id})")
-                else:
-                    why = (hint and hint(job)) or f"is {job.state.value}; nothing to {verb}"
-                    print(f"sloth-tray: {printable(job.name)} ({job.id}) {why}",
-                          file=sys.stderr)
-                    status = 1
-            except SlothError as exc:
-                print(f"sloth-tray: {printable(exc)}", file=sys.stderr)
+    for given in ids:
+        try:
+            job = queue.get(queue.resolve(given))
+            if act(queue, job.id):
+                print(f"{done:<9} {printable(job.name)} ({job.id})")
+            else:
+                why = (hint and hint(job)) or f"is {job.state.value}; nothing to {verb}"
+                print(f"sloth-tray: {printable(job.name)} ({job.id}) {why}",
+                      file=sys.stderr)
                 status = 1
-    home.ring_doorbell()
+        except SlothError as exc:
+            print(f"sloth-tray: {printable(exc)}", file=sys.stderr)
+            status = 1
     return status
 
 
@@ -255,30 +253,33 @@ def cmd_retry(args: argparse.Namespace, home: Home) -> int:
     if args.all_failed == bool(args.ids):  # a usage mistake: argparse's exit code, 2
         print("sloth-tray: give job ids to retry, or --all-failed (not both)", file=sys.stderr)
         return 2
-    ids = args.ids
-    if args.all_failed:
-        with open_queue(home) as queue:
-            failed = queue.jobs(State.FAILED)
-        ids = [job.id for job in failed if job.reason != Reason.REFUSED]
-        refused = len(failed) - len(ids)
-        if refused:
-            print(f"skipped {refused} refused job{'' if refused == 1 else 's'}: a refused "
-                  "drop never runs (`sloth-tray list --reason refused` shows them, "
-                  "`sloth-tray cancel ID` removes one)")
-        if not ids:
-            print("no failed jobs" if not refused else "nothing else to retry")
-            return 0
     from sloth_tray import spool
 
-    return _each_job(home, ids, spool.retry, "retry", "retried", _run_now_instead)
+    ids = args.ids
+    with open_queue(home) as queue:
+        if args.all_failed:
+            failed = queue.jobs(State.FAILED)
+            ids = [job.id for job in failed if job.reason != Reason.REFUSED]
+            refused = len(failed) - len(ids)
+            if refused:
+                print(f"skipped {refused} refused job{'' if refused == 1 else 's'}: a refused "
+                      "drop never runs (`sloth-tray list --reason refused` shows them, "
+                      "`sloth-tray cancel ID` removes one)")
+            if not ids:
+                print("no failed jobs" if not refused else "nothing else to retry")
+                return 0
+        status = _each_job(queue, ids, spool.retry, "retry", "retried", _run_now_instead)
+    home.ring_doorbell()
+    return status
 
 
 @command
 def cmd_run_now(args: argparse.Namespace, home: Home) -> int:
-    status = _each_job(home, args.ids, lambda queue, job_id: queue.run_now(job_id),
-                       "run now", "due now", _retry_instead)
     with open_queue(home) as queue:
+        status = _each_job(queue, args.ids, lambda queue, job_id: queue.run_now(job_id),
+                           "run now", "due now", _retry_instead)
         paused = queue.paused()
+    home.ring_doorbell()
     if paused and status == 0:
         print("the queue is paused: it starts after `sloth-tray resume`")
     return status
@@ -306,8 +307,11 @@ def cmd_resume(args: argparse.Namespace, home: Home) -> int:
 
 @command
 def cmd_cancel(args: argparse.Namespace, home: Home) -> int:
-    return _each_job(home, args.ids, lambda queue, job_id: queue.cancel(job_id),
-                     "cancel", "cancelled")
+    with open_queue(home) as queue:
+        status = _each_job(queue, args.ids, lambda queue, job_id: queue.cancel(job_id),
+                           "cancel", "cancelled")
+    home.ring_doorbell()
+    return status
 
 
 @command
