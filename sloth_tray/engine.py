@@ -156,8 +156,7 @@ class Engine:
         The loop may be inside a job for hours, so the new state is published
         from the action thread too (the CLI's retry must clear the red badge now)."""
         self.runner.nudge()
-        self.alarm.ring()
-        self._publish_soon()
+        self.job_added()
 
     def job_added(self) -> None:
         """A job was queued (a drop): look again. Unlike wake(), the running job's

@@ -62,7 +62,6 @@ class PystraySurface:
         self._quit: Callable[[], None] = self.stop
         self.icon = pystray.Icon(APP_NAME, icon=render(Look.IDLE, ICON_PIXELS),
                                  title="sloth: starting", menu=pystray.Menu(self._items))
-        self.has_menu = True  # every backend used has one (the plain X11 one is refused)
         self.has_default_action = bool(self.icon.HAS_DEFAULT_ACTION)
 
     # -- life --------------------------------------------------------------------

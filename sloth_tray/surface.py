@@ -44,7 +44,6 @@ class Appearance:
 
 class Surface(Protocol):
     name: str  # "sni", "gtk", "appindicator", "xorg", "darwin", "win32"
-    has_menu: bool
     has_default_action: bool  # a left click runs the menu's default item
 
     def run(self, ready: Callable[[], None],

@@ -95,6 +95,13 @@ def queue_file_of_schema(path, version: int, rows: tuple[tuple, ...] = ()) -> No
     os.chmod(path, 0o600)
 
 
+def mapped(pid: int, fragment: str) -> bool:
+    """Whether the process has a file whose path holds `fragment` mapped (a loaded
+    extension module)."""
+    with open(f"/proc/{pid}/maps") as maps:
+        return fragment in maps.read()
+
+
 def wait_for(predicate, timeout: float = 15.0, what: str = "the condition"):
     """Wait until predicate() is truthy, at most `timeout` seconds; returns its value."""
     deadline = time.monotonic() + timeout
@@ -126,20 +133,18 @@ def start_xvfb(pids, size: str) -> str:
     /tmp by a server killed earlier never makes it fail. Returns ":N". Stopped at
     teardown with SIGTERM first, so that it removes its lock and socket."""
     read_end, write_end = os.pipe()
+    told = os.fdopen(read_end)  # closes read_end, once
     try:
-        server = pids.popen(["Xvfb", "-displayfd", str(write_end), "-screen", "0", size,
-                             "-nolisten", "tcp"], pass_fds=(write_end,),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        pids.gentle.append(server)
-        os.close(write_end)
-        with os.fdopen(read_end) as told:
-            number = told.readline().strip()
+        try:
+            server = pids.popen(["Xvfb", "-displayfd", str(write_end), "-screen", "0", size,
+                                 "-nolisten", "tcp"], pass_fds=(write_end,),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            pids.gentle.append(server)
+        finally:
+            os.close(write_end)  # ours, once: the server holds its own copy
+        number = told.readline().strip()
     finally:
-        for fd in (read_end, write_end):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        told.close()
     assert number.isdigit(), "Xvfb did not say which display it took"
     return f":{number}"
 

@@ -13,7 +13,7 @@ import threading
 import time
 
 import pytest
-from conftest import start_private_bus, wait_for
+from conftest import mapped, start_private_bus, wait_for
 from dbus_fast.annotations import DBusBool, DBusUInt32
 from dbus_fast.service import PropertyAccess, ServiceInterface, dbus_property
 
@@ -450,13 +450,6 @@ def test_the_app_on_a_fake_upower_interrupts_an_interruptible_job_when_unplugged
              what="the job to start again within 2 s of AC power")
     pids.add(int(runs.read_text().split()[1]))
     assert daemon.poll() is None
-
-
-def mapped(pid: int, fragment: str) -> bool:
-    """Whether the process has a file whose path holds `fragment` mapped (a loaded
-    extension module)."""
-    with open(f"/proc/{pid}/maps") as maps:
-        return fragment in maps.read()
 
 
 @needs_dbus

@@ -73,7 +73,7 @@ def test_the_app_with_no_display_runs_headless_without_loading_the_tray(tmp_path
     pystray in memory (what `run --headless` holds, not 6 MB more)."""
     import os
 
-    from conftest import wait_for
+    from conftest import mapped, wait_for
 
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
     home = tmp_path / "home"
@@ -82,6 +82,4 @@ def test_the_app_with_no_display_runs_headless_without_loading_the_tray(tmp_path
     app_log = home / "logs" / "sloth-tray.log"
     wait_for(lambda: app_log.exists() and "running headless" in app_log.read_text(),
              what="the app to say it runs headless")
-    with open(f"/proc/{app.pid}/maps") as maps:
-        mapped = maps.read()
-    assert "_imaging" not in mapped and "pystray" not in mapped
+    assert not mapped(app.pid, "_imaging") and not mapped(app.pid, "pystray")

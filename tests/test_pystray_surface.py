@@ -16,7 +16,7 @@ from conftest import BUSY, NOW, Recorder
 from sloth_tray import presenter
 from sloth_tray.overdue import OverdueJob
 
-BUSY = replace(BUSY, overdue=(OverdueJob("nightly", NOW - 3 * 86400,
+BUSY_OVERDUE = replace(BUSY, overdue=(OverdueJob("nightly", NOW - 3 * 86400,
                                           "failing: rsync: connection refused"),))
 
 
@@ -52,11 +52,11 @@ def test_every_item_pystray_shows_does_what_the_presenters_item_does(dummy_pystr
     controls = Recorder()
 
     def build():
-        return presenter.menu(BUSY, controls, NOW, starts_at_login=starts_at_login)
+        return presenter.menu(BUSY_OVERDUE, controls, NOW, starts_at_login=starts_at_login)
 
     surface.set_menu(build)
     expected = Recorder()
-    model = presenter.menu(BUSY, expected, NOW, starts_at_login=starts_at_login)
+    model = presenter.menu(BUSY_OVERDUE, expected, NOW, starts_at_login=starts_at_login)
     shown = tuple(surface.icon.menu.items)
     for path, item, entry in pairs(model, shown):
         assert str(entry.text) == item.label or item == presenter.SEPARATOR, path
@@ -82,7 +82,7 @@ def test_an_item_that_raises_is_logged_and_the_menu_goes_on(dummy_pystray, caplo
 
     broken = Recorder()
     broken.failing = {"quit"}
-    surface.set_menu(lambda: presenter.menu(BUSY, broken, NOW))
+    surface.set_menu(lambda: presenter.menu(BUSY_OVERDUE, broken, NOW))
     quit_entry = tuple(surface.icon.menu.items)[-1]
     assert str(quit_entry.text) == "Quit"
     quit_entry(surface.icon)  # no exception reaches pystray

@@ -169,7 +169,22 @@ while true; do wait; done
              what="the grandchild to die")
 
 
-def test_a_fork_that_outlives_its_parent_is_stopped_when_the_job_ends(home, tmp_path, pids):
+def sweeps(monkeypatch) -> list:
+    """The `since` of each stray sweep the runner makes (the sweep itself still runs)."""
+    seen: list = []
+    sweep = procs.kill_strays
+
+    def recorded(token, since=None):
+        seen.append(since)
+        return sweep(token, since=since)
+
+    monkeypatch.setattr(procs, "kill_strays", recorded)
+    return seen
+
+
+def test_a_fork_that_outlives_its_parent_is_stopped_when_the_job_ends(home, tmp_path, pids,
+                                                                       monkeypatch):
+    seen = sweeps(monkeypatch)
     queue = Queue(home.db)
     stray = tmp_path / "stray"
     path = script(home, "fork.sh", f"(setsid sleep 300 & echo $! > {stray}) ; echo parent done")
@@ -177,11 +192,13 @@ def test_a_fork_that_outlives_its_parent_is_stopped_when_the_job_ends(home, tmp_
     result = run_and_record(Runner(queue, home, "me"), job)
     pids.add(int(stray.read_text()))
     assert (result.outcome, result.detail) == (Outcome.DONE, "parent done")
+    assert seen == [queue.get(job.id).child["pid"]]  # a short run: the pids since its own
     wait_for(lambda: not alive(int(stray.read_text())), timeout=2, what="the stray to die")
 
 
-def test_a_long_runs_stray_is_found_among_every_process(home, tmp_path, pids):
+def test_a_long_runs_stray_is_found_among_every_process(home, tmp_path, pids, monkeypatch):
     """Past SHORT_RUN the pids may have wrapped around: every process is looked at."""
+    seen = sweeps(monkeypatch)
     queue = Queue(home.db)
     stray = tmp_path / "stray"
     path = script(home, "fork.sh", f"(setsid sleep 300 & echo $! > {stray}) ; echo parent done")
@@ -191,6 +208,7 @@ def test_a_long_runs_stray_is_found_among_every_process(home, tmp_path, pids):
                             job)
     pids.add(int(stray.read_text()))
     assert result.outcome == Outcome.DONE
+    assert seen == [None]  # every process
     wait_for(lambda: not alive(int(stray.read_text())), timeout=2, what="the stray to die")
 
 

@@ -226,7 +226,6 @@ class SniSurface:
     """
 
     name = "sni"
-    has_menu = True
     has_default_action = True  # panels call Activate on a left click
 
     def __init__(self, *, bus_address: str | None = None, item_id: str = ITEM_ID,
