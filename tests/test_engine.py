@@ -271,3 +271,40 @@ def test_the_trays_retry_all_skips_refused_drops_and_says_how_many(home, caplog)
              what="the refusal to be said")
     assert queue.get(refused).state == State.FAILED
     assert "skipped 1 refused" in caplog.text
+
+
+def test_a_pause_that_comes_while_a_job_runs_claims_nothing_with_its_outcome(home, tmp_path):
+    """The next job is claimed in the outcome's commit, unless the queue was paused
+    meanwhile (by the command line, in another process)."""
+    queue, other = Queue(home.db), Queue(home.db)
+    started, go = tmp_path / "started", tmp_path / "go"
+    first = push_script(queue, home, "first.sh",
+                        f"touch {started}; while [ ! -e {go} ]; do sleep 0.02; done")
+    second = push_script(queue, home, "second.sh", "echo second")
+    engine = Engine(queue, home)
+    thread = threading.Thread(target=engine.run)
+    thread.start()
+    try:
+        wait_for(started.exists, what="the first job to start")
+        other.set_paused(True)
+        go.touch()
+        wait_for(lambda: queue.get(first).state == State.DONE, what="the first job to end")
+    finally:
+        engine.stop()
+        thread.join(10)
+    job = queue.get(second)
+    assert (job.state, job.attempts) == (State.PENDING, 0)
+    assert "claimed" not in [event.kind for event in queue.history(second)]
+
+
+def test_a_stop_right_after_an_outcome_gives_back_the_job_claimed_with_it(home):
+    queue = Queue(home.db)
+    first = push_script(queue, home, "first.sh", "echo first")
+    second = push_script(queue, home, "second.sh", "echo second")
+    engine = Engine(queue, home)
+    engine.on_result(lambda job, result: engine.stop())  # after the commit that claimed
+    engine.run()
+    assert queue.get(first).state == State.DONE
+    job = queue.get(second)
+    assert (job.state, job.attempts) == (State.PENDING, 0)
+    assert [event.kind for event in queue.history(second)][-2:] == ["claimed", "released"]
