@@ -156,6 +156,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             UPDATE jobs SET followed = 1 WHERE id = NEW.id;
             END""",
     ),
+    (
+        # Every series is followed in Python (queue.Queue._follow_series_run, by the
+        # rules of series.py), in the transaction that ends the run: the next run of an
+        # every= series counts from when this one started, which SQL has no word for,
+        # and a run made due by hand leaves the schedule where it was. The new schema
+        # number keeps an older sloth-tray, whose trigger doubled late runs, off this file.
+        "DROP TRIGGER recur",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

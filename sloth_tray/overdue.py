@@ -84,9 +84,13 @@ def grace_of(options: dict[str, Any], period: float) -> float:
     return max(period / 2, MINIMUM_GRACE)
 
 
-def deadline_of(series: Series, tz: tzinfo | None) -> float | None:
-    """The moment the series becomes overdue, unless it succeeds before; None: never."""
+def deadline_of(series: Series, tz: tzinfo | None, now: float | None = None) -> float | None:
+    """The moment the series becomes overdue, unless it succeeds before; None: never.
+    A last success later than `now` (by a clock that was ahead, since set right)
+    counts from now: its real age is unknown, and a year's wait would hide the series."""
     since = series.last_success if series.last_success is not None else series.first_created
+    if now is not None:
+        since = min(since, now)
     period = period_of(series.options, since, tz)
     if period is None:
         return None
@@ -100,7 +104,7 @@ def find(all_series: Iterable[Series], now: float, tz: tzinfo | None, *,
     overdue: list[OverdueJob] = []
     upcoming: list[float] = []
     for series in all_series:
-        deadline = deadline_of(series, tz)
+        deadline = deadline_of(series, tz, now)
         if deadline is None:
             continue
         if deadline > now:

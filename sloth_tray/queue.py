@@ -27,7 +27,7 @@ from datetime import UTC, tzinfo
 from pathlib import Path
 from typing import Any
 
-from sloth_tray import glance, limits, overdue, schedule
+from sloth_tray import glance, limits, overdue, schedule, series
 from sloth_tray.dbfile import (
     APPLICATION_ID,
     MIGRATIONS,
@@ -46,8 +46,10 @@ Clock = Callable[[], float]
 
 ERROR_LIMIT = 2000  # characters of an error message kept in the row
 LATER_FOR_AT_MOST = 86400.0  # seconds of nothing but "try again later" before giving up
-# Events that may sit between two "later"s of one unbroken run of them.
-_BETWEEN_LATERS = frozenset({"claimed", "started", "slept", "renewed", "reclaimed", "hurried"})
+# Events that end a run of "later"s: a run that ended otherwise, or the user's retry.
+# A quit (`released`), a crash (`reclaimed`) or a sleep between two "later"s does not:
+# a laptop shut down daily must not try for ever.
+_ENDS_LATERS = frozenset({"completed", "backoff", "failed", "retried"})
 
 
 class Refused(SlothError):
@@ -137,9 +139,26 @@ def _trailing_laters(history: list) -> list[float]:
     for at, kind, _detail in reversed(history):
         if kind == "later":
             laters.append(at)
-        elif kind not in _BETWEEN_LATERS:
+        elif kind in _ENDS_LATERS:
             break
     return laters[::-1]
+
+
+def _last_claim(history: list, default: float) -> float:
+    """When the last attempt in this history was claimed."""
+    for at, kind, _detail in reversed(history):
+        if kind == "claimed":
+            return float(at)
+    return default
+
+
+def _never_started(child: str | None) -> bool:
+    """A run whose token was written at the claim, and whose process never was: the
+    claim committed with the last job's outcome, and the daemon died before the spawn."""
+    if not child:
+        return False
+    known = json.loads(child)
+    return isinstance(known, dict) and "token" in known and "pid" not in known
 
 
 VALID_ID = re.compile(r"[0-9a-f]{12}")
@@ -174,6 +193,9 @@ class Queue:
         self._lock = threading.RLock()  # re-entered by the writes inside a batch()
         self._in_transaction = False  # ours, open (under the lock): a batch's writes join it
         self._synchronous = synchronous
+        # (wall, monotonic) at the last look: a wall clock that went back against the
+        # monotonic one was set back, and waiting jobs count their waits again.
+        self._clock_seen: tuple[float, float] | None = None
         prepare_file(self.path)
         try:
             self._db = sqlite3.connect(
@@ -370,6 +392,7 @@ class Queue:
         child = json.dumps({"token": token}) if token else None
         now = self.clock()
         waits, waits_params = glance.not_waiting(unmet)
+        self._mind_the_clock(now)
         self._settle_missed_calendar_runs(now, unmet)
         with self._reading() as db:
             expired = db.execute(
@@ -438,13 +461,24 @@ class Queue:
         return _job(rows[0]) if rows else None
 
     def _reclaim(self, db: sqlite3.Connection, job_id: str, now: float) -> str | None:
-        """Take back an expired lease: the `reclaimed` event's detail, or None when
-        that was the last attempt (then the job is failed for good instead)."""
-        attempts, max_attempts, owner, lease_until, history = db.execute(
-            "SELECT attempts, max_attempts, lease_owner, lease_until, history FROM jobs "
-            "WHERE id = ?",
+        """Take back an expired lease: the `reclaimed` event's detail, or None when the
+        job is not to be handed out as it is: its run never started (then it is given
+        back, its attempt not counted), or that was its last attempt (then it is
+        failed for good)."""
+        attempts, max_attempts, owner, lease_until, history, child = db.execute(
+            "SELECT attempts, max_attempts, lease_owner, lease_until, history, child "
+            "FROM jobs WHERE id = ?",
             (job_id,),
         ).fetchone()
+        if _never_started(child):
+            given_back, params = _history(("released", f"its run never started: the lease "
+                                                       f"of {owner} ran out before its script "
+                                                       "was started"))
+            db.execute("UPDATE jobs SET state = 'pending', not_before = :now, "
+                       "attempts = max(attempts - 1, 0), lease_owner = NULL, "
+                       f"lease_until = NULL, updated_at = :now, {given_back} WHERE id = :id",
+                       {"now": now, "id": job_id, **params})
+            return None
         if attempts < max_attempts:
             return f"lease of {owner} expired {format_duration(now - lease_until)} ago"
         expiries = 1 + sum(1 for _, kind, _ in json.loads(history) if kind == "reclaimed")
@@ -461,8 +495,8 @@ class Queue:
         """Move a job out of running and record why: only if `owner` holds it, when
         given (else the caller checked). False when it was not moved.
 
-        A calendar job that ends (done, or failed for good) is followed by its
-        next run in this same transaction, as the `recur` trigger does for every=.
+        A run of a series that ends (done, or failed for good) is followed by its
+        next run in this same transaction: a crash can never end a series.
         """
         history, params = _history(event)
         sets = "".join(f", {name} = :{name}" for name in columns)
@@ -470,13 +504,13 @@ class Queue:
         rows = db.execute(
             "UPDATE jobs SET state = :state, lease_owner = NULL, lease_until = NULL, "
             f"updated_at = :now{sets}, {history} WHERE id = :id{held} "
-            "RETURNING name, script, max_attempts, options, followed",
+            "RETURNING name, script, max_attempts, options, followed, history",
             {"state": state, "now": now, "id": job_id, "owner": owner, **columns, **params},
         ).fetchall()  # all: the statement runs to its end
         if not rows:
             return False
         if state in (State.DONE, State.FAILED):
-            self._follow_calendar_run(db, job_id, now, *rows[0])
+            self._follow_series_run(db, job_id, now, *rows[0])
         return True
 
     def heartbeat(self, job_id: str, owner: str, lease: float | None = None) -> bool:
@@ -654,18 +688,42 @@ class Queue:
 
         `options` (and `max_attempts`) replace the job's own when its header was
         read again. A refused job is never revived: it raises Refused.
+
+        A run of a series that was followed (its next run was queued when it
+        ended) runs once more, and the series is left as it is. A run that never
+        was (the series' waiting run, cancelled; a first run born failed) starts
+        the series again: one run now, the next at the series' next time.
         """
-        assignments = ("state = 'pending', not_before = :now, attempts = 0, "
-                       "last_error = NULL, reason = NULL")
-        params: dict[str, Any] = {}
-        if options is not None:
-            assignments += ", options = :options"
-            params["options"] = json.dumps(options, sort_keys=True)
-        if max_attempts is not None:
-            assignments += ", max_attempts = :max_attempts"
-            params["max_attempts"] = int(max_attempts)
-        return self._change(job_id, ("failed", "cancelled"), "retried", assignments,
-                            refuse_refused=True, **params)
+        with self._transaction() as db:
+            row = db.execute("SELECT options, followed FROM jobs WHERE id = ?",
+                             (job_id,)).fetchone()
+            if row is None:
+                raise UnknownJob(job_id)
+            own, followed = json.loads(row[0]), row[1]
+            new = dict(own if options is None else options)
+            if series.repeats(new):
+                self._restart_series(new, own, followed)
+            assignments = ("state = 'pending', not_before = :now, attempts = 0, "
+                           "last_error = NULL, reason = NULL, options = :options")
+            params: dict[str, Any] = {"options": json.dumps(new, sort_keys=True)}
+            if max_attempts is not None:
+                assignments += ", max_attempts = :max_attempts"
+                params["max_attempts"] = int(max_attempts)
+            return self._change(job_id, ("failed", "cancelled"), "retried", assignments,
+                                refuse_refused=True, **params)
+
+    def _restart_series(self, options: dict[str, Any], own: dict[str, Any],
+                        followed: int) -> None:
+        """The series' clock of a retried run, in `options`: kept for a run that was
+        followed (it queues no next run), or the series' next time after now."""
+        now = self.clock()
+        if followed:
+            options["scheduled"] = own.get("scheduled", now)
+            return
+        try:
+            options["scheduled"] = series.next_time_after(options, now, self._tz_of(options))
+        except schedule.BadSchedule:  # said when it ends (see _follow_series_run)
+            options["scheduled"] = now
 
     def run_now(self, job_id: str) -> bool:
         """A pending job becomes due now (the tray's `Run now`)."""
@@ -835,24 +893,32 @@ class Queue:
                        {"id": job_id, "now": now, **params})
             return None
 
-    def _follow_calendar_run(self, db: sqlite3.Connection, job_id: str, now: float,
-                             name: str, script: str | None, max_attempts: int,
-                             options_text: str, followed: int) -> None:
-        """Queue a calendar job's next run, inside the transaction that ended this one:
-        a crash can never end the series. Due at the first calendar time after this
-        run's; if that has passed already, the claim applies catchup= to it.
+    def _tz_of(self, options: dict[str, Any]) -> tzinfo:
+        """The zone a job's times are read in: only a calendar needs this machine's."""
+        return UTC if options.get("every") else self.tz
 
-        A run is followed once (`followed`, as the `recur` trigger keeps it for
-        every=): a retried old run, whose next run was queued when it first ended,
-        adds none.
+    def _follow_series_run(self, db: sqlite3.Connection, job_id: str, now: float,
+                           name: str, script: str | None, max_attempts: int,
+                           options_text: str, followed: int, history_text: str) -> None:
+        """Queue a series' next run, inside the transaction that ended this one: a
+        crash can never end a series. When it is due is series.next_due's rule; a
+        calendar time that has passed by then is judged at the claim (catchup=).
+
+        A run is followed once (`followed`): a retried old run, whose next run was
+        queued when it first ended, adds none.
         """
-        if followed:
-            return
         options = json.loads(options_text)
-        calendar = self._calendar_or_none(db, job_id, options, now)
-        if calendar is None:
+        if followed or not series.repeats(options):
             return
-        due = schedule.next_time(calendar, float(options.get("scheduled", now)), self.tz)
+        started = _last_claim(json.loads(history_text), now)
+        try:
+            due = series.next_due(options, started, now, self._tz_of(options))
+        except schedule.BadSchedule as exc:  # the file was edited by hand
+            history, params = _history(("note", f"its schedule cannot be read ({exc}); "
+                                                 "no further run is queued"))
+            db.execute(f"UPDATE jobs SET {history} WHERE id = :id",
+                       {"id": job_id, "now": now, **params})
+            return
         options["scheduled"] = due
         history = json.dumps([[now, "pushed", f"the next run after {job_id}"]])
         while True:
@@ -867,6 +933,58 @@ class Queue:
             except sqlite3.IntegrityError:
                 continue  # an id drawn twice, 1 in 2**48: draw again
         db.execute("UPDATE jobs SET followed = 1 WHERE id = ?", (job_id,))
+
+    # -- a clock set back ----------------------------------------------------------
+
+    def _mind_the_clock(self, now: float) -> None:
+        """Before a look at what is due: if the wall clock went back since the last
+        look (against the monotonic clock; at the first look of this process, against
+        the file), waiting jobs count their waits again from the corrected clock."""
+        monotonic = time.monotonic()
+        seen, self._clock_seen = self._clock_seen, (now, monotonic)
+        if seen is not None and now >= seen[0] + (monotonic - seen[1]) - series.CLOCK_SLACK:
+            return
+        self._reanchor(now)
+
+    def _reanchor(self, now: float) -> int:
+        """Every waiting job last changed after `now` (by a clock that was ahead) waits
+        what it had left to wait when it changed, counted from now (series.reanchored),
+        with a `reanchored` event; the log says so once. Returns how many moved."""
+        ahead = ("SELECT id, not_before, updated_at, options FROM jobs INDEXED BY jobs_due "
+                 "WHERE state = 'pending' AND updated_at > ?")
+        with self._reading() as db:  # most looks find none: no write lock for them
+            if not db.execute(ahead, (now + series.CLOCK_SLACK,)).fetchone():
+                return 0
+        moved = 0
+        with self._transaction() as db:
+            rows = db.execute(ahead, (now + series.CLOCK_SLACK,)).fetchall()
+            for job_id, not_before, changed, options_text in rows:
+                options = json.loads(options_text)
+                try:
+                    due = series.reanchored(options, not_before, changed, now,
+                                            self._tz_of(options))
+                except schedule.BadSchedule:
+                    due = now + max(not_before - changed, 0.0)
+                due = min(due, not_before)
+                if "scheduled" in options:  # the series' clock moves with its run
+                    options["scheduled"] = (due if options["scheduled"] == not_before
+                                            else options["scheduled"] - (not_before - due))
+                history, params = _history((
+                    "reanchored",
+                    f"the clock was set back {format_duration(changed - now)}: due in "
+                    f"{format_duration(due - now)}, not in {format_duration(not_before - now)}"))
+                db.execute(f"UPDATE jobs SET not_before = :due, options = :options, "
+                           f"updated_at = :now, {history} WHERE id = :id",
+                           {"due": due, "options": json.dumps(options, sort_keys=True),
+                            "now": now, "id": job_id, **params})
+                moved += 1
+        if moved:
+            import logging  # here: a queue opened only to read (`status`) never loads it
+
+            logging.getLogger("sloth_tray").info(
+                "the clock was set back: %d waiting job(s) count their wait from the "
+                "corrected clock", moved)
+        return moved
 
     # -- reads ---------------------------------------------------------------
 
@@ -1000,6 +1118,7 @@ class Queue:
         Jobs waiting on a condition in `unmet` do not count: the change of that
         condition, not the clock, is what lets them start."""
         waits, waits_params = glance.not_waiting(unmet)
+        self._mind_the_clock(self.clock())
         with self._reading() as db:
             return db.execute(
                 "SELECT min(t) FROM ("

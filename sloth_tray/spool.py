@@ -240,8 +240,6 @@ def retry(queue: Queue, job_id: str) -> bool:
         except BadJobFile as exc:
             queue.refuse(job.id, str(exc), Reason.BAD_HEADER)
             raise BadJobFile(f"{job.name} ({job.id}) still cannot run: {exc}") from None
-        if options.get("every"):  # the series' clock: kept, or started now
-            options["scheduled"] = job.options.get("scheduled", queue.clock())
         max_attempts = options.get("max_attempts")
     return queue.retry(job.id, options=options, max_attempts=max_attempts)
 

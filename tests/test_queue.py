@@ -374,10 +374,12 @@ def test_missed_runs_of_a_recurring_job_coalesce_into_one_prompt_run(queue, cloc
     assert len(due) == 1, "one catch-up run, not ten"
     job = queue.claim("w")
     assert queue.claim("w") is None
+    started = clock.now
+    clock.advance(5)
     queue.complete(job.id, "w")
     (following,) = queue.jobs(State.PENDING)
-    assert following.not_before == clock.now  # due at once: it was scheduled in the past
-    clock.advance(1)
+    assert following.not_before == started + 3600  # the series goes on from the late run
+    clock.now = following.not_before
     job = queue.claim("w")
     queue.complete(job.id, "w")
     (then,) = queue.jobs(State.PENDING)
@@ -513,7 +515,23 @@ def test_a_queue_of_the_previous_schema_is_migrated_in_place_and_is_not_paused(t
         q.set_paused(True)
         assert q.paused()
     with sqlite3.connect(path) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+
+
+def test_a_series_from_schema_5_is_followed_once_and_not_by_the_old_trigger(tmp_path, clock):
+    """Schema 5 followed every= runs in a trigger; migrated, the queue follows them
+    itself, once: a run that ends queues one next run, not two."""
+    path = tmp_path / "q.db"
+    options = json.dumps({"every": 3600, "scheduled": clock.now})
+    queue_file_of_schema(path, 5, rows=(
+        ("0123456789ab", "hourly", "pending", clock.now, "/spool/x/hourly.sh", options),))
+    with Queue(path, clock=clock) as q:
+        started = clock.now
+        assert q.claim("w").id == "0123456789ab"
+        clock.advance(30)
+        assert q.complete("0123456789ab", "w")
+        (following,) = q.jobs(State.PENDING)
+        assert following.not_before == started + 3600
 
 
 def test_a_series_from_schema_4_keeps_one_waiting_run_once_migrated(tmp_path, clock):
