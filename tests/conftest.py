@@ -6,6 +6,8 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -40,6 +42,34 @@ def isolated_settings(tmp_path_factory, monkeypatch):
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+# Calendar tests read times in Europe/Berlin, which moves its clocks on 2026-03-29
+# (02:00 -> 03:00) and 2026-10-25 (03:00 -> 02:00).
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def berlin(year, month, day, hour, minute, fold=0) -> float:
+    return datetime(year, month, day, hour, minute, tzinfo=BERLIN, fold=fold).timestamp()
+
+
+@pytest.fixture
+def berlin_queue(tmp_path):
+    """A queue in Berlin time whose clock (`queue.clock_`) starts on Monday 2026-03-02 08:00."""
+    clock = FakeClock(berlin(2026, 3, 2, 8, 0))
+    q = Queue(tmp_path / "queue.db", clock=clock, tz=BERLIN, max_attempts=2)
+    q.clock_ = clock
+    yield q
+    q.close()
+
+
+def run_once(queue: Queue) -> str | None:
+    """Claim the job due now and complete it: its id, or None when nothing was due."""
+    job = queue.claim("w")
+    if job is None:
+        return None
+    assert queue.complete(job.id, "w", "ok")
+    return job.id
 
 
 @pytest.fixture

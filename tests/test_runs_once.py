@@ -8,37 +8,11 @@ of a repeating job would check.
 
 from __future__ import annotations
 
-from datetime import datetime
-from zoneinfo import ZoneInfo
-
-import pytest
-from conftest import FakeClock
+from conftest import berlin, run_once
 
 from sloth_tray.queue import LATER_FOR_AT_MOST, Queue, Reason, State
 
-BERLIN = ZoneInfo("Europe/Berlin")
 HOUR, DAY, YEAR = 3600.0, 86400.0, 365 * 86400.0
-
-
-def berlin(year, month, day, hour, minute) -> float:
-    return datetime(year, month, day, hour, minute, tzinfo=BERLIN).timestamp()
-
-
-@pytest.fixture
-def berlin_queue(tmp_path):
-    clock = FakeClock(berlin(2026, 3, 2, 8, 0))  # Monday 08:00
-    q = Queue(tmp_path / "queue.db", clock=clock, tz=BERLIN, max_attempts=2)
-    q.clock_ = clock
-    yield q
-    q.close()
-
-
-def run_once(queue: Queue) -> str | None:
-    job = queue.claim("w")
-    if job is None:
-        return None
-    assert queue.complete(job.id, "w", "ok")
-    return job.id
 
 
 def waiting(queue: Queue):

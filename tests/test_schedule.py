@@ -10,10 +10,9 @@ from __future__ import annotations
 import os
 import tempfile
 from datetime import datetime
-from zoneinfo import ZoneInfo
 
 import pytest
-from conftest import FakeClock
+from conftest import BERLIN, berlin, run_once
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
@@ -26,12 +25,7 @@ from sloth_tray.queue import Queue, State
 set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), "sloth-tray-hypothesis"))
 FUZZ = settings(max_examples=300, deadline=None, database=None)
 
-BERLIN = ZoneInfo("Europe/Berlin")
 DAY = 86400.0
-
-
-def berlin(year, month, day, hour, minute, fold=0) -> float:
-    return datetime(year, month, day, hour, minute, tzinfo=BERLIN, fold=fold).timestamp()
 
 
 def shown(moment: float) -> str:
@@ -131,23 +125,6 @@ def test_a_year_asleep_with_a_cron_every_minute_is_counted_quickly():
 
 
 # -- the queue ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def berlin_queue(tmp_path):
-    clock = FakeClock(berlin(2026, 3, 2, 8, 0))  # Monday 08:00
-    q = Queue(tmp_path / "queue.db", clock=clock, tz=BERLIN, max_attempts=2)
-    q.clock_ = clock
-    yield q
-    q.close()
-
-
-def run_once(queue: Queue) -> str | None:
-    job = queue.claim("w")
-    if job is None:
-        return None
-    assert queue.complete(job.id, "w", "ok")
-    return job.id
 
 
 def kinds(queue: Queue, job_id: str) -> list[str]:
