@@ -201,29 +201,11 @@ class Inbox(FileSystemEventHandler):
 
     def _take(self, path: str) -> None:
         with self._lock:
-            source = Path(path)
-            try:
-                info = os.lstat(source)
-            except FileNotFoundError:
+            placed = self._place(path)
+            if placed is None:
                 return
+            source, (target, job_id, info) = Path(path), placed
             refusal = spool.refusal(info, self.folder)
-            job_id = new_job_id()
-            try:
-                target = spool.place(self.home, source, job_id, move=True)
-            except OSError as exc:
-                # Once more after a settle time; failing the same way twice, it
-                # waits for a change to the file instead of retrying forever.
-                failure = (info.st_size, info.st_mtime_ns, info.st_mode, exc.errno)
-                if self._stuck.get(path) == failure:
-                    log.warning("cannot take %s (%s); it stays in the jobs folder until "
-                                "it changes", source.name, exc.strerror)
-                    return
-                self._stuck[path] = failure
-                log.warning("could not take %s yet (%s); will try again", source.name,
-                            exc.strerror)
-                self._arm(path, info)
-                return
-            self._stuck.pop(path, None)
             try:
                 spool.push(self.queue, target, job_id, refused=refusal)
             except SlothError as exc:
@@ -237,6 +219,40 @@ class Inbox(FileSystemEventHandler):
                 self._settling.pop(path, None)
         log.info("queued %s as %s%s", source.name, job_id, f" ({refusal})" if refusal else "")
         self.on_push()
+
+    def _place(self, path: str) -> tuple[Path, str, os.stat_result] | None:
+        """Move the drop into the spool: (where it is now, its job id, the lstat of
+        what was moved), or None when there is nothing to take now."""
+        source = Path(path)
+        while True:
+            try:
+                info = os.lstat(source)
+            except FileNotFoundError:
+                return None
+            if stat.S_ISDIR(info.st_mode):
+                return None
+            job_id = new_job_id()
+            try:
+                # Moved only while it is still the entry `info` describes: the
+                # refusal is decided from `info`, so that must be what gets queued.
+                target = spool.place(self.home, source, job_id, move=True, seen=info)
+            except spool.Replaced:
+                continue  # another entry was renamed over it meanwhile: judge that one
+            except OSError as exc:
+                # Once more after a settle time; failing the same way twice, it
+                # waits for a change to the file instead of retrying forever.
+                failure = (info.st_size, info.st_mtime_ns, info.st_mode, exc.errno)
+                if self._stuck.get(path) == failure:
+                    log.warning("cannot take %s (%s); it stays in the jobs folder until "
+                                "it changes", source.name, exc.strerror)
+                    return None
+                self._stuck[path] = failure
+                log.warning("could not take %s yet (%s); will try again", source.name,
+                            exc.strerror)
+                self._arm(path, info)
+                return None
+            self._stuck.pop(path, None)
+            return target, job_id, info
 
 
 def start_inbox(home: Home, queue: Queue, observer: BaseObserver,

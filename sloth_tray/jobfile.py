@@ -8,10 +8,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from sloth_tray import conditions, limits, schedule
 from sloth_tray.errors import SlothError
@@ -28,12 +29,42 @@ def job_name(path: Path) -> str:
     return path.stem or path.name
 
 
-def read_head(path: Path) -> bytes:
+class NotAFile(BadJobFile):
+    """What is at a script's path is not a regular file of its own (a symbolic link
+    or a FIFO put in its place): it is never followed, never run."""
+
+
+# Windows must not translate line ends; a FIFO must not hang the open.
+_READ = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def open_file(path: Path, *, follow: bool = True) -> BinaryIO:
+    """`path` opened for reading; without `follow`, a symbolic link there fails the
+    open (ELOOP) rather than being followed."""
+    return open(os.open(path, _READ | (0 if follow else _NOFOLLOW)), "rb")
+
+
+def read_head(path: Path, *, follow: bool = True) -> bytes:
+    """The first bytes of the file. Without `follow` it must be a regular file itself
+    (NotAFile): a link is not followed, a FIFO not read."""
     try:
-        with open(path, "rb") as file:
+        with open_file(path, follow=follow) as file:
+            if not follow and not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                raise NotAFile(f"refused: its script {path} is not a regular file")
             return file.read(HEAD_BYTES)
     except OSError as exc:
+        if not follow and os.path.islink(path):
+            raise NotAFile(f"refused: its script {path} is now a symbolic link (to "
+                           f"{_link_target(path)}); sloth-tray will not follow it") from None
         raise BadJobFile(f"cannot read {path.name}: {exc.strerror}") from None
+
+
+def _link_target(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "somewhere else"
 
 
 # -- how to run it ----------------------------------------------------------

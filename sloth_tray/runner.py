@@ -30,7 +30,7 @@ from typing import BinaryIO
 from sloth_tray import procs
 from sloth_tray.alarm import Alarm, make_alarm
 from sloth_tray.errors import DatabaseProblem
-from sloth_tray.jobfile import BadJobFile, command_for
+from sloth_tray.jobfile import BadJobFile, NotAFile, command_for, read_head
 from sloth_tray.outcome import Attempt, Ending
 from sloth_tray.paths import Home
 from sloth_tray.queue import Job, Queue, Reason
@@ -194,8 +194,13 @@ class Runner:
         sleep_watch = SleepWatch(self.queue.clock, self.monotonic)  # from the claim on
         if not job.script:  # pushed by a program with nothing to run
             return Attempt.failed(Reason.UNRUNNABLE, "the job has no script to run")
+        script = Path(job.script)
         try:
-            command = command_for(Path(job.script))
+            # The file placed in the spool, never a link put in its place since: its
+            # target is not what was queued.
+            command = command_for(script, read_head(script, follow=False))
+        except NotAFile as exc:
+            return Attempt.failed(Reason.REFUSED, str(exc))
         except BadJobFile as exc:
             return Attempt.failed(Reason.UNRUNNABLE, str(exc))
         workdir = Path.home()

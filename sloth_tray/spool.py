@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from sloth_tray.errors import SlothError
-from sloth_tray.jobfile import BadJobFile, job_name, parse_options, read_head
+from sloth_tray.jobfile import BadJobFile, job_name, open_file, parse_options, read_head
 from sloth_tray.paths import Home
 from sloth_tray.queue import VALID_ID, Queue, Reason, State, new_job_id
 
@@ -64,7 +64,21 @@ def refusal(info: os.stat_result, folder: Path | None = None) -> str | None:
 # -- placing a file in the spool ---------------------------------------------------------
 
 
-def place(home: Home, source: Path, job_id: str, *, move: bool) -> Path:
+class Replaced(OSError):
+    """The entry at a drop's path is no longer the one that was looked at: another
+    was renamed over it meanwhile. Nothing was placed; look at it again."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(errno.EAGAIN, "it was replaced while being taken", str(path))
+
+
+def _entry(info: os.stat_result) -> tuple[int, int, int]:
+    """Which file a stat is of: its kind, device and inode."""
+    return stat.S_IFMT(info.st_mode), info.st_dev, info.st_ino
+
+
+def place(home: Home, source: Path, job_id: str, *, move: bool,
+          seen: os.stat_result | None = None) -> Path:
     """Move or copy `source` to spool/<job_id>/<name>; returns the new path.
 
     A move is a hard link into the spool, then an unlink of the original, not a
@@ -72,21 +86,25 @@ def place(home: Home, source: Path, job_id: str, *, move: bool) -> Path:
     from", which watchdog holds back half a second waiting for its pair, and
     every later drop would wait behind it. A crash between the link and the
     unlink leaves twins, which reconcile() resolves.
+
+    `seen` is the stat the caller judged the drop by: what is placed is that very
+    file (kind and inode), or Replaced is raised and nothing is placed.
     """
     folder = home.spool / job_id
     folder.mkdir(mode=0o700, parents=True)
     try:
-        return _place_in(folder, source, move=move)
+        return _place_in(folder, source, move=move, seen=seen)
     except OSError:
         shutil.rmtree(folder, ignore_errors=True)
         raise
 
 
-def _place_in(folder: Path, source: Path, *, move: bool) -> Path:
+def _place_in(folder: Path, source: Path, *, move: bool,
+              seen: os.stat_result | None = None) -> Path:
     target = folder / safe_name(source.name)
     # A move takes the dropped entry itself, even a link; a copy (`add PATH`)
     # takes what PATH names, as cp does.
-    info = os.lstat(source) if move else os.stat(source)
+    info = seen if seen is not None else os.lstat(source) if move else os.stat(source)
     if move and info.st_nlink == 1:
         try:
             os.link(source, target, follow_symlinks=False)
@@ -94,7 +112,10 @@ def _place_in(folder: Path, source: Path, *, move: bool) -> Path:
             if exc.errno not in (errno.EXDEV, errno.EPERM, errno.ENOTSUP):
                 raise
         else:
-            if os.lstat(target).st_nlink == 2:  # nobody linked it elsewhere meanwhile
+            placed = os.lstat(target)
+            if _entry(placed) != _entry(info):  # not what was looked at: a link, say
+                raise Replaced(source)
+            if placed.st_nlink == 2:  # nobody linked it elsewhere meanwhile
                 os.unlink(source)
                 return target
             os.unlink(target)
@@ -103,14 +124,32 @@ def _place_in(folder: Path, source: Path, *, move: bool) -> Path:
     # queued job is frozen as it was when dropped.
     if stat.S_ISREG(info.st_mode):
         partial = target.with_name(target.name + PARTIAL)
-        shutil.copyfile(source, partial, follow_symlinks=not move)
-        shutil.copymode(source, partial, follow_symlinks=not move)
+        _copy(source, partial, info, follow=not move)
         os.replace(partial, target)
     else:
         _stand_in(source, target, info)
     if move:
         os.unlink(source)
     return target
+
+
+def _copy(source: Path, partial: Path, info: os.stat_result, *, follow: bool) -> None:
+    """Copy the very file `info` describes: opened once (a link is not followed
+    unless asked) and checked by its inode, so that a file renamed over it since
+    is never what gets copied."""
+    try:
+        original = open_file(source, follow=follow)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow:  # a link now, where a file was seen
+            raise Replaced(source) from None
+        raise
+    with original:
+        opened = os.fstat(original.fileno())
+        if _entry(opened) != _entry(info):
+            raise Replaced(source)
+        with open(partial, "wb") as copy:
+            shutil.copyfileobj(original, copy)
+    os.chmod(partial, stat.S_IMODE(opened.st_mode))
 
 
 def _stand_in(source: Path, target: Path, info: os.stat_result) -> None:

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import os
+import random
 import sys
 import time
 
 import pytest
-from conftest import wait_for
+from conftest import start_daemon, wait_for
 
 from sloth_tray import spool
 from sloth_tray.inbox import Inbox, ignored
 from sloth_tray.paths import locate
-from sloth_tray.queue import Queue, State
+from sloth_tray.queue import Queue, Reason, State
 from sloth_tray.watch import make_observer
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify")
@@ -295,3 +296,44 @@ def test_a_jobs_folder_reached_through_a_symlink_takes_drops(tmp_path):
     finally:
         running.stop()
         queue.close()
+
+
+SWAPS = 100
+
+
+def test_links_renamed_over_drops_as_a_daemon_takes_them_never_run_their_target(
+        home, tmp_path, pids):
+    """A real daemon takes drops while another program renames a link over each one
+    a moment after it lands: whichever the daemon saw, the link's target never runs."""
+    marker = tmp_path / "target-ran"
+    target = tmp_path / "target.sh"
+    target.write_text(f"#!/bin/sh\necho ran >> {marker}\n")
+    start_daemon(pids, home)
+    queue = Queue(home.db)
+    jitter = random.Random(SWAPS)  # seeded: a failure replays with the same moments
+    try:
+        for number in range(SWAPS):
+            name = home.jobs / f"drop{number}.sh"
+            draft, link = tmp_path / name.name, home.jobs / f".link{number}"
+            draft.write_text("#!/bin/sh\necho dropped\n")
+            link.symlink_to(target)
+            os.rename(draft, name)
+            moment = time.perf_counter() + jitter.uniform(0, 0.003)
+            while time.perf_counter() < moment:  # the scenario: the swap lands at a random
+                pass  # moment of the take (a spin: sleep cannot aim within a millisecond)
+            os.rename(link, name)
+            wait_for(lambda name=name: not os.path.lexists(name), timeout=10,
+                     what=f"{name.name} to be taken")
+        wait_for(lambda: all((folder / spool.QUEUED).exists() for folder in home.spool.iterdir())
+                 and not queue.jobs(State.PENDING) and not queue.jobs(State.RUNNING),
+                 timeout=30, what="every drop to be queued and every job to end")
+        jobs = queue.jobs(limit=None)
+    finally:
+        queue.close()
+    assert not marker.exists(), f"the link's target ran {len(marker.read_text().split())} times"
+    for job in jobs:
+        if job.state == State.FAILED:
+            assert job.reason == Reason.REFUSED, (job.name, job.last_error)
+            assert job.last_error.startswith("refused: it is a symbolic link"), job.last_error
+        else:
+            assert (job.state, job.result) == (State.DONE, "dropped"), job

@@ -458,6 +458,26 @@ def test_a_missing_home_folder_is_said_as_such(home, monkeypatch):
     assert queue.get(job.id).reason == Reason.COULD_NOT_START
 
 
+def test_a_script_replaced_by_a_link_in_the_spool_is_refused_and_its_target_never_runs(
+        home, tmp_path):
+    queue = Queue(home.db)
+    marker = tmp_path / "target-ran"
+    target = tmp_path / "target.sh"
+    target.write_text(f"#!/bin/sh\necho ran > {marker}\n")
+    path = script(home, "placed.sh", "#!/bin/sh\necho placed\n")
+    job = start(queue, path)
+    swap = path.with_name(".swap")
+    swap.symlink_to(target)
+    swap.rename(path)  # the placed script, swapped for a link after it was queued
+    result = run_and_record(Runner(queue, home, "me"), job)
+    failed = queue.get(job.id)
+    assert not marker.exists(), "the link's target ran"
+    assert (result.outcome, failed.reason) == (Outcome.FAILED, Reason.REFUSED)
+    assert failed.last_error == (f"refused: its script {path} is now a symbolic link (to "
+                                 f"{target}); sloth-tray will not follow it")
+    assert not (home.logs / job.id).exists(), "nothing was started"
+
+
 def test_a_job_pushed_without_a_script_fails_with_a_sentence_saying_so(home):
     queue = Queue(home.db)
     queue.push("note_to_self", script=None)  # a program's push: the API allows it

@@ -17,9 +17,12 @@ from pathlib import Path
 import pytest
 from conftest import wait_for
 
+from sloth_tray import spool
 from sloth_tray.inbox import Inbox
+from sloth_tray.outcome import record
 from sloth_tray.paths import Home
 from sloth_tray.queue import Queue, Reason, State
+from sloth_tray.runner import Runner
 from sloth_tray.watch import make_observer
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify")
@@ -115,3 +118,65 @@ def test_a_queued_job_is_frozen_even_when_its_file_had_another_name(home, inbox,
             os.stat(original).st_mode)
     finally:
         original.unlink()
+
+
+# -- a drop replaced while it is taken ---------------------------------------------------
+
+
+def swap_in_a_link(path: Path, to: Path) -> None:
+    """Rename a symbolic link over `path`, as another program can at any moment."""
+    link = path.with_name(f".swap-{path.name}")  # a name the inbox leaves alone
+    link.symlink_to(to)
+    os.rename(link, path)
+
+
+@pytest.mark.parametrize("moment", ["before the placing", "at the link"])
+def test_a_link_renamed_over_a_drop_while_it_is_taken_is_refused_and_never_run(
+        home, tmp_path, monkeypatch, moment):
+    """The inbox looked at a regular file; before it reached the spool, a link took its
+    place. The job is decided by what was placed: a refused link, whose target never
+    runs."""
+    marker = tmp_path / "target-ran"
+    target = tmp_path / "target.sh"
+    target.write_text(f"#!/bin/sh\necho ran > {marker}\n")
+    drop = home.jobs / "drop.sh"
+    drop.write_text("#!/bin/sh\necho dropped\n")
+    swapped: list[str] = []
+
+    def swap_once() -> None:
+        if not swapped:
+            swapped.append(moment)
+            swap_in_a_link(drop, target)
+
+    if moment == "before the placing":
+        place = spool.place
+
+        def swapping_place(*args, **kwargs):
+            swap_once()
+            return place(*args, **kwargs)
+
+        monkeypatch.setattr(spool, "place", swapping_place)
+    else:
+        link = os.link
+
+        def swapping_link(*args, **kwargs):
+            swap_once()
+            return link(*args, **kwargs)
+
+        monkeypatch.setattr(os, "link", swapping_link)
+    queue = Queue(home.db)
+    try:
+        Inbox(home, queue, lambda: None)._take(str(drop))  # no watcher: nothing else looks
+        assert swapped, "the swap did not happen"
+        (job,) = queue.jobs()
+        assert (job.state, job.reason) == (State.FAILED, Reason.REFUSED), \
+            f"the job is {job.state} ({job.reason}), its script {job.script}"
+        assert job.last_error == "refused: it is a symbolic link; drop the script itself"
+        assert [folder.name for folder in home.spool.iterdir()] == [job.id]
+        assert not os.path.lexists(drop)
+        claimed = queue.claim("me")
+        if claimed is not None:  # whatever was queued, running it must not reach the target
+            record(queue, "me", claimed, Runner(queue, home, "me").run(claimed))
+        assert not marker.exists(), "the link's target ran"
+    finally:
+        queue.close()
