@@ -937,9 +937,11 @@ class Queue:
     # -- a clock set back ----------------------------------------------------------
 
     def _mind_the_clock(self, now: float) -> None:
-        """Before a look at what is due: if the wall clock went back since the last
-        look (against the monotonic clock; at the first look of this process, against
-        the file), waiting jobs count their waits again from the corrected clock."""
+        """Before a claim: if the wall clock went back since the last look (against the
+        monotonic one; at the first look of this process, against the file), waiting
+        jobs count their waits again from the corrected clock. Claims come back to back
+        in a burst: they pay this only when the clock moved back; next_wakeup, the
+        look before each sleep, always looks at the file."""
         monotonic = time.monotonic()
         seen, self._clock_seen = self._clock_seen, (now, monotonic)
         if seen is not None and now >= seen[0] + (monotonic - seen[1]) - series.CLOCK_SLACK:
@@ -1118,7 +1120,9 @@ class Queue:
         Jobs waiting on a condition in `unmet` do not count: the change of that
         condition, not the clock, is what lets them start."""
         waits, waits_params = glance.not_waiting(unmet)
-        self._mind_the_clock(self.clock())
+        # The look before the daemon sleeps: whatever the clock did since any earlier
+        # look (or while the machine slept), no wait is computed from a future time.
+        self._reanchor(self.clock())
         with self._reading() as db:
             return db.execute(
                 "SELECT min(t) FROM ("
