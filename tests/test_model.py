@@ -3,12 +3,26 @@
 A Hypothesis state machine drives a real Queue on a real home folder through
 random drops (some refused, some with a bad header, some recurring), crashes in
 the middle of a drop, claims, heartbeats, completions, failures, cancels,
-retries, prunes (some interrupted halfway), clock jumps and restarts, while a
-small model says what each job should be. After every step the queue's rows,
-the spool, the jobs folder and recovered/ must match the model, and the
-promises hold: no job completes twice, no committed drop is lost, a drop never
-pushed becomes exactly one job at the next start, a finished or pruned job
-never comes back, attempts count claims, a refusal never runs.
+retries, run-nows, prunes (some interrupted halfway), clock jumps forward and
+back, and restarts, while a small model says what each job should be. After every
+step the queue's rows, the spool, the jobs folder and recovered/ must match the
+model, and the promises hold: no job completes twice, no committed drop is lost, a
+drop never pushed becomes exactly one job at the next start, a finished or pruned
+job never comes back, attempts count claims, a refusal never runs, no waiting job
+waits longer than its delay, backoff or period on the current clock.
+
+A recurring job's due times are not computed here: the model takes them from the
+queue once it has checked them against the user's rules for a series:
+- a run that ends (done, or failed for good) is followed by one next run, once;
+- that next run is due one period after the run started (a late start stands for
+  the periods it missed), or, when the run was made due early by hand (run-now,
+  or a retry that started the series again), at the time it was scheduled for;
+- run-now and retry never move the series' waiting run; retrying a run that was
+  followed already runs it once more, with no next run; retrying the run that
+  ended the series (cancelled while waiting) runs it now and schedules the next
+  one a period later;
+- a series never has two of its scheduled runs waiting at once;
+- a clock set back by more than a second: each waiting job's wait counts from now.
 
 A failure prints the shortest sequence of steps found and a
 @reproduce_failure blob; `--hypothesis-seed=N` replays a whole run.
@@ -16,6 +30,7 @@ A failure prints the shortest sequence of steps found and a
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import tempfile
@@ -36,7 +51,7 @@ from sloth_tray import spool
 from sloth_tray.errors import SlothError
 from sloth_tray.jobfile import BadJobFile
 from sloth_tray.paths import Home, locate
-from sloth_tray.queue import PERMANENT, Queue, Reason, Refused, State
+from sloth_tray.queue import PERMANENT, Job, Queue, Reason, Refused, State
 
 # Hypothesis keeps its caches out of the source tree.
 set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), "sloth-tray-hypothesis"))
@@ -44,7 +59,11 @@ set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), "sloth-tray-hypothes
 LEASE = 10.0
 MAX_ATTEMPTS = 3
 BACKOFF_CAP = 3600.0
-START = 1_000_000.0
+START = 1_700_000_000.0
+# How far the clock may be set back at a time: a second to a year.
+CLOCK_BACK = [1, 2, 30, 3600, 86400, 365 * 86400]
+# A clock set back by this much or less re-anchors nothing.
+REANCHOR_SLACK = 1.0
 
 # What a script's `# sloth:` line says, and the options it parses to (None: a bad header).
 HEADERS: dict[str, tuple[str, dict[str, Any] | None]] = {
@@ -58,6 +77,8 @@ HEADERS: dict[str, tuple[str, dict[str, Any] | None]] = {
     "bad": ("# sloth: timeout=soon", None),
 }
 KINDS = [*HEADERS, "refused"]  # refused: the drop is a symbolic link
+# Drops, with recurring ones twice as likely: a series needs several steps to show much.
+DROPPED = [*KINDS, "every", "every_lease"]
 SYMLINK_REFUSAL = "refused: it is a symbolic link; drop the script itself"
 FAIL_REASONS = [reason for reason in Reason if reason != Reason.REFUSED]
 
@@ -68,6 +89,21 @@ class Killed(BaseException):
 
 def script_text(kind: str, number: int) -> str:
     return f"#!/bin/sh\n{HEADERS[kind][0]}\necho drop {number}\n"
+
+
+@dataclass
+class Ended:
+    """A run of a series that ended, as its next run must follow it: its id, the time
+    it was scheduled for (S), when its last attempt was claimed (T), when it ended (E),
+    the series' period (P), and whether the clock was set back while it ran (then S
+    and T are times of the old clock)."""
+
+    run: str
+    scheduled: float | None
+    claimed: float | None
+    ended: float
+    period: float
+    clock_went_back: bool
 
 
 @dataclass
@@ -87,10 +123,24 @@ class Row:
     lease_until: float | None = None
     reason: Reason | None = None
     followed: bool = False  # its series' next run was queued when it ended
+    claimed_at: float | None = None  # when its last attempt was claimed
+    clock_went_back: bool = False  # set back while it ran (not waiting: not re-anchored)
+    # The longest wait its last change may give it, and what gave it.
+    allowance: tuple[float, str] = (0.0, "its push")
+    reanchors: int = 0  # `reanchored` events its history holds
+    follows: Ended | None = None  # a next run not yet read back from the queue
+    # What a retry must have done to its schedule: "restart" (the series starts
+    # again), "extra" (a run that was followed already: its `scheduled` is the
+    # queue's to keep), or None.
+    retried_as: str | None = None
 
     @property
     def lease(self) -> float:
         return float(self.options.get("lease") or LEASE)
+
+    @property
+    def period(self) -> float:
+        return float(self.options.get("every") or 0)
 
 
 @dataclass
@@ -198,28 +248,56 @@ class SpoolMachine(RuleBasedStateMachine):
             options = dict(parsed)
             delay = options.get("delay", 0.0)
             if options.get("every"):
+                # A series' first run is due when the drop says: its clock starts there.
                 options["scheduled"] = now + delay
                 self.m.series.add(str(script))
             self.m.insert(id=job_id, script=str(script), options=options, state=State.PENDING,
                           max_attempts=options.get("max_attempts", MAX_ATTEMPTS),
-                          not_before=now + delay, updated_at=now)
+                          not_before=now + delay, updated_at=now,
+                          allowance=(delay, "its delay") if delay else (0.0, "its push"))
         self.m.pushed.add(job_id)
         self.m.never_pushed.discard(job_id)
 
     def _end_run(self, row: Row, state: State, reason: Reason | None = None) -> None:
         """running -> done or failed: the lease ends; a recurring job's next run is queued
-        in the same statement, once: a retried run that was followed already adds none."""
+        in the same transaction, once: a retried run that was followed already adds none.
+        When the next run is due is the queue's to say; it is read back at once and
+        checked against the series' rules (_read_next_run)."""
         row.state, row.owner, row.lease_until, row.updated_at = state, None, None, self.now
         if reason is not None:
             row.reason = reason
-        if row.options.get("every", 0) > 0 and not row.followed:
+        if row.period > 0 and not row.followed:
             row.followed = True
-            due = max(row.options["scheduled"] + row.options["every"], row.updated_at)
-            self.m.insert(id=None, script=row.script, options={**row.options, "scheduled": due},
-                          state=State.PENDING, max_attempts=row.max_attempts, not_before=due,
-                          updated_at=row.updated_at)
+            options = {k: v for k, v in row.options.items() if k != "scheduled"}
+            self.m.insert(id=None, script=row.script, options=options, state=State.PENDING,
+                          max_attempts=row.max_attempts, not_before=math.nan,
+                          updated_at=self.now, allowance=(row.period, "its series' period"),
+                          follows=Ended(row.id, row.options.get("scheduled"), row.claimed_at,
+                                        self.now, row.period, row.clock_went_back))
+            self._learn_new_ids(partial=True)
+
+    def _model_look(self) -> list[Row]:
+        """What the queue does when it next looks (a claim, next_wakeup) after the clock
+        was set back: each waiting job last changed more than a second in the future
+        keeps the wait it had, counted from now; a series' clock moves with it."""
+        now, moved = self.now, []
+        for row in self.m.rows:
+            if row.state != State.PENDING or row.updated_at - now <= REANCHOR_SLACK:
+                continue
+            due = now + max(row.not_before - row.updated_at, 0.0)
+            if "scheduled" in row.options:
+                shift = due - row.not_before
+                row.options = {**row.options, "scheduled": row.options["scheduled"] + shift}
+            row.not_before, row.updated_at = due, now
+            row.reanchors += 1
+            moved.append(row)
+        return moved
 
     def _model_claim(self) -> Row | None:
+        """Which job the queue's claim, made just now, must have handed out. A run
+        that fails for good here (its last lease ran out) is followed at once, and its
+        next run may be the one claimed: it is read back from the queue as it ends."""
+        self._model_look()
         now = self.now
 
         def due_pending() -> Row | None:
@@ -247,7 +325,7 @@ class SpoolMachine(RuleBasedStateMachine):
             chosen.state, chosen.owner = State.RUNNING, self.owner
             chosen.lease_until = now + chosen.lease
             chosen.attempts += 1
-            chosen.updated_at = now
+            chosen.updated_at = chosen.claimed_at = now
             return chosen
 
     def _model_cancel(self, row: Row) -> bool:
@@ -279,9 +357,6 @@ class SpoolMachine(RuleBasedStateMachine):
                 return BadJobFile
             options = dict(parsed)
             if options.get("every"):
-                # The series keeps its clock; a job that just gained every= starts one
-                # now, as a push starts it when queued.
-                options["scheduled"] = row.options.get("scheduled", self.now)
                 self.m.series.add(row.script)
             max_attempts = options.get("max_attempts")
         if row.reason == Reason.REFUSED:
@@ -290,12 +365,56 @@ class SpoolMachine(RuleBasedStateMachine):
             return False
         row.state, row.not_before, row.attempts, row.reason = State.PENDING, self.now, 0, None
         row.updated_at = self.now
+        row.allowance = (0.0, "a retry")
         if options is not None:
             row.options = options
         if max_attempts is not None:
             row.max_attempts = max_attempts
+        row.retried_as, row.clock_went_back = None, False
+        if row.period > 0:
+            # Followed already: one more run by hand, whose clock is the queue's to
+            # keep. Never followed (the run that ended the series, or one that just
+            # gained every=): the series starts again, its next run a period away.
+            row.retried_as = "extra" if row.followed else "restart"
+            row.options = {**row.options, "scheduled": (
+                row.options.get("scheduled") if row.followed else self.now + row.period)}
         self.m.ended.discard(row.id)
         return True
+
+    def _check_retried(self, rows: list[Row], before: dict[str, tuple]) -> None:
+        """After a retry: a retried run is due now; one that starts its series again
+        is scheduled a period from now; no other waiting run of any series moved."""
+        now = self.now
+        for row in rows:
+            job = self.queue.get(row.id)
+            assert job.not_before == now, (
+                f"{row.id} was retried at {now}: it must be due now, it is due at "
+                f"{job.not_before}")
+            if row.retried_as == "restart":
+                assert job.options.get("scheduled") == now + row.period, (
+                    f"retrying {row.id}, the run that ended its series, starts the series "
+                    f"again: one run now, the next a period ({row.period:g} s) later, so "
+                    f"its schedule must say {now + row.period}; it says "
+                    f"{job.options.get('scheduled')}")
+            elif row.retried_as == "extra":  # an extra run by hand: it queues nothing
+                row.options = {k: v for k, v in row.options.items() if k != "scheduled"}
+                if "scheduled" in job.options:
+                    row.options["scheduled"] = job.options["scheduled"]
+            row.retried_as = None
+        self._schedules_stayed(before, {r.id for r in rows}, "a retry")
+
+    def _schedules(self) -> dict[str, tuple[float, Any]]:
+        """Each waiting run of a series: (due, scheduled)."""
+        return {j.id: (j.not_before, j.options.get("scheduled"))
+                for j in self.queue.jobs(State.PENDING) if j.options.get("every")}
+
+    def _schedules_stayed(self, before: dict[str, tuple], touched: set[str], what: str) -> None:
+        after = self._schedules()
+        for job_id, was in before.items():
+            if job_id not in touched and job_id in after:
+                assert after[job_id] == was, (
+                    f"{what} moved the waiting run {job_id} of another series, or of its "
+                    f"own: (due, scheduled) was {was}, is {after[job_id]}")
 
     def _model_prune(self, before: float, *, files: bool) -> list[str]:
         """spool.prune: mark the folders, delete the rows, then (unless cut short) remove
@@ -319,17 +438,66 @@ class SpoolMachine(RuleBasedStateMachine):
 
     # -- learning the ids of recurring runs -----------------------------------------------
 
-    def _learn_new_ids(self) -> None:
-        """Name the model's new recurring runs after the queue's rows, in rowid order."""
+    def _learn_new_ids(self, *, partial: bool = False) -> None:
+        """Name the model's new recurring runs after the queue's rows, in rowid order,
+        and check each against the run it follows (_read_next_run). `partial`: in the
+        middle of a claim, which may have ended (and followed) more runs than the model
+        has reached yet."""
         unnamed = sorted((r for r in self.m.rows if r.id is None), key=lambda r: r.seq)
         if not unnamed:
             return
         known = set(self.m.ids())
-        fresh = [j.id for j in reversed(self.queue.jobs()) if j.id not in known]
-        assert len(fresh) == len(unnamed), (
-            f"expected {len(unnamed)} new recurring run(s), the queue has {fresh}")
-        for row, job_id in zip(unnamed, fresh, strict=True):
-            row.id = job_id
+        fresh = [j for j in reversed(self.queue.jobs()) if j.id not in known]
+        ended = [r.follows.run for r in unnamed if r.follows is not None]
+        assert len(fresh) >= len(unnamed) if partial else len(fresh) == len(unnamed), (
+            f"each run of a series that ends is followed by one next run: {ended} ended, "
+            f"the queue has {len(fresh)} new run(s): {[j.id for j in fresh]}")
+        for row, job in zip(unnamed, fresh[:len(unnamed)], strict=True):
+            row.id = job.id
+            self._read_next_run(row, job)
+
+    def _read_next_run(self, row: Row, job: Job) -> None:
+        """A series' next run, queued as a run ended: it says which run it follows, and
+        is due when the series' rules say, on the schedule (its `scheduled`):
+        - a run made due early by hand (claimed before its scheduled time S) is
+          followed at S: run-now and a restart never move the schedule;
+        - any other run, claimed at T, is followed at T + period: never sooner (two
+          runs of a series that started on time are a period apart), and no later
+          (missed periods are one run, and the series counts on from when it ran);
+          a run that took longer than the period is followed by a run due at once
+          (due anywhere from T + period to the moment it ended).
+        When the clock was set back while the run ran, its S and T are times of the
+        old clock, which the rules do not place on the new one: then only the wait,
+        counted on the current clock, is checked (no_job_waits_longer_than_it_should)."""
+        follows, row.follows = row.follows, None
+        if follows is None:
+            return
+        first = self.queue.history(job.id)[0]
+        assert (first.kind, first.detail) == ("pushed", f"the next run after {follows.run}"), (
+            f"{job.id} follows {follows.run}: its first event must say so, it is {first}")
+        due, scheduled = job.not_before, job.options.get("scheduled")
+        assert scheduled == due, (
+            f"the next run {job.id} after {follows.run} is due at {due}, so that is its "
+            f"scheduled time; its options say {scheduled}")
+        S, T, E, P = follows.scheduled, follows.claimed, follows.ended, follows.period
+        if S is not None and T is not None and not follows.clock_went_back:
+            if T < S:
+                assert due == S, (
+                    f"{follows.run} was made due early by hand (claimed at {T}, scheduled "
+                    f"for {S}); its next run {job.id} must be due at {S}, where the "
+                    f"schedule had it, not at {due} ({due - S:+g} s)")
+            else:
+                assert due >= T + P, (
+                    f"{follows.run} started at {T} (scheduled for {S}, ended at {E}); its "
+                    f"next run {job.id} is due at {due}, {T + P - due:g} s sooner than a "
+                    f"period ({P:g} s) after it started: two runs too close together")
+                assert due <= max(T + P, E), (
+                    f"{follows.run} started at {T} (scheduled for {S}, ended at {E}); its "
+                    f"next run {job.id} must be due a period ({P:g} s) after it started, "
+                    f"at {T + P}, not {due - T - P:g} s later")
+        row.not_before = due
+        if scheduled is not None:
+            row.options = {**row.options, "scheduled": scheduled}
 
     def _pick(self, rows: list[Row], pick: int) -> Row:
         rows = sorted(rows, key=lambda r: r.seq)
@@ -365,7 +533,7 @@ class SpoolMachine(RuleBasedStateMachine):
         self.m.folders[job_id] = Folder(target.name, marker=True)
         self._model_push(job_id, target, kind)
 
-    @rule(kind=st.sampled_from(KINDS),
+    @rule(kind=st.sampled_from(DROPPED),
           crash=st.sampled_from(["none", "none", "none", "before_push", "twins",
                                  "marker_lost", "marker_failed", "stopped"]))
     def drop(self, kind: str, crash: str) -> None:
@@ -449,8 +617,8 @@ class SpoolMachine(RuleBasedStateMachine):
     # -- the daemon's worker ----------------------------------------------------------------
 
     def _claim(self) -> Row | None:
-        expected = self._model_claim()
         job = self.queue.claim(self.owner)
+        expected = self._model_claim()
         if expected is None:
             assert job is None, f"claimed {job.id} ({job.state}) when nothing was due"
         else:
@@ -537,7 +705,9 @@ class SpoolMachine(RuleBasedStateMachine):
             row.state, row.owner, row.lease_until, row.updated_at = (
                 State.PENDING, None, None, self.now)
             row.reason = reason
-            row.not_before = self.now + min(2.0**row.attempts, BACKOFF_CAP)
+            backoff = min(2.0**row.attempts, BACKOFF_CAP)
+            row.not_before = self.now + backoff
+            row.allowance = (backoff, "its backoff")
         self._learn_new_ids()
 
     @rule(pick=st.integers(0, 255), who=st.sampled_from(["holder", "dead", "stranger"]))
@@ -554,6 +724,7 @@ class SpoolMachine(RuleBasedStateMachine):
             row.state, row.owner, row.lease_until = State.PENDING, None, None
             row.not_before = row.updated_at = self.now
             row.attempts = max(row.attempts - 1, 0)
+            row.allowance = (0.0, "a release")
 
     # -- the CLI and the menu (these work while the daemon is stopped, too) ----------------
 
@@ -570,23 +741,28 @@ class SpoolMachine(RuleBasedStateMachine):
         if not self.m.rows:
             return
         row = self._pick(self.m.rows, pick)
+        before = self._schedules()
         expected = self._model_retry(row)
         if isinstance(expected, bool):
             assert spool.retry(self.queue, row.id) == expected
         else:
             with pytest.raises(expected):
                 spool.retry(self.queue, row.id)
+        self._check_retried([row] if expected is True else [], before)
 
     @rule()
     def retry_all_failed(self) -> None:
-        retried = refused = 0
+        before = self._schedules()
+        retried, refused = [], 0
         for row in sorted((r for r in self.m.rows if r.state == State.FAILED),
                           key=lambda r: -r.seq):
             if row.reason == Reason.REFUSED:
                 refused += 1
                 continue
-            retried += self._model_retry(row) is True
-        assert spool.retry_all_failed(self.queue) == (retried, refused)
+            if self._model_retry(row) is True:
+                retried.append(row)
+        assert spool.retry_all_failed(self.queue) == (len(retried), refused)
+        self._check_retried(retried, before)
 
     @rule(pick=st.integers(0, 255))
     def run_now(self, pick: int) -> None:
@@ -594,9 +770,20 @@ class SpoolMachine(RuleBasedStateMachine):
             return
         row = self._pick(self.m.rows, pick)
         expected = row.state == State.PENDING
+        before = self._schedules()
         assert self.queue.run_now(row.id) == expected
         if expected:
+            job = self.queue.get(row.id)
+            assert job.not_before == self.now, (
+                f"run-now on {row.id}: it must be due now ({self.now}), it is due at "
+                f"{job.not_before}")
+            assert job.options.get("scheduled") == row.options.get("scheduled"), (
+                f"run-now on {row.id} moved its series' schedule from "
+                f"{row.options.get('scheduled')} to {job.options.get('scheduled')}: its next "
+                "run must stay where the schedule has it")
             row.not_before = row.updated_at = self.now
+            row.allowance = (0.0, "run-now")
+        self._schedules_stayed(before, {row.id}, "run-now")
 
     @rule(pick=st.integers(0, 255), kind=st.sampled_from(list(HEADERS)))
     def edit_header(self, pick: int, kind: str) -> None:
@@ -646,6 +833,33 @@ class SpoolMachine(RuleBasedStateMachine):
     @rule(seconds=st.one_of(st.integers(1, 15), st.sampled_from([3600, 86400, 10 * 86400])))
     def advance_clock(self, seconds: int) -> None:
         self.clock.advance(seconds)
+
+    @rule(seconds=st.one_of(st.sampled_from(CLOCK_BACK), st.integers(1, 15)))
+    def set_clock_back(self, seconds: int) -> None:
+        """The clock is set back (it was wrong, or a sync corrected it), and the queue
+        looks at once, as the app does when its timer says the clock was set: each
+        waiting job that last changed more than a second "in the future" keeps the
+        wait it had, counted from now, and its history says so. Leases are left alone."""
+        self.clock.advance(-seconds)
+        for row in self._running():
+            row.clock_went_back = True
+        earlier = {r.id: (r.not_before, r.options.get("scheduled")) for r in self.m.rows}
+        moved = self._model_look()
+        wakeup = self.queue.next_wakeup()
+        for row in moved:
+            job = self.queue.get(row.id)
+            was_due, was_scheduled = earlier[row.id]
+            seen = (job.not_before, job.options.get("scheduled"), job.updated_at)
+            want = (row.not_before, row.options.get("scheduled"), row.updated_at)
+            assert seen == want, (
+                f"the clock went back {seconds} s; {row.id}, due at {was_due} (scheduled "
+                f"{was_scheduled}), must keep the wait it had, counted from now: (due, "
+                f"scheduled, changed) = {want}; the queue has {seen}")
+        times = [r.not_before for r in self.m.rows if r.state == State.PENDING]
+        times += [r.lease_until for r in self._running()]
+        assert wakeup == min(times, default=None), (
+            f"next_wakeup() is {wakeup}; the soonest due time or lease end is "
+            f"{min(times, default=None)}")
 
     # -- crashes and starts -----------------------------------------------------------------
 
@@ -727,20 +941,25 @@ class SpoolMachine(RuleBasedStateMachine):
     @invariant()
     def everything_holds(self) -> None:
         """One invariant that runs every check, so that a failing sequence prints one line
-        per step; the assertion that fails names the broken promise."""
-        self.rows_match_the_model()
-        self.files_match_the_model()
-        self.no_job_completes_twice()
-        self.no_committed_drop_is_lost()
-        self.what_ended_stays_ended()
-        self.attempts_count_claims_since_the_last_retry()
-        self.a_running_row_is_leased()
-        self.a_refusal_never_runs()
-        self.a_pending_job_has_its_script()
-        self.status_agrees_with_the_rows()
-
-    def rows_match_the_model(self) -> None:
+        per step; the assertion that fails names the broken promise. The rows and their
+        histories are read once, for all of them."""
         jobs = {j.id: j for j in self.queue.jobs()}
+        histories = {job_id: self.queue.history(job_id) for job_id in jobs}
+        self.rows_match_the_model(jobs)
+        self.files_match_the_model()
+        self.no_job_completes_twice(histories)
+        self.no_committed_drop_is_lost(jobs)
+        self.what_ended_stays_ended(jobs)
+        self.attempts_count_claims_since_the_last_retry(jobs, histories)
+        self.a_running_row_is_leased(jobs)
+        self.a_refusal_never_runs(jobs, histories)
+        self.a_pending_job_has_its_script(jobs)
+        self.status_agrees_with_the_rows(jobs)
+        self.a_series_never_has_two_runs_waiting(jobs)
+        self.no_job_waits_longer_than_it_should(jobs)
+        self.a_reanchored_job_says_so(histories)
+
+    def rows_match_the_model(self, jobs: dict[str, Job]) -> None:
         assert set(jobs) == set(self.m.ids()), (
             f"the queue holds {sorted(set(jobs) - set(self.m.ids()))} that it should not "
             f"and lacks {sorted(set(self.m.ids()) - set(jobs))}")
@@ -763,61 +982,101 @@ class SpoolMachine(RuleBasedStateMachine):
         recovered = self.home.root / "recovered"
         assert set(os.listdir(recovered) if recovered.exists() else []) == self.m.recovered
 
-    def no_job_completes_twice(self) -> None:
-        for job in self.queue.jobs():
-            kinds = [e.kind for e in self.queue.history(job.id)]
-            assert kinds.count("completed") <= 1, f"{job.id} completed twice: {kinds}"
+    def no_job_completes_twice(self, histories: dict[str, list]) -> None:
+        for job_id, history in histories.items():
+            kinds = [e.kind for e in history]
+            assert kinds.count("completed") <= 1, f"{job_id} completed twice: {kinds}"
         assert all(n <= 1 for n in self.m.completions.values()), self.m.completions
         # A script that ever recurred has many runs; any other is done at most once.
         twice = {s: n for s, n in self.m.script_completions.items() if n > 1}
         assert not twice, f"one-off scripts completed more than once: {twice}"
 
-    def no_committed_drop_is_lost(self) -> None:
+    def no_committed_drop_is_lost(self, jobs: dict[str, Job]) -> None:
         for job_id in self.m.pushed - self.m.pruned:
-            assert self.queue.exists(job_id), f"the drop {job_id} was lost"
+            assert job_id in jobs, f"the drop {job_id} was lost"
 
-    def what_ended_stays_ended(self) -> None:
+    def what_ended_stays_ended(self, jobs: dict[str, Job]) -> None:
         for job_id in self.m.ended:
-            state = self.queue.get(job_id).state
+            state = jobs[job_id].state
             assert state in (State.DONE, State.CANCELLED), f"{job_id} came back as {state}"
         for job_id in self.m.pruned:
-            assert not self.queue.exists(job_id), f"the pruned job {job_id} came back"
-        for job in self.queue.jobs():
+            assert job_id not in jobs, f"the pruned job {job_id} came back"
+        for job in jobs.values():
             assert job.script not in self.m.retired, (
                 f"{job.id} runs {job.script}, whose job was pruned")
 
-    def attempts_count_claims_since_the_last_retry(self) -> None:
-        for job in self.queue.jobs():
+    def attempts_count_claims_since_the_last_retry(self, jobs: dict[str, Job],
+                                                   histories: dict[str, list]) -> None:
+        for job in jobs.values():
             claims = 0
-            for event in self.queue.history(job.id):
+            for event in histories[job.id]:
                 if event.kind == "retried":
                     claims = 0
                 claims += {"claimed": 1, "released": -1}.get(event.kind, 0)
             assert job.attempts == claims, (job.id, job.attempts, claims)
             assert 0 <= job.attempts <= job.max_attempts, job
 
-    def a_running_row_is_leased(self) -> None:
-        for job in self.queue.jobs(State.RUNNING):
-            assert job.lease_owner and job.lease_until is not None, job
+    def a_running_row_is_leased(self, jobs: dict[str, Job]) -> None:
+        for job in jobs.values():
+            if job.state == State.RUNNING:
+                assert job.lease_owner and job.lease_until is not None, job
 
-    def a_refusal_never_runs(self) -> None:
-        for job in self.queue.jobs(reason=Reason.REFUSED):
-            assert job.state in (State.FAILED, State.CANCELLED), job
-            assert "claimed" not in [e.kind for e in self.queue.history(job.id)], job.id
+    def a_refusal_never_runs(self, jobs: dict[str, Job], histories: dict[str, list]) -> None:
+        for job in jobs.values():
+            if job.reason == Reason.REFUSED:
+                assert job.state in (State.FAILED, State.CANCELLED), job
+                assert "claimed" not in [e.kind for e in histories[job.id]], job.id
 
-    def a_pending_job_has_its_script(self) -> None:
-        for job in self.queue.jobs(State.PENDING):
+    def a_pending_job_has_its_script(self, jobs: dict[str, Job]) -> None:
+        for job in jobs.values():
+            if job.state != State.PENDING:
+                continue
             # A script deleted by hand, or an add's copy not yet in place, is known.
             if job.script not in self.m.removed \
                     and Path(job.script).parent.name not in self.m.staging:
                 assert os.path.isfile(job.script), f"{job.id} waits for {job.script}, gone"
 
-    def status_agrees_with_the_rows(self) -> None:
-        jobs = self.queue.jobs()
-        counts = {state.value: sum(j.state == state for j in jobs) for state in State}
-        due = sum(1 for j in jobs if (j.state == State.PENDING and j.not_before <= self.now)
+    def status_agrees_with_the_rows(self, jobs: dict[str, Job]) -> None:
+        counts = {state.value: sum(j.state == state for j in jobs.values()) for state in State}
+        due = sum(1 for j in jobs.values()
+                  if (j.state == State.PENDING and j.not_before <= self.now)
                   or (j.state == State.RUNNING and j.lease_until <= self.now))
         assert self.queue.status() == counts | {"due_now": due}
+
+    def a_series_never_has_two_runs_waiting(self, jobs: dict[str, Job]) -> None:
+        """One script's series has at most one scheduled run waiting or running. A run
+        that was followed already and then retried is an extra run by hand: it does
+        not count."""
+        scheduled: dict[str, list[str]] = {}
+        for row in self.m.rows:
+            job = jobs[row.id]
+            if job.state in (State.PENDING, State.RUNNING) and job.options.get("every") \
+                    and not row.followed:
+                scheduled.setdefault(job.script, []).append(
+                    f"{job.id} ({job.state}, due at {job.not_before})")
+        for script, runs in scheduled.items():
+            assert len(runs) == 1, f"the series of {script} has {len(runs)} runs waiting: {runs}"
+
+    def no_job_waits_longer_than_it_should(self, jobs: dict[str, Job]) -> None:
+        """Measured on the current clock, whatever it did before (the queue looked
+        after each time it was set back), a waiting job is due within its delay, its
+        backoff, its period, or at once; a clock set back by up to a second may add
+        that second."""
+        for row in self.m.rows:
+            if row.state != State.PENDING:
+                continue
+            wait = jobs[row.id].not_before - self.now
+            longest, what = row.allowance
+            assert wait <= longest + REANCHOR_SLACK, (
+                f"{row.id} waits {wait:g} s from now; {what} lets it wait {longest:g} s "
+                "at most")
+
+    def a_reanchored_job_says_so(self, histories: dict[str, list]) -> None:
+        for row in self.m.rows:
+            told = sum(e.kind == "reanchored" for e in histories[row.id])
+            assert told == row.reanchors, (
+                f"{row.id} was moved to count its wait from now {row.reanchors} time(s) "
+                f"after the clock was set back; its history says `reanchored` {told} time(s)")
 
 
 SpoolMachine.TestCase.settings = settings(
@@ -925,3 +1184,131 @@ def test_a_job_retried_with_a_header_that_now_recurs_can_run_out_its_last_lease(
            ("work", {"outcome": "running", "reason": Reason.EXIT_CODE}),
            ("drop", {"kind": "plain", "crash": "none"}),
            ("work", {"outcome": "complete", "reason": Reason.EXIT_CODE}))
+
+
+class Steps:
+    """A fresh machine driven rule by rule, every invariant checked after each step, as
+    replay() does; between steps a test may read the queue (never write it)."""
+
+    def __init__(self) -> None:
+        self.machine = SpoolMachine()
+
+    def __call__(self, name: str, **arguments: Any) -> None:
+        getattr(self.machine, name)(**arguments)
+        self.machine.everything_holds()
+
+    def __enter__(self) -> Steps:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.machine.teardown()
+
+    @property
+    def queue(self) -> Queue:
+        return self.machine.queue
+
+    @property
+    def now(self) -> float:
+        return self.machine.now
+
+    def pick(self, job_id: str) -> int:
+        """The `pick` that names this job in the rules that pick among all rows."""
+        return [r.id for r in sorted(self.machine.m.rows, key=lambda r: r.seq)].index(job_id)
+
+    def waiting(self, kind: str) -> list[Job]:
+        """The waiting runs of the drops of this kind (by their header)."""
+        return [j for j in self.queue.jobs(State.PENDING)
+                if self.machine.m.kinds.get(j.script) == kind]
+
+
+def test_an_every_job_started_three_periods_late_runs_once_then_a_period_later():
+    """every=30s, its first run started 90 s late (asleep, paused, behind another job):
+    that one run stands for the missed periods; the next is due 30 s after it started,
+    not at once."""
+    with Steps() as step:
+        step("drop", kind="every", crash="none")
+        step("advance_clock", seconds=90)
+        started = step.now
+        step("work", outcome="complete", reason=Reason.EXIT_CODE)
+        (following,) = step.waiting("every")
+        assert following.not_before == started + 30, (
+            f"the next run is due {following.not_before - started:g} s after the late run "
+            "started, not a period (30 s)")
+        step("work", outcome="running", reason=Reason.EXIT_CODE)
+        assert not step.queue.jobs(State.RUNNING), "a second run right after the late one"
+        step("advance_clock", seconds=30)
+        step("work", outcome="complete", reason=Reason.EXIT_CODE)
+        (after,) = step.waiting("every")
+        assert after.not_before == started + 60
+
+
+def test_run_now_on_the_waiting_run_keeps_the_next_run_at_its_scheduled_time():
+    """Run now, 5 s after a run of an every=30s series: the hurried run runs at once,
+    and the one after it is still due when the schedule had the hurried one."""
+    with Steps() as step:
+        step("drop", kind="every", crash="none")
+        step("work", outcome="complete", reason=Reason.EXIT_CODE)
+        (waiting,) = step.waiting("every")
+        scheduled = waiting.not_before
+        step("advance_clock", seconds=5)
+        step("run_now", pick=step.pick(waiting.id))
+        step("work", outcome="complete", reason=Reason.EXIT_CODE)
+        assert step.queue.get(waiting.id).state == State.DONE
+        (following,) = step.waiting("every")
+        assert following.not_before == scheduled, (
+            f"run-now moved the series: its next run is due at {following.not_before}, "
+            f"the schedule said {scheduled}")
+
+
+def test_retrying_the_cancelled_waiting_run_gives_one_run_now_and_the_next_a_period_later():
+    """The waiting run of an every=30s series was cancelled (the series ended); retried
+    long after, it runs now, once, and the next run is due a period after the retry."""
+    with Steps() as step:
+        step("drop", kind="every", crash="none")
+        step("work", outcome="complete", reason=Reason.EXIT_CODE)
+        (waiting,) = step.waiting("every")
+        step("cancel", pick=step.pick(waiting.id))
+        step("advance_clock", seconds=86400)
+        retried_at = step.now
+        step("retry", pick=step.pick(waiting.id))
+        step("work", outcome="complete", reason=Reason.EXIT_CODE)
+        assert step.queue.get(waiting.id).state == State.DONE
+        step("work", outcome="running", reason=Reason.EXIT_CODE)
+        assert not step.queue.jobs(State.RUNNING), "two runs in a row after the retry"
+        (following,) = step.waiting("every")
+        assert following.not_before == retried_at + 30
+
+
+def test_a_clock_set_back_a_year_reanchors_a_delayed_job_and_the_series_next_run():
+    """A delay=20 job and a series' next run (every=30s), both waiting, and the clock is
+    set back a year: each keeps the wait it was given, counted from now, and says so."""
+    with Steps() as step:
+        step("drop", kind="delay", crash="none")
+        step("drop", kind="every", crash="none")
+        step("work", outcome="complete", reason=Reason.EXIT_CODE)
+        step("advance_clock", seconds=5)
+        step("set_clock_back", seconds=365 * 86400)
+        (delayed,) = step.waiting("delay")
+        (following,) = step.waiting("every")
+        assert delayed.not_before == step.now + 20, delayed.not_before - step.now
+        assert following.not_before == step.now + 30, following.not_before - step.now
+        assert following.options["scheduled"] == following.not_before
+        for job in (delayed, following):
+            assert "reanchored" in [e.kind for e in step.queue.history(job.id)], job.id
+        step("advance_clock", seconds=20)
+        step("work", outcome="complete", reason=Reason.EXIT_CODE)
+        assert step.queue.get(delayed.id).state == State.DONE, "the delayed job ran on time"
+
+
+def test_a_job_queued_after_a_sleep_keeps_its_wait_when_the_clock_is_then_set_back():
+    """The laptop sleeps ten days; on waking a delay=20 job is added from the command
+    line, and the clock is then set back a day (it was ahead) before the daemon looks:
+    the job waits its 20 s from the corrected clock, not a day more."""
+    with Steps() as step:
+        step("work", outcome="running", reason=Reason.EXIT_CODE)  # the daemon looked
+        step("advance_clock", seconds=10 * 86400)
+        step("add", kind="delay", crash="none")
+        step("set_clock_back", seconds=86400)
+        (delayed,) = step.waiting("delay")
+        assert delayed.not_before == step.now + 20, (
+            f"the job waits {delayed.not_before - step.now:g} s from the corrected clock")
