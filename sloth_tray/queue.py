@@ -887,11 +887,16 @@ class Queue:
         try:
             return schedule.calendar_of(options)
         except schedule.BadSchedule as exc:
-            history, params = _history(("note", f"its schedule cannot be read ({exc}); "
-                                                 "no further run is queued"))
-            db.execute(f"UPDATE jobs SET {history} WHERE id = :id",
-                       {"id": job_id, "now": now, **params})
+            self._note_unreadable_schedule(db, job_id, now, exc)
             return None
+
+    @staticmethod
+    def _note_unreadable_schedule(db: sqlite3.Connection, job_id: str, now: float,
+                                  exc: schedule.BadSchedule) -> None:
+        history, params = _history(("note", f"its schedule cannot be read ({exc}); "
+                                             "no further run is queued"))
+        db.execute(f"UPDATE jobs SET {history} WHERE id = :id",
+                   {"id": job_id, "now": now, **params})
 
     def _tz_of(self, options: dict[str, Any]) -> tzinfo:
         """The zone a job's times are read in: only a calendar needs this machine's."""
@@ -914,10 +919,7 @@ class Queue:
         try:
             due = series.next_due(options, started, now, self._tz_of(options))
         except schedule.BadSchedule as exc:  # the file was edited by hand
-            history, params = _history(("note", f"its schedule cannot be read ({exc}); "
-                                                 "no further run is queued"))
-            db.execute(f"UPDATE jobs SET {history} WHERE id = :id",
-                       {"id": job_id, "now": now, **params})
+            self._note_unreadable_schedule(db, job_id, now, exc)
             return
         options["scheduled"] = due
         history = json.dumps([[now, "pushed", f"the next run after {job_id}"]])
