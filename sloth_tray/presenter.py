@@ -48,6 +48,9 @@ class Item:
     checked: bool | None = None  # None: not a check item
     default: bool = False  # the icon's left-click action
     submenu: tuple[Item, ...] = ()
+    # What the row is, unique among its siblings: a role ("retry-all") or a job's id.
+    # A host keeps a row by its id, so the row keeps its id while its label changes.
+    key: str = ""
 
 
 SEPARATOR = Item("-")
