@@ -64,3 +64,7 @@ class Surface(Protocol):
 
     def menu_changed(self) -> None:
         """The menu's model changed: rebuild it (for hosts that cache it)."""
+
+    def take_activation_token(self) -> str | None:
+        """The desktop's activation token for the click being handled, if the host gave
+        one (what the click opens passes it on, to be let to take the focus); once."""

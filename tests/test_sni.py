@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Annotated, Any
 
 import pytest
@@ -29,11 +30,10 @@ pytestmark = pytest.mark.skipif(
 
 from dbus_fast import DBusError, Message, MessageType, Variant  # noqa: E402
 from dbus_fast.aio import MessageBus  # noqa: E402
-from dbus_fast.annotations import DBusBool, DBusInt32, DBusSignature, DBusStr  # noqa: E402
+from dbus_fast.annotations import DBusBool, DBusSignature, DBusStr  # noqa: E402
 from dbus_fast.service import (  # noqa: E402
     PropertyAccess,
     ServiceInterface,
-    dbus_method,
     dbus_property,
     dbus_signal,
 )
@@ -61,30 +61,49 @@ QUIET = Snapshot(done=3)
 
 
 class FakeWatcher(ServiceInterface):
-    """What a panel exports: items tell it their bus name."""
+    """What a panel exports. Items tell it their bus name or, as this app does, their
+    object path; it lists them as KDE's, Xfce's and waybar's watchers do
+    (`:1.42/StatusNotifierItem`) or as GNOME's does (`:1.42@/StatusNotifierItem`)."""
 
     def __init__(self) -> None:
         super().__init__(WATCHER)
-        self.items: list[str] = []
+        self.items: list[str] = []  # every registration, in order, as listed
+        self.dropped: set[str] = set()  # items the watcher no longer lists
+        self.style = "/"  # "@": GNOME's
 
-    @dbus_method()
-    def RegisterStatusNotifierItem(self, service: DBusStr):
-        self.items.append(service)
+    def register(self, message: Message) -> Message | None:
+        """RegisterStatusNotifierItem, answered by hand: a ServiceInterface method does
+        not see the caller, and a path is registered with the caller's name."""
+        if (message.message_type != MessageType.METHOD_CALL
+                or message.member != "RegisterStatusNotifierItem"):
+            return None
+        [service] = message.body
+        entry = message.sender + self.style.rstrip("/") + service \
+            if service.startswith("/") else service
+        self.items.append(entry)
+        self.dropped.discard(entry)
+        self.StatusNotifierItemRegistered(entry)
+        return Message.new_method_return(message)
+
+    def drop(self, entry: str) -> None:
+        """What GNOME's extension does to an item it failed to read."""
+        self.dropped.add(entry)
+        self.StatusNotifierItemUnregistered(entry)
 
     @dbus_property(access=PropertyAccess.READ)
     def RegisteredStatusNotifierItems(self) -> Strs:
-        return list(self.items)
+        return [item for item in dict.fromkeys(self.items) if item not in self.dropped]
 
     @dbus_property(access=PropertyAccess.READ)
     def IsStatusNotifierHostRegistered(self) -> DBusBool:
         return True
 
-    @dbus_property(access=PropertyAccess.READ)
-    def ProtocolVersion(self) -> DBusInt32:
-        return 0
-
     @dbus_signal()
     def StatusNotifierItemRegistered(self, service: str) -> DBusStr:
+        return service
+
+    @dbus_signal()
+    def StatusNotifierItemUnregistered(self, service: str) -> DBusStr:
         return service
 
 
@@ -100,6 +119,7 @@ class Panel:
         self.bus.export("/StatusNotifierWatcher", self.watcher)
         self.signals: list[tuple[str, list[Any]]] = []
         self.bus.add_message_handler(self._on_message)
+        self.bus.add_message_handler(self.watcher.register)
         for path in ("/StatusNotifierItem", "/MenuBar"):
             self.do(busmod.add_match(self.bus, f"type='signal',path='{path}'"))
         self.take_watcher_name()
@@ -241,25 +261,74 @@ def test_the_item_is_registered_with_the_watcher_before_ready_and_uses_one_threa
     threads_before = threading.active_count()
     surface, thread = start(bus_address, panel, scene)
     try:
-        name = f"{ITEM}-{os.getpid()}-1"
-        assert surface.bus_name == name
-        assert panel.watcher.items[-1] == name  # already when ready() ran
-        assert panel.owned(name)
+        me = f"{surface.bus_name}/StatusNotifierItem"
+        assert surface.bus_name and surface.bus_name.startswith(":")
+        assert panel.watcher.items[-1] == me  # by its path, already when ready() ran
         assert threading.active_count() == threads_before + 1  # the one that calls run()
     finally:
         surface.stop()
         thread.join(10)
     assert not thread.is_alive()
-    assert not panel.owned(name), "a stopped item must leave the panel at once"
+    assert not panel.owned(surface.bus_name), "a stopped item must leave the panel at once"
     surface.post(lambda: None)  # after the end: dropped, not an error
 
 
+def test_the_item_owns_no_name_a_watcher_could_find_it_by(tray, panel):
+    """GNOME's extension registers by itself any org.kde.StatusNotifierItem-* name it
+    finds when it starts, and drops an item registered by name a second later in one
+    start of two: the item owns no such name."""
+    names = panel.call("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                       "ListNames")[0]
+    assert not [name for name in names if name.startswith(ITEM)]
+
+
+def me(tray: Tray) -> str:
+    return f"{tray.name}{tray.panel.watcher.style.rstrip('/')}/StatusNotifierItem"
+
+
 def test_a_restarted_panel_gets_the_item_again(tray, panel):
-    count = panel.watcher.items.count(tray.name)
+    count = panel.watcher.items.count(me(tray))
     panel.drop_watcher_name()
     panel.take_watcher_name()
-    wait_for(lambda: panel.watcher.items.count(tray.name) == count + 1,
+    wait_for(lambda: panel.watcher.items.count(me(tray)) == count + 1,
              what="the item to register with the new watcher")
+
+
+@pytest.mark.parametrize("style", ["/", "@"])
+def test_a_watcher_that_drops_the_item_is_told_again(tray, panel, style):
+    panel.watcher.style = style
+    try:
+        count = panel.watcher.items.count(me(tray))
+        panel.drop_watcher_name()  # a new watcher: the item registers in this style
+        panel.take_watcher_name()
+        wait_for(lambda: panel.watcher.items.count(me(tray)) == count + 1,
+                 what="the item to register")
+        count += 1
+        panel.loop.call_soon_threadsafe(panel.watcher.drop, me(tray))
+        wait_for(lambda: panel.watcher.items.count(me(tray)) == count + 1, timeout=5,
+                 what="the dropped item to register again")
+        assert me(tray) in panel.call(WATCHER, "/StatusNotifierWatcher", PROPS, "Get", "ss",
+                                      [WATCHER, "RegisteredStatusNotifierItems"])[0].value
+    finally:
+        panel.watcher.style = "/"
+
+
+def test_a_watcher_that_drops_the_item_silently_is_told_again(tray, panel):
+    """A watcher need not say it dropped an item: a moment after registering, the item
+    looks for itself in the watcher's list."""
+    count = panel.watcher.items.count(me(tray))
+    panel.watcher.dropped.add(me(tray))  # no signal
+    wait_for(lambda: panel.watcher.items.count(me(tray)) == count + 1, timeout=8,
+             what="the silently dropped item to register again")
+
+
+def test_an_item_dropped_by_another_app_stays_put(tray, panel):
+    count = len(panel.watcher.items)
+    panel.loop.call_soon_threadsafe(panel.watcher.drop, ":1.999/StatusNotifierItem")
+    panel.loop.call_soon_threadsafe(panel.watcher.drop, tray.name + "9/StatusNotifierItem")
+    tray.panel.call(tray.name, "/MenuBar", PROPS, "Get", "ss", [MENU, "Version"])  # heard
+    assert len(panel.watcher.items) == count
+    assert tray.surface._next_work != tray.surface._register, "a registration is on its way"
 
 
 def test_an_item_started_before_any_panel_shows_up_when_a_panel_starts(
@@ -271,7 +340,7 @@ def test_an_item_started_before_any_panel_shows_up_when_a_panel_starts(
     try:
         assert len(panel.watcher.items) == count
         panel.take_watcher_name()
-        wait_for(lambda: panel.watcher.items[count:] == [surface.bus_name],
+        wait_for(lambda: panel.watcher.items[count:] == [f"{surface.bus_name}/StatusNotifierItem"],
                  what="the item to register once a watcher appears")
     finally:
         surface.stop()
@@ -311,6 +380,8 @@ def test_a_panel_reads_the_icon_at_every_size_the_tooltip_and_the_status(tray):
     assert values["ItemIsMenu"] is False
     assert values["Menu"] == "/MenuBar"
     assert list(values["ToolTip"]) == ["", [], title, ""]
+    # GNOME's extension reads these on every icon change (a JS error each time without)
+    assert values["IconAccessibleDesc"] == values["AttentionAccessibleDesc"] == title
     pixmaps = values["IconPixmap"]
     assert [(w, h) for w, h, _ in pixmaps] == [(size, size) for size in ICON_SIZES]
     for width, height, data in pixmaps:
@@ -329,7 +400,7 @@ def expected_layout(items: tuple[presenter.Item, ...]) -> list[tuple[dict, list]
     """The tree a host should see for the presenter's items (ids left out)."""
     tree = []
     for item in items:
-        if item == presenter.SEPARATOR:
+        if replace(item, key="") == presenter.SEPARATOR:
             tree.append(({"type": "separator"}, []))
             continue
         props: dict[str, Any] = {"label": item.label.replace("_", "__"),
@@ -366,6 +437,65 @@ def item_at(items: tuple[presenter.Item, ...], path: tuple) -> presenter.Item:
     return item if len(path) == 1 else item_at(item.submenu, path[1:])
 
 
+class CachingHost:
+    """A host that keeps what it read, as GNOME's AppIndicator extension (46) does: on
+    LayoutUpdated it reads the layout's ids and types and the properties of new ids
+    only; a known row keeps its properties until ItemsPropertiesUpdated changes them,
+    and keeps its place among the rows it was drawn with (new rows go where the layout
+    puts them)."""
+
+    def __init__(self, tray: Tray) -> None:
+        self.tray = tray
+        self.props: dict[int, dict[str, Any]] = {}
+        self.children: dict[int, list[int]] = {}
+        self.seen = len(tray.panel.signals)
+        self._read_layout()
+
+    def _call(self, member: str, signature: str, body: list[Any]) -> list[Any]:
+        return self.tray.panel.call(self.tray.name, "/MenuBar", MENU, member, signature, body)
+
+    def _read_layout(self) -> None:
+        _revision, tree = self._call("GetLayout", "iias", [0, -1, ["type"]])
+        fresh: list[int] = []
+        self._take(tree, fresh)
+        if fresh:
+            for node_id, props in self._call("GetGroupProperties", "aias", [fresh, []])[0]:
+                self.props[node_id] = {k: v.value for k, v in props.items()}
+
+    def _take(self, node: list[Any], fresh: list[int]) -> None:
+        node_id, _props, kids = node
+        layout = [kid.value[0] for kid in kids]
+        drawn = [kid for kid in self.children.get(node_id, []) if kid in layout]
+        for index, kid in enumerate(layout):  # a new row goes in at its place
+            if kid not in drawn:
+                drawn.insert(index, kid)
+        self.children[node_id] = drawn
+        for kid in kids:
+            if kid.value[0] not in self.props:
+                fresh.append(kid.value[0])
+                self.props[kid.value[0]] = {}
+            self._take(kid.value, fresh)
+
+    def _catch_up(self) -> None:
+        for member, body in self.tray.panel.signals[self.seen:]:
+            self.seen += 1
+            if member == "LayoutUpdated":
+                self._read_layout()
+            elif member == "ItemsPropertiesUpdated":
+                updated, removed = body
+                for node_id, props in updated:
+                    self.props.setdefault(node_id, {}).update(
+                        {k: v.value for k, v in props.items()})
+                for node_id, names in removed:
+                    for name in names:
+                        self.props.get(node_id, {}).pop(name, None)
+
+    def shows(self, node_id: int = 0) -> list[tuple[dict, list]]:
+        if node_id == 0:
+            self._catch_up()
+        return [(self.props[kid], self.shows(kid)) for kid in self.children.get(node_id, [])]
+
+
 def test_the_layout_is_the_presenters_menu(tray, scene):
     _revision, (root_id, root_props, children) = tray.layout()
     assert root_id == 0
@@ -399,7 +529,8 @@ def test_a_click_on_every_item_runs_its_action_on_the_surface_thread(tray, scene
     assert scene.controls.threads == {"surface"}
 
     scene.snapshot = QUIET  # "Retry all failed" is there, greyed out: a click does nothing
-    assert tray.about_to_show() is True
+    assert tray.about_to_show() is False  # what changed went out as signals, first
+    assert {"ItemsPropertiesUpdated", "LayoutUpdated"} <= set(tray.members())
     before = len(scene.controls.calls)
     click_everything(tray, scene)
     assert ("retry_all_failed",) not in scene.controls.calls[before:]
@@ -415,7 +546,9 @@ def test_the_group_calls_of_dbusmenu_answer_like_the_single_ones(tray, scene):
     assert tray.panel.call(*menu, "GetProperty", "is", [quit_id, "enabled"])[0].value is True
     assert tray.panel.call(*menu, "AboutToShowGroup", "ai", [[0, 424242]]) == [[], [424242]]
     scene.now += 60
-    assert tray.panel.call(*menu, "AboutToShowGroup", "ai", [[0]]) == [[0], []]
+    tray.panel.signals.clear()
+    assert tray.panel.call(*menu, "AboutToShowGroup", "ai", [[0]]) == [[], []]
+    assert tray.members() == ["ItemsPropertiesUpdated"]  # before the reply
     _revision, (_root, _props, children) = tray.layout()
     assert tray.panel.call(*menu, "EventGroup", "a(isvu)", [[
         [quit_id, "clicked", Variant("s", ""), 0], [424242, "clicked", Variant("s", ""), 0],
@@ -436,14 +569,46 @@ def test_a_click_on_an_id_from_the_layout_before_a_rebuild_reaches_its_action(tr
     waiting = next(i for i, item in enumerate(items) if item.label.startswith("Waiting"))
     run_now = ids[(waiting, 0, 0)]
     quit_id = ids[(len(items) - 1,)]
-    scene.now += 60  # "in 4 min" becomes "in 3 min": new labels, new ids
+    scene.snapshot = replace(scene.snapshot, waiting=(), pending=0)  # it started meanwhile
     tray.change(tray.surface.menu_changed)
     wait_for(lambda: "LayoutUpdated" in tray.members(), what="the rebuilt layout")
     _revision, (_root, _props, children) = tray.layout()
     assert run_now not in ids_by_path(children).values()
-    assert ids_by_path(children)[(len(items) - 1,)] == quit_id  # same label path, same id
+    assert quit_id in ids_by_path(children).values()  # the same row, the same id
     tray.click(run_now)
     assert scene.controls.calls == [("run_now", "w1")]
+
+
+def test_a_relabelled_row_keeps_its_id_and_only_its_new_label_is_sent(tray, scene):
+    """waybar broke an open submenu (and once crashed) when the running row's id changed
+    each second; GNOME shows a known row's new label only when told."""
+    _revision, (_root, _props, children) = tray.layout()
+    before = ids_by_path(children)
+    tray.panel.signals.clear()
+    scene.now += 60  # 0:42 becomes 1:42, "in 4 min" becomes "in 3 min"
+    tray.change(tray.surface.menu_changed)
+    wait_for(lambda: tray.members(), what="the change")
+    _revision, (_root, _props, children) = tray.layout()
+    assert ids_by_path(children) == before
+    [(member, (updated, removed))] = tray.panel.signals
+    assert member == "ItemsPropertiesUpdated" and removed == []
+    labels = {node_id: props["label"].value for node_id, props in updated}
+    assert "1:42" in labels[before[(0,)]]
+    assert all(set(props) == {"label"} for _id, props in updated)
+
+
+def test_a_host_that_reads_only_new_ids_and_told_changes_shows_the_menu_as_it_is(tray, scene):
+    """GNOME's extension: the layout's types, then properties only of ids it has not
+    seen; after that, what ItemsPropertiesUpdated says. After a failure and after a
+    resume, what it shows must be the menu itself: "Retry all failed" clickable, the
+    check mark gone, the rows in the layout's order."""
+    host = CachingHost(tray)
+    for snapshot in (QUIET, BUSY, replace(QUIET, paused=True), QUIET):
+        scene.snapshot = snapshot
+        tray.change(tray.surface.menu_changed)
+        tray.panel.call(tray.name, "/MenuBar", PROPS, "Get", "ss", [MENU, "Version"])
+        wait_for(lambda: host.shows() == expected_layout(scene.menu()), timeout=5,
+                 what=f"the host to show the menu of {snapshot}")
 
 
 def test_left_click_runs_the_default_item(tray, scene):
@@ -454,6 +619,19 @@ def test_left_click_runs_the_default_item(tray, scene):
     tray.panel.call(tray.name, "/StatusNotifierItem", ITEM, "Activate", "ii", [5, 5])
     wait_for(lambda: len(scene.controls.calls) == 2, what="the default action")
     assert scene.controls.calls[1] == ("open_jobs",)
+
+
+def test_the_activation_token_a_panel_gives_before_a_click_is_taken_once(tray, scene):
+    """Plasma calls ProvideXdgActivationToken before each click; what the click opens
+    passes the token on (a stale or a second use gets none)."""
+    item = (tray.name, "/StatusNotifierItem", ITEM)
+    tray.panel.call(*item, "ProvideXdgActivationToken", "s", ["kwin-token-1"])
+    tray.panel.call(*item, "Activate", "ii", [5, 5])
+    taken: list[str | None] = []
+    tray.change(lambda: taken.append(tray.surface.take_activation_token()))
+    tray.change(lambda: taken.append(tray.surface.take_activation_token()))
+    wait_for(lambda: len(taken) == 2, what="the tokens")
+    assert taken == ["kwin-token-1", None]
 
 
 def test_an_action_that_raises_is_logged_and_the_menu_keeps_working(tray, scene, caplog):
@@ -487,8 +665,8 @@ def test_a_new_state_signals_what_changed_and_nothing_else(tray, scene):
     tray.change(lambda: tray.surface.show(scene.appearance()))
     tray.change(tray.surface.menu_changed)
     wait_for(lambda: "LayoutUpdated" in tray.members(), what="LayoutUpdated")
-    assert set(tray.members()) == {"NewIcon", "NewAttentionIcon", "NewTitle", "NewToolTip",
-                                   "NewStatus", "LayoutUpdated"}
+    assert set(tray.members()) - {"ItemsPropertiesUpdated"} == {
+        "NewIcon", "NewAttentionIcon", "NewTitle", "NewToolTip", "NewStatus", "LayoutUpdated"}
     assert ("NewStatus", ["Active"]) in tray.panel.signals
     revision, _tree = tray.layout()
     assert ("LayoutUpdated", [revision, 0]) in tray.panel.signals
@@ -504,12 +682,13 @@ def test_opening_the_menu_shows_the_time_of_now(tray, scene):
         return children[0].value[1]["label"].value
 
     assert "0:42" in status_label()
-    assert tray.about_to_show() is False  # nothing changed since the last build
-    scene.now += 60
-    assert tray.about_to_show() is True
-    assert "1:42" in status_label()
-    assert "LayoutUpdated" in tray.members()
+    tray.panel.signals.clear()
     assert tray.about_to_show() is False
+    assert tray.members() == []  # nothing changed since the last build
+    scene.now += 60
+    assert tray.about_to_show() is False  # KDE skips the next LayoutUpdated after a True
+    assert tray.members() == ["ItemsPropertiesUpdated"]  # sent before the reply
+    assert "1:42" in status_label()
 
 
 def test_shown_from_another_thread_the_change_is_made_on_the_surface_thread(tray, scene):
@@ -581,7 +760,7 @@ def test_an_open_menus_times_move_once_a_second_and_a_closed_one_costs_nothing(t
                         [0, name, Variant("s", ""), 0])
 
     def updates() -> int:
-        return tray.members().count("LayoutUpdated")
+        return tray.members().count("ItemsPropertiesUpdated")
 
     event("opened")
     before = updates()
@@ -595,6 +774,91 @@ def test_an_open_menus_times_move_once_a_second_and_a_closed_one_costs_nothing(t
     scene.now += 60
     time.sleep(2.5 * presenter.REFRESH_SECONDS)  # the scenario: time passes, menu closed
     assert updates() == closed, "a closed menu was rebuilt"
+
+
+def test_a_host_that_only_asks_gets_moving_times_for_a_bounded_while(tray, scene,
+                                                                     monkeypatch):
+    """xfce4-panel and waybar open the root menu with AboutToShowGroup([0]) and never say
+    "opened" (nor waybar "closed"): times move all the same, and stop ASKED_FOR seconds
+    after the host last asked, the rows' ids unchanged."""
+    from sloth_tray.desktop import dbusmenu
+
+    monkeypatch.setattr(dbusmenu, "ASKED_FOR", 3.0)
+    _revision, (_root, _props, children) = tray.layout()
+    running = children[0].value[0]
+    tray.panel.call(tray.name, "/MenuBar", MENU, "AboutToShowGroup", "ai", [[0]])
+    tray.panel.signals.clear()
+    scene.now += 60  # a minute passes while the menu is open: no call from the host
+    wait_for(lambda: "ItemsPropertiesUpdated" in tray.members(), timeout=5,
+             what="the open menu to move on by itself")
+    [(_member, (updated, _removed))] = tray.panel.signals[:1]
+    assert running in [node_id for node_id, _props in updated]
+    started = time.monotonic()
+
+    def quiet_for(seconds: float) -> bool:
+        """No update in the last `seconds` (the menu stopped ticking)."""
+        count = len(tray.panel.signals)
+        scene.now += 1
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if len(tray.panel.signals) != count:
+                return False
+            time.sleep(0.1)
+        return True
+
+    wait_for(lambda: quiet_for(2.5 * presenter.REFRESH_SECONDS), timeout=15,
+             what="the updates to stop")
+    assert time.monotonic() - started < 3.0 + 2.5 * presenter.REFRESH_SECONDS + 2
+
+
+def test_a_host_that_never_says_closed_is_believed_for_a_bounded_while(tray, scene,
+                                                                      monkeypatch):
+    from sloth_tray.desktop import dbusmenu
+
+    monkeypatch.setattr(dbusmenu, "OPEN_AT_MOST", 3.0)
+    tray.panel.call(tray.name, "/MenuBar", MENU, "Event", "isvu",
+                    [0, "opened", Variant("s", ""), 0])
+    started = time.monotonic()
+
+    def ticking() -> bool:
+        count = tray.members().count("ItemsPropertiesUpdated")
+        scene.now += 1
+        deadline = time.monotonic() + 2.5 * presenter.REFRESH_SECONDS
+        while time.monotonic() < deadline:
+            if tray.members().count("ItemsPropertiesUpdated") != count:
+                return True
+            time.sleep(0.1)
+        return False
+
+    assert ticking()
+    wait_for(lambda: not ticking(), timeout=15, what="the updates to stop")
+    assert time.monotonic() - started < 3.0 + 2 * 2.5 * presenter.REFRESH_SECONDS + 2
+
+
+def test_a_submenu_left_open_keeps_its_times_moving_until_it_closes(tray, scene,
+                                                                   monkeypatch):
+    """waybar says "opened"/"closed" for submenus only."""
+    from sloth_tray.desktop import dbusmenu
+
+    monkeypatch.setattr(dbusmenu, "ASKED_FOR", 1.0)
+    ids = ids_by_path(tray.layout()[1][2])
+    items = scene.menu()
+    waiting = ids[(next(i for i, item in enumerate(items) if item.key == "waiting"
+                        or item.label.startswith("Waiting")),)]
+    event = lambda name: tray.panel.call(  # noqa: E731
+        tray.name, "/MenuBar", MENU, "Event", "isvu", [waiting, name, Variant("s", ""), 0])
+    event("opened")
+    for _ in range(3):  # past ASKED_FOR: "opened" is what keeps it going
+        count = tray.members().count("ItemsPropertiesUpdated")
+        scene.now += 60
+        wait_for(lambda count=count: tray.members().count("ItemsPropertiesUpdated") > count,
+                 timeout=5,
+                 what="the open submenu's times to move")
+    event("closed")
+    count = tray.members().count("ItemsPropertiesUpdated")
+    scene.now += 60
+    time.sleep(2.5 * presenter.REFRESH_SECONDS + 1.0)  # the scenario: time passes, closed
+    assert tray.members().count("ItemsPropertiesUpdated") == count
 
 
 def test_an_update_posted_after_stop_is_dropped_not_written_to_a_closing_bus(
@@ -640,6 +904,7 @@ def test_a_menu_and_an_item_leaving_the_bus_send_no_signal(scene):
     sent: list[str] = []
     menu = DbusMenu(scene.menu, can_send=lambda: open_bus[0])
     menu.LayoutUpdated = lambda *args: sent.append("LayoutUpdated")
+    menu.ItemsPropertiesUpdated = lambda *args: sent.append("ItemsPropertiesUpdated")
     item = StatusNotifierItem("sloth-tray", scene.appearance(), lambda: None,
                               can_send=lambda: open_bus[0])
     item.NewIcon = lambda: sent.append("NewIcon")

@@ -2,9 +2,20 @@
 renders (KDE, GNOME's AppIndicator extension, Xfce, Cinnamon, MATE, waybar).
 
 The host asks for the layout (a tree of numbered items with properties), shows it,
-and sends back `Event(id, "clicked")`. The presenter's Items carry no ids, so MenuModel
-numbers them: an item keeps its id while its path of labels stays the same, and a click
-on an id from the layout the host last fetched still reaches its action after a rebuild.
+and sends back `Event(id, "clicked")`. How hosts keep what they were given decides the
+rules here (each seen with the real host):
+- A row is known by its id. GNOME's extension reads a known id's properties only when
+  `ItemsPropertiesUpdated` names it, and never moves a known row; libdbusmenu (Xfce,
+  waybar) breaks an open submenu whose row changes id. So a row's id follows what the
+  row is (the presenter's key, and its kind: plain, submenu or check), never its label,
+  and a label that moves is sent as a property change.
+- `LayoutUpdated(revision, parent)` goes out only when rows come or go, once per
+  changed parent (KDE fetches only that parent again); it never carries a relabel.
+- Rows that survive a change keep their relative order; a row that would move is given
+  a new id instead (its old one goes, a new one comes at the new place), since a host
+  that never moves rows would draw it where it was.
+- Ids are never reused: a click on an id from an older layout still reaches its action,
+  or nothing.
 """
 
 from __future__ import annotations
@@ -12,8 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Any
 
 from dbus_fast import DBusError, Variant
@@ -46,7 +57,13 @@ ROOT_ID = 0
 VERSION = 3  # the protocol libdbusmenu >= 0.4 and every current host speak
 LAYOUT_SIGNATURE = "(ia{sv}av)"
 BAD_ID = "org.freedesktop.DBus.Error.InvalidArgs"
-OPEN_AT_MOST = 600.0  # seconds an open menu is kept fresh without a new "opened"
+# How long a menu is kept fresh. A host that says "opened" is believed until it says
+# "closed" (or a row is clicked), but never longer than OPEN_AT_MOST after it last
+# spoke. A host that only asks (AboutToShow, AboutToShowGroup: Xfce and waybar never
+# say "opened" for the root menu, nor waybar "closed") gets ASKED_FOR seconds from its
+# last question: a menu nobody reads costs no more than that.
+OPEN_AT_MOST = 600.0
+ASKED_FOR = 30.0
 
 # The D-Bus types of the methods below (dbus-fast reads them from the annotations).
 Ints = Annotated[list[int], DBusSignature("ai")]
@@ -56,10 +73,13 @@ GroupProperties = Annotated[list[Any], DBusSignature("a(ia{sv})")]
 Events = Annotated[list[Any], DBusSignature("a(isvu)")]
 GroupAboutToShow = Annotated[list[list[int]], DBusSignature("aiai")]
 LayoutChange = Annotated[list[int], DBusSignature("ui")]
+PropertiesChange = Annotated[list[Any], DBusSignature("a(ia{sv})a(ias)")]
 
 # (name, D-Bus signature, value), sorted by name: plain values, so layouts compare with ==.
 Props = tuple[tuple[str, str, Any], ...]
-LabelPath = tuple[tuple[str, int], ...]  # (label, how many siblings before had that label)
+# A row's place in the menu: per level, (its key among its siblings, its kind).
+Slot = tuple[str, str]
+Path = tuple[Slot, ...]
 
 ROOT_PROPS: Props = (("children-display", "s", "submenu"),)
 
@@ -72,13 +92,29 @@ class Node:
     children: tuple[int, ...] = ()
 
 
+@dataclass
+class Change:
+    """What a host must be told after an update."""
+
+    parents: list[int] = field(default_factory=list)  # rows came or went under these
+    updated: list[tuple[int, dict[str, Variant]]] = field(default_factory=list)
+    removed: list[tuple[int, list[str]]] = field(default_factory=list)
+
+    @property
+    def layout(self) -> bool:
+        return bool(self.parents)
+
+    def __bool__(self) -> bool:
+        return bool(self.parents or self.updated or self.removed)
+
+
 def mnemonic_free(label: str) -> str:
     """dbusmenu reads `_x` as an access key (`tidy_downloads` would lose its `_`)."""
     return label.replace("_", "__")
 
 
 def properties(item: Item) -> Props:
-    if item == SEPARATOR:
+    if replace(item, key="") == SEPARATOR:
         return (("type", "s", "separator"),)
     props: dict[str, tuple[str, Any]] = {
         "label": ("s", mnemonic_free(item.label)),
@@ -93,10 +129,47 @@ def properties(item: Item) -> Props:
     return tuple(sorted((name, sig, value) for name, (sig, value) in props.items()))
 
 
+def kind(props: Props) -> str:
+    """What a host builds for a row and never rebuilds for a known id: a separator, a
+    row with a submenu, a check item or a plain row. A row that changes kind gets a new id."""
+    names = {name: value for name, _sig, value in props}
+    if names.get("type") == "separator":
+        return "separator"
+    if "children-display" in names:
+        return "submenu"
+    return "check" if "toggle-type" in names else "plain"
+
+
 def as_variants(props: Props, names: Sequence[str] = ()) -> dict[str, Variant]:
     """The properties a host asked for (all of them when it named none)."""
     return {name: Variant(sig, value) for name, sig, value in props
             if not names or name in names}
+
+
+def in_order(ids: Sequence[int]) -> set[int]:
+    """The largest set of `ids` (old positions, in their new order) already in order:
+    the rows that can stay where a host drew them. The longest increasing subsequence."""
+    tails: list[int] = []  # tails[k]: index into ids of the smallest tail of a run of k+1
+    before: list[int] = [-1] * len(ids)
+    for index, value in enumerate(ids):
+        low, high = 0, len(tails)
+        while low < high:
+            mid = (low + high) // 2
+            if ids[tails[mid]] < value:
+                low = mid + 1
+            else:
+                high = mid
+        before[index] = tails[low - 1] if low else -1
+        if low == len(tails):
+            tails.append(index)
+        else:
+            tails[low] = index
+    kept: set[int] = set()
+    index = tails[-1] if tails else -1
+    while index >= 0:
+        kept.add(ids[index])
+        index = before[index]
+    return kept
 
 
 class MenuModel:
@@ -109,38 +182,61 @@ class MenuModel:
         # while the host fetches the layout after a rebuild.
         self._served: dict[int, Node] = self.nodes
         self._served_before: dict[int, Node] = {}
-        self._ids: dict[LabelPath, int] = {}
+        self._ids: dict[Path, int] = {}
         self._next_id = ROOT_ID + 1
 
-    def update(self, items: Sequence[Item]) -> bool:
-        """Take the menu's new items; True when what a host shows changed."""
+    def update(self, items: Sequence[Item], *, open_ids: Collection[int] = ()) -> Change:
+        """Take the menu's new items; say what a host must be told. A row in `open_ids`
+        (its submenu is open on screen) keeps its id even if it moved."""
         nodes: dict[int, Node] = {}
-        ids: dict[LabelPath, int] = {}
-        root = Node(ROOT_ID, None, ROOT_PROPS, self._number(items, (), nodes, ids))
-        nodes[ROOT_ID] = root
-        changed = _shape(nodes) != _shape(self.nodes)
-        # Only the current paths are remembered: labels with times in them would
-        # otherwise pile up for as long as the tray runs.
+        ids: dict[Path, int] = {}
+        children = self._number(items, (), ROOT_ID, False, open_ids, nodes, ids)
+        nodes[ROOT_ID] = Node(ROOT_ID, None, ROOT_PROPS, children)
+        change = _difference(self.nodes, nodes)
+        # Only the current paths are remembered: jobs come and go for as long as the
+        # tray runs.
         self.nodes, self._ids = nodes, ids
-        if changed:
+        if change.layout:
             self.revision += 1
-        return changed
+        return change
 
-    def _number(self, items: Sequence[Item], parent: LabelPath, nodes: dict[int, Node],
-                ids: dict[LabelPath, int]) -> tuple[int, ...]:
+    def _number(self, items: Sequence[Item], parent: Path, parent_id: int, fresh: bool,
+                open_ids: Collection[int], nodes: dict[int, Node],
+                ids: dict[Path, int]) -> tuple[int, ...]:
+        """Number one level. `fresh`: the parent has a new id, and so does all below it
+        (a host never sees a known id under another parent)."""
         seen: Counter[str] = Counter()
-        children = []
+        paths = []
         for item in items:
-            path = (*parent, (item.label, seen[item.label]))
-            seen[item.label] += 1  # two failed jobs may read alike; each keeps its own id
-            node_id = self._ids.get(path)
-            if node_id is None:
+            name = item.key or item.label
+            paths.append((*parent, (f"{name}#{seen[name]}" if seen[name] else name,
+                                    kind(properties(item)))))
+            seen[name] += 1  # two rows alike (a key given twice) still differ
+        known = [] if fresh else [self._ids.get(path) for path in paths]
+        stays = self._unmoved(parent_id, [node_id for node_id in known if node_id is not None])
+        children = []
+        for index, (item, path) in enumerate(zip(items, paths, strict=True)):
+            node_id = known[index] if known else None
+            renumber = node_id is None or (node_id not in stays and node_id not in open_ids)
+            if renumber:
                 node_id, self._next_id = self._next_id, self._next_id + 1
             ids[path] = node_id
-            kids = self._number(item.submenu, path, nodes, ids)
+            kids = self._number(item.submenu, path, node_id, renumber, open_ids, nodes, ids)
             nodes[node_id] = Node(node_id, item, properties(item), kids)
             children.append(node_id)
         return tuple(children)
+
+    def _unmoved(self, parent_id: int, survivors: list[int]) -> set[int]:
+        """Of the rows that were under `parent_id` and still are, those whose order
+        among themselves holds."""
+        before = self.nodes.get(parent_id)
+        if before is None:
+            return set(survivors)
+        position = {node_id: index for index, node_id in enumerate(before.children)}
+        old = [position[node_id] for node_id in survivors if node_id in position]
+        kept = in_order(old)
+        return {node_id for node_id in survivors
+                if node_id not in position or position[node_id] in kept}
 
     def layout(self, node_id: int, depth: int, names: Sequence[str] = ()) -> list[Any]:
         """(id, properties, children) down to `depth` levels (-1: all)."""
@@ -176,8 +272,37 @@ class MenuModel:
                      if self.nodes[child].item is not None)
 
 
-def _shape(nodes: dict[int, Node]) -> dict[int, tuple[Props, tuple[int, ...]]]:
-    return {node_id: (node.props, node.children) for node_id, node in nodes.items()}
+def _difference(old: dict[int, Node], new: dict[int, Node]) -> Change:
+    """Rows come or go: the outermost parents whose children changed. Rows that stay:
+    the properties that changed (a host that knows a row reads it again only then)."""
+    change = Change()
+    changed = {node_id for node_id, node in new.items()
+               if node_id in old and old[node_id].children != node.children}
+    for node_id in sorted(changed):
+        if not any(ancestor in changed for ancestor in _ancestors(new, node_id)):
+            change.parents.append(node_id)
+    for node_id, node in new.items():
+        if node_id not in old or old[node_id].props == node.props:
+            continue
+        before = {name: (sig, value) for name, sig, value in old[node_id].props}
+        after = {name: (sig, value) for name, sig, value in node.props}
+        updated = {name: Variant(sig, value) for name, (sig, value) in after.items()
+                   if before.get(name) != (sig, value)}
+        gone = [name for name in before if name not in after]
+        if updated:
+            change.updated.append((node_id, updated))
+        if gone:
+            change.removed.append((node_id, gone))
+    return change
+
+
+def _ancestors(nodes: dict[int, Node], node_id: int) -> list[int]:
+    parent_of = {child: node.id for node in nodes.values() for child in node.children}
+    chain = []
+    while node_id in parent_of:
+        node_id = parent_of[node_id]
+        chain.append(node_id)
+    return chain
 
 
 class DbusMenu(ServiceInterface):
@@ -191,20 +316,26 @@ class DbusMenu(ServiceInterface):
         # False once the loop lets go of the bus: a signal then would be written to
         # a closing socket (a panel's AboutToShow can race a quit).
         self.can_send = can_send
-        self._ticking: asyncio.TimerHandle | None = None  # while the menu is open
-        self._opened_at = 0.0
+        self._ticking: asyncio.TimerHandle | None = None  # while the menu is kept fresh
+        self._open: set[int] = set()  # rows a host said "opened" for and not "closed"
+        self._open_until = 0.0  # loop time: believe "opened" until then at most
+        self._asked_until = 0.0  # loop time: fresh until then for a host that only asks
 
     def refresh(self) -> bool:
-        """Ask the builder again; tell hosts (LayoutUpdated) when the layout changed."""
+        """Ask the builder again; tell hosts what changed: the properties of rows that
+        stay, then the parents whose rows came or went. True when rows came or went."""
         try:
             items = self.build()
         except Exception:
             log.exception("building the tray menu failed; it shows the last one")
             return False
-        changed = self.model.update(items)
-        if changed and self.can_send():
-            self.LayoutUpdated(self.model.revision, ROOT_ID)
-        return changed
+        change = self.model.update(items, open_ids=self._open)
+        if change and self.can_send():
+            if change.updated or change.removed:
+                self.ItemsPropertiesUpdated(change.updated, change.removed)
+            for parent in change.parents:
+                self.LayoutUpdated(self.model.revision, parent)
+        return change.layout
 
     def click(self, node_id: int) -> None:
         node = self.model.clickable(node_id)
@@ -233,39 +364,60 @@ class DbusMenu(ServiceInterface):
 
     def _event(self, node_id: int, event_id: str) -> None:
         if event_id == "clicked":
+            self._closed()  # a click closes the menu
             self.click(node_id)
-        elif event_id == "opened" and node_id == ROOT_ID:
-            self.refresh()  # hosts that skip AboutToShow still see fresh times
-            self._keep_fresh()
-        elif event_id == "closed" and node_id == ROOT_ID:
-            self._stop_ticking()
+        elif event_id == "closed":
+            self._closed(node_id)  # even of a row that is gone meanwhile
         else:
-            self.model.node(node_id)  # hovered, ...: nothing to do; check the id
+            self.model.node(node_id)  # an unknown id is answered as one
+            if event_id == "opened":
+                self._opened(node_id)
+            else:
+                self._asked()  # hovered, ...: someone is looking at the menu
 
     # -- an open menu's moving times -------------------------------------------------------
+    #
+    # While a host shows the menu, it is rebuilt once a second, so a running job's
+    # elapsed time moves where the user is looking; only what changed is sent. A closed
+    # menu costs no wake-up: it is rebuilt when it opens.
+
+    def _opened(self, node_id: int) -> None:
+        self.refresh()  # hosts that skip AboutToShow still see fresh times
+        self._open.add(node_id)
+        self._open_until = self._now() + OPEN_AT_MOST
+        self._keep_fresh()
+
+    def _closed(self, node_id: int = ROOT_ID) -> None:
+        """The root closing closes everything; so does a click."""
+        if node_id == ROOT_ID:
+            self._open.clear()
+            self._asked_until = 0.0
+        else:
+            self._open.discard(node_id)
+
+    def _asked(self) -> None:
+        self._asked_until = self._now() + ASKED_FOR
+        self._keep_fresh()
+
+    def _fresh_until(self) -> float:
+        return max(self._asked_until, self._open_until if self._open else 0.0)
 
     def _keep_fresh(self) -> None:
-        """While the menu is open (from "opened" to "closed"), rebuild it once a
-        second, so a running job's elapsed time moves where the user is looking;
-        LayoutUpdated goes out only when a label did change. A closed menu costs
-        no wake-up: it is rebuilt when it opens. A host that never says "closed"
-        is stopped after OPEN_AT_MOST."""
-        loop = asyncio.get_running_loop()
-        self._opened_at = loop.time()
         if self._ticking is None:
-            self._ticking = loop.call_later(REFRESH_SECONDS, self._tick)
+            self._ticking = asyncio.get_running_loop().call_later(REFRESH_SECONDS,
+                                                                  self._tick)
 
     def _tick(self) -> None:
         self._ticking = None
+        if self._now() >= self._fresh_until():
+            self._open.clear()  # a host that never said "closed"
+            return
         self.refresh()
-        loop = asyncio.get_running_loop()
-        if loop.time() - self._opened_at < OPEN_AT_MOST:
-            self._ticking = loop.call_later(REFRESH_SECONDS, self._tick)
+        self._keep_fresh()
 
-    def _stop_ticking(self) -> None:
-        if self._ticking is not None:
-            self._ticking.cancel()
-            self._ticking = None
+    @staticmethod
+    def _now() -> float:
+        return asyncio.get_running_loop().time()
 
     # -- com.canonical.dbusmenu --------------------------------------------------------
 
@@ -307,22 +459,30 @@ class DbusMenu(ServiceInterface):
 
     @dbus_method()
     def AboutToShow(self, node_id: DBusInt32) -> DBusBool:
-        if node_id == ROOT_ID:
-            changed = self.refresh()  # the menu opens: times in labels are of now
-            self._keep_fresh()
-            return changed
+        """The signals go out before this reply, and the reply says nothing needs
+        fetching: KDE ignores the next LayoutUpdated after a True here."""
         self.model.node(node_id)
+        self.refresh()  # the menu opens: times in labels are of now
+        self._asked()
         return False
 
     @dbus_method()
     def AboutToShowGroup(self, ids: Ints) -> GroupAboutToShow:
         unknown = [node_id for node_id in ids if node_id not in self.model.nodes]
-        changed = ROOT_ID in ids and self.refresh()
-        return [[ROOT_ID] if changed else [], unknown]
+        if len(unknown) < len(ids) or not ids:
+            self.refresh()
+            self._asked()
+        return [[], unknown]
 
     @dbus_signal()
     def LayoutUpdated(self, revision: int, parent: int) -> LayoutChange:
         return [revision, parent]
+
+    @dbus_signal()
+    def ItemsPropertiesUpdated(self, updated: list[Any],
+                               removed: list[Any]) -> PropertiesChange:
+        return [[[node_id, props] for node_id, props in updated],
+                [[node_id, names] for node_id, names in removed]]
 
     @dbus_property(access=PropertyAccess.READ)
     def Version(self) -> DBusUInt32:

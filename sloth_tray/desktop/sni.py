@@ -2,24 +2,32 @@
 extension, Xfce, Cinnamon, MATE and waybar show, on X11 and on Wayland.
 
 The item is an object on the session bus (org.kde.StatusNotifierItem at
-/StatusNotifierItem) under a name of its own, org.kde.StatusNotifierItem-<pid>-<n>. The
-panel's StatusNotifierWatcher is told that name; panels then read the item's properties
-(the icon as pixels, the tooltip, the status), listen for its New* signals, and render
-its menu, a com.canonical.dbusmenu object (dbusmenu.py). A panel that restarts gets a
-new watcher, and the item registers again with it.
+/StatusNotifierItem). The panel's StatusNotifierWatcher is told its object path; panels
+then read the item's properties (the icon as pixels, the tooltip, the status), listen
+for its New* signals, and render its menu, a com.canonical.dbusmenu object (dbusmenu.py).
+
+Registration is by object path, and the item owns no org.kde.StatusNotifierItem-<pid>-<n>
+name: every watcher (KDE's, GNOME's AppIndicator extension, Xfce's, waybar's) takes the
+path with the caller's connection. GNOME's extension (46) drops an item registered by
+such a name about a second later in one start of two: it watches the name, and the
+watch's first news clears what it had read of the item, which its next property check
+then trips over. It finds such names by itself too when it starts, hence none is owned.
+A watcher that drops the item anyway (it says StatusNotifierItemUnregistered, or the
+item is missing from its list a moment after registering) is told again, a few times
+with growing pauses; a panel that restarts gets a new watcher, and is told too.
 """
 
 from __future__ import annotations
 
-import itertools
+import asyncio
 import logging
-import os
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from functools import lru_cache
 from typing import Annotated, Any
 
-from dbus_fast import DBusError, Message, MessageType, NameFlag, RequestNameReply
+from dbus_fast import DBusError, Message, MessageType
 from dbus_fast.aio import MessageBus
 from dbus_fast.annotations import (
     DBusBool,
@@ -37,7 +45,6 @@ from dbus_fast.service import (
 )
 from PIL import Image
 
-from sloth_tray.errors import SlothError
 from sloth_tray.icons import Look, render
 from sloth_tray.surface import Appearance, MenuBuilder
 
@@ -48,11 +55,16 @@ log = logging.getLogger("sloth_tray")
 
 WATCHER_NAME = "org.kde.StatusNotifierWatcher"
 WATCHER_PATH = "/StatusNotifierWatcher"
+PROPERTIES = "org.freedesktop.DBus.Properties"
 ITEM_INTERFACE = "org.kde.StatusNotifierItem"
 ITEM_PATH = "/StatusNotifierItem"
 ITEM_ID = "sloth-tray"
 ICON_SIZES = (16, 22, 24, 32, 48, 64)  # panels pick the nearest; none has to scale much
-MAX_ITEMS_PER_PROCESS = 100
+# A watcher that drops the item is told again after 1, 2, 4 ... s, at most this often in a
+# row; staying registered for a check resets the count.
+REREGISTER_AT_MOST = 6
+CHECK_AFTER = 2.0  # seconds after registering: is the item still in the watcher's list?
+TOKEN_FRESH_FOR = 10.0  # seconds an activation token from a click stays usable
 STARTING = Appearance(Look.IDLE, "sloth: starting")
 
 Pixmaps = Annotated[list[list[Any]], DBusSignature("a(iiay)")]
@@ -84,12 +96,22 @@ class StatusNotifierItem(ServiceInterface):
 
     def __init__(self, item_id: str, appearance: Appearance,
                  activate: Callable[[], None], *,
-                 can_send: Callable[[], bool] = lambda: True) -> None:
+                 can_send: Callable[[], bool] = lambda: True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(ITEM_INTERFACE)
         self.item_id = item_id
         self.appearance = appearance
         self._activate = activate
         self.can_send = can_send  # False once the loop lets go of the bus (DbusMenu's)
+        self._clock = clock
+        self.activation_token: tuple[str, float] | None = None  # (token, when given)
+
+    def take_activation_token(self) -> str | None:
+        """The token of the click being handled, once: a token is for one activation."""
+        given, self.activation_token = self.activation_token, None
+        if given is None or self._clock() - given[1] > TOKEN_FRESH_FOR:
+            return None
+        return given[0]
 
     def update(self, appearance: Appearance) -> None:
         """Take a new appearance; signal only what changed (each signal makes every
@@ -169,6 +191,14 @@ class StatusNotifierItem(ServiceInterface):
         return ["", [], self.appearance.title, ""]
 
     @dbus_property(access=PropertyAccess.READ)
+    def IconAccessibleDesc(self) -> DBusStr:
+        return self.appearance.title  # what a screen reader says for the icon
+
+    @dbus_property(access=PropertyAccess.READ)
+    def AttentionAccessibleDesc(self) -> DBusStr:
+        return self.appearance.title
+
+    @dbus_property(access=PropertyAccess.READ)
     def ItemIsMenu(self) -> DBusBool:
         return False  # a left click activates (the menu's default item)
 
@@ -182,6 +212,11 @@ class StatusNotifierItem(ServiceInterface):
     @dbus_method()
     def Activate(self, x: DBusInt32, y: DBusInt32):
         self._activate()
+
+    @dbus_method()
+    def ProvideXdgActivationToken(self, token: DBusStr):
+        """KDE's, before a click: the token lets what the click opens take the focus."""
+        self.activation_token = (token, self._clock())
 
     @dbus_method()
     def SecondaryActivate(self, x: DBusInt32, y: DBusInt32):
@@ -236,8 +271,11 @@ class SniSurface:
         self.menu = DbusMenu(can_send=self._bus_open)
         self.item = StatusNotifierItem(item_id, appearance or STARTING,
                                        self.menu.activate_default, can_send=self._bus_open)
-        self.bus_name: str | None = None  # org.kde.StatusNotifierItem-<pid>-<n>, once owned
+        self.bus_name: str | None = None  # the connection's unique name, once connected
         self._bus: MessageBus | None = None
+        self._retold = 0  # times in a row a watcher dropped the item and was told again
+        self._next_try: asyncio.TimerHandle | None = None  # a registration or a check
+        self._next_work: Callable[[], Awaitable[None]] | None = None  # what it will do
 
     def _bus_open(self) -> bool:
         """Whether signals may still go out: not once the loop lets go of the bus."""
@@ -281,6 +319,10 @@ class SniSurface:
             return
         self.menu.refresh()
 
+    def take_activation_token(self) -> str | None:
+        """The panel's token for the click being handled (KDE gives one), once."""
+        return self.item.take_activation_token()
+
     def _elsewhere(self, call: Callable[[], object]) -> bool:
         """Called from another thread while the loop runs: post `call` instead, since a
         signal sent from two threads at once would garble the bus connection."""
@@ -296,40 +338,78 @@ class SniSurface:
         self._bus = bus
         bus.export(ITEM_PATH, self.item)
         bus.export(MENU_PATH, self.menu)
-        self.bus_name = await self._own_name(bus)
+        self.bus_name = bus.unique_name
         bus.add_message_handler(self._on_message)
         await add_match(bus, name_owner_rule(WATCHER_NAME))
+        await add_match(bus, f"type='signal',interface='{WATCHER_NAME}',"
+                             f"member='StatusNotifierItemUnregistered'")
         await self._register()
 
-    async def _own_name(self, bus: MessageBus) -> str:
-        """The item's name, as the spec spells it; another item of this process may
-        already have -1."""
-        pid = os.getpid()
-        for n in itertools.count(1):
-            name = f"{ITEM_INTERFACE}-{pid}-{n}"
-            reply = await bus.request_name(name, NameFlag.DO_NOT_QUEUE)
-            if reply in (RequestNameReply.PRIMARY_OWNER, RequestNameReply.ALREADY_OWNER):
-                return name
-            if n >= MAX_ITEMS_PER_PROCESS:
-                break
-        raise SlothError(f"could not own a name {ITEM_INTERFACE}-{pid}-N on the session "
-                         f"D-Bus: {MAX_ITEMS_PER_PROCESS} are taken")
-
     async def _register(self) -> None:
-        assert self._bus is not None and self.bus_name is not None
+        assert self._bus is not None
         try:
             await call(self._bus, WATCHER_NAME, WATCHER_PATH, WATCHER_NAME,
-                       "RegisterStatusNotifierItem", "s", [self.bus_name])
+                       "RegisterStatusNotifierItem", "s", [ITEM_PATH])
         except DBusError as exc:
             log.info("no panel shows the tray icon yet (%s: %s); it appears when one starts",
                      WATCHER_NAME, exc.text or exc.type)
             return
-        log.debug("tray icon %s registered with %s", self.bus_name, WATCHER_NAME)
+        log.debug("tray icon %s%s registered with %s", self.bus_name, ITEM_PATH, WATCHER_NAME)
+        self._later(CHECK_AFTER, self._check_registered)
+
+    async def _check_registered(self) -> None:
+        """A moment after registering: still in the watcher's list? (A watcher that
+        dropped the item need not say so.)"""
+        assert self._bus is not None
+        try:
+            [listed] = await call(self._bus, WATCHER_NAME, WATCHER_PATH, PROPERTIES, "Get",
+                                  "ss", [WATCHER_NAME, "RegisteredStatusNotifierItems"])
+        except DBusError:
+            return  # the watcher is gone: the next one's arrival registers the item
+        if any(self._is_me(entry) for entry in listed.value):
+            self._retold = 0
+        else:
+            self._tell_again()
+
+    def _is_me(self, entry: str) -> bool:
+        """How watchers list an item registered by path: `:1.42/StatusNotifierItem`
+        (KDE, Xfce, waybar) or `:1.42@/StatusNotifierItem` (GNOME)."""
+        me = self.bus_name or ""
+        return entry == me or entry.startswith((me + "/", me + "@"))
+
+    def _tell_again(self) -> None:
+        if self._next_try is not None and self._next_work == self._register:
+            return  # already on its way
+        if self._retold >= REREGISTER_AT_MOST:
+            log.warning("the panel keeps dropping the tray icon; it is told again when "
+                        "the panel restarts")
+            return
+        pause = 2.0 ** self._retold
+        self._retold += 1
+        log.info("the panel dropped the tray icon; telling it again in %.0f s", pause)
+        self._later(pause, self._register)
+
+    def _later(self, delay: float, work: Callable[[], Awaitable[None]]) -> None:
+        """One registration or check waits at a time: a newer one replaces it."""
+        if self._next_try is not None:
+            self._next_try.cancel()
+
+        def run() -> None:
+            self._next_try = None
+            self._loop.spawn(work())
+
+        self._next_try = self._loop.loop.call_later(delay, run)
+        self._next_work = work
 
     def _on_message(self, message: Message) -> None:
-        """A (new) watcher took its name: a panel started or restarted; tell it again."""
-        if (message.message_type == MessageType.SIGNAL
-                and message.member == "NameOwnerChanged"
-                and message.interface == DBUS_NAME
+        """A (new) watcher took its name: a panel started or restarted; tell it again.
+        A watcher says it dropped this item: tell it again, after a pause."""
+        if message.message_type != MessageType.SIGNAL:
+            return
+        if (message.member == "NameOwnerChanged" and message.interface == DBUS_NAME
                 and message.body[0] == WATCHER_NAME and message.body[2]):
+            self._retold = 0
             self._loop.spawn(self._register())
+        elif (message.member == "StatusNotifierItemUnregistered"
+                and message.interface == WATCHER_NAME and self._is_me(message.body[0])):
+            self._tell_again()
