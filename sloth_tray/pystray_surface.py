@@ -1,6 +1,7 @@
 """pystray as a Surface: GTK's XEmbed icon on X11, macOS, Windows (never pystray's plain
 X11 backend: see PLAIN_X11_REFUSED).
-The ONLY module that imports pystray.
+The ONLY module that imports pystray, and the one that says which backend it uses
+(`backend_to_ask`).
 
 pystray looks at how many parameters an action takes and passes the Icon (and
 the MenuItem) accordingly; a `lambda job_id=job.id: ...` has one, so it got
@@ -12,8 +13,12 @@ so no model action can ever see a toolkit object.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Mapping
+from types import ModuleType
 
 from sloth_tray.icons import Look, render
 from sloth_tray.presenter import SEPARATOR, Item
@@ -28,6 +33,41 @@ PLAIN_X11_REFUSED = (
     "this desktop has no StatusNotifier host, and without PyGObject pystray would draw "
     "its plain X11 icon, which can freeze the app; install PyGObject into this "
     "environment for the GTK icon and menu")
+BACKEND_VARIABLE = "PYSTRAY_BACKEND"  # pystray reads it once, when first imported
+
+
+def backend_to_ask(environ: Mapping[str, str], platform: str = sys.platform) -> str | None:
+    """The pystray backend to ask for, or None for pystray's own choice. On Linux this
+    surface runs only where no StatusNotifierWatcher is (tray.make_surface), so the
+    tray is an XEmbed one (trayer, stalonetray): GTK's own icon there, whose left click
+    is the default action. pystray would first pick appindicator, whose stand-in icon
+    for a missing watcher opens the menu on a left click, and names its GtkStatusIcon
+    once it is on screen, which GDK answers with a Gdk-CRITICAL. Elsewhere (the BSDs
+    too, where nobody looked for a watcher) pystray chooses. The user's
+    PYSTRAY_BACKEND always stands."""
+    if environ.get(BACKEND_VARIABLE) or not platform.startswith("linux"):
+        return None
+    if not environ.get("DISPLAY"):
+        return None  # no X display: no XEmbed tray to dock in either way
+    return "gtk"
+
+
+def import_pystray() -> ModuleType:
+    """pystray, with the backend `backend_to_ask` names. The variable is set for the
+    import alone, so that no job (they get the app's environment) inherits it."""
+    wanted = backend_to_ask(os.environ)
+    if wanted is None:
+        import pystray
+
+        return pystray
+    if wanted == "gtk" and importlib.util.find_spec("gi") is None:
+        raise RuntimeError(PLAIN_X11_REFUSED)  # what pystray would fall back to
+    os.environ[BACKEND_VARIABLE] = wanted
+    try:
+        import pystray
+    finally:
+        del os.environ[BACKEND_VARIABLE]
+    return pystray
 
 
 def guarded(action: Callable[[], None], label: str) -> Callable[[object, object], None]:
@@ -44,7 +84,7 @@ def guarded(action: Callable[[], None], label: str) -> Callable[[object, object]
 
 class PystraySurface:
     def __init__(self, stop_signals: tuple[int, ...] = ()) -> None:
-        import pystray  # here, not at the top: it needs a display to import on Linux
+        pystray = import_pystray()  # here, not at the top: it needs a display on Linux
 
         self.pystray = pystray
         self.name = pystray.Icon.__module__.rsplit("_", 1)[-1]  # gtk, appindicator, xorg, ...
@@ -124,6 +164,9 @@ class PystraySurface:
 
     def menu_changed(self) -> None:
         self.icon.update_menu()
+
+    def take_activation_token(self) -> str | None:
+        return None  # XEmbed, macOS and Windows give no token with a click
 
     def notify(self, title: str, message: str) -> None:
         """pystray's own notification (always with a title: darwin's crashes without)."""

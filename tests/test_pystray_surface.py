@@ -84,6 +84,82 @@ def test_an_item_that_raises_is_logged_and_the_menu_goes_on(dummy_pystray, caplo
     broken.failing = {"quit"}
     surface.set_menu(lambda: presenter.menu(BUSY_OVERDUE, broken, NOW))
     quit_entry = tuple(surface.icon.menu.items)[-1]
-    assert str(quit_entry.text) == "Quit"
+    assert str(quit_entry.text).startswith("Quit")  # it may name the job it stops
     quit_entry(surface.icon)  # no exception reaches pystray
-    assert "the menu item 'Quit' failed" in caplog.text
+    assert f"the menu item {str(quit_entry.text)!r} failed" in caplog.text
+
+
+# -- which backend pystray is asked for ------------------------------------------------
+
+@pytest.mark.parametrize(("platform", "environ", "asked"), [
+    # No StatusNotifierWatcher (or this surface would not be made): GTK's own XEmbed icon,
+    # whose left click is the default action. pystray's first choice, appindicator,
+    # would stand in with an icon whose left click opens the menu.
+    ("linux", {"DISPLAY": ":0"}, "gtk"),
+    ("linux", {"DISPLAY": ":0", "WAYLAND_DISPLAY": "wayland-0"}, "gtk"),
+    # The user's choice stands, whatever it is.
+    ("linux", {"DISPLAY": ":0", "PYSTRAY_BACKEND": "appindicator"}, None),
+    ("linux", {"DISPLAY": ":0", "PYSTRAY_BACKEND": "xorg"}, None),
+    # No X display: no XEmbed tray to dock in; pystray's own choice.
+    ("linux", {"WAYLAND_DISPLAY": "wayland-0"}, None),
+    # Where nobody looked for a watcher first, appindicator may well have one.
+    ("freebsd14", {"DISPLAY": ":0"}, None),
+    ("darwin", {"DISPLAY": ":0"}, None),
+    ("win32", {}, None),
+])
+def test_on_x11_pystray_is_asked_for_gtk_unless_the_user_chose(platform, environ, asked):
+    from sloth_tray.pystray_surface import backend_to_ask
+
+    assert backend_to_ask(environ, platform) == asked
+
+
+@pytest.fixture
+def fake_pystray(tmp_path, monkeypatch):
+    """A `pystray` that remembers which backend it was asked for when imported, and a
+    PyGObject (`gi`) beside it for the GTK backend."""
+    package = tmp_path / "fake" / "pystray"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "import os\nASKED = os.environ.get('PYSTRAY_BACKEND')\n")
+    (tmp_path / "fake" / "gi").mkdir()
+    (tmp_path / "fake" / "gi" / "__init__.py").write_text("")
+    for name in [m for m in sys.modules if m == "pystray" or m.startswith("pystray.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(package.parent))
+    monkeypatch.delenv("PYSTRAY_BACKEND", raising=False)
+    monkeypatch.setenv("DISPLAY", ":0")
+    monkeypatch.setattr(sys, "platform", "linux")
+    yield
+    sys.modules.pop("pystray", None)
+
+
+def test_gtk_is_asked_for_while_pystray_imports_and_no_job_inherits_the_variable(
+        fake_pystray, monkeypatch):
+    import os
+
+    from sloth_tray.pystray_surface import import_pystray
+
+    pystray = import_pystray()
+    assert pystray.ASKED == "gtk"
+    assert "PYSTRAY_BACKEND" not in os.environ  # jobs get the app's environment
+
+
+def test_the_users_backend_reaches_pystray_untouched(fake_pystray, monkeypatch):
+    import os
+
+    from sloth_tray.pystray_surface import import_pystray
+
+    monkeypatch.setenv("PYSTRAY_BACKEND", "appindicator")
+    assert import_pystray().ASKED == "appindicator"
+    assert os.environ["PYSTRAY_BACKEND"] == "appindicator"
+
+
+def test_without_pygobject_it_says_what_to_install_rather_than_draw_the_plain_x11_icon(
+        fake_pystray, monkeypatch):
+    from sloth_tray.pystray_surface import PLAIN_X11_REFUSED, import_pystray
+
+    monkeypatch.setitem(sys.modules, "gi", None)  # what `import gi` finds: nothing
+    with pytest.raises(RuntimeError) as refused:
+        import_pystray()
+    assert str(refused.value) == PLAIN_X11_REFUSED
+    assert "pystray" not in sys.modules
