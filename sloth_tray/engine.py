@@ -34,6 +34,7 @@ from sloth_tray.worker import Worker
 log = logging.getLogger("sloth_tray")
 
 SHOWN_FAILED = 50  # failed jobs carried in a snapshot (the tray lists them)
+SHOWN_RUNS_PER_SERIES = 10  # of them, the newest failed runs of one series at most
 SHOWN_WAITING = 10  # next pending jobs carried in a snapshot
 PROBLEM_RETRY = 30.0  # seconds before trying the database again after an error
 RECORD_RETRY = 2.0  # seconds between tries to record an outcome while the db is locked
@@ -70,6 +71,20 @@ class FailedJob:
     error: str
     at: float  # when it failed: a new failure of the same job is a new event
     refused: bool = False  # a refused drop: never retried, only removed
+    series: str = ""  # the series it is a run of (FailedSeries.key); "" if it does not repeat
+    reason: Reason | None = None  # why it failed: what its notification offers to do
+    script: str | None = None  # its copy in the spool, shown when the script is at fault
+
+
+@dataclass(frozen=True)
+class FailedSeries:
+    """A recurring series with failed runs: each run fails on its own, and the
+    series goes on, so a series failing daily holds a failed run per day."""
+
+    key: str  # what tells the series apart: its script (one per drop), else its name
+    name: str
+    failures: int  # its failed runs, all of them (a snapshot carries the newest few)
+    since: float  # when the oldest of them failed
 
 
 @dataclass(frozen=True)
@@ -89,7 +104,9 @@ class Snapshot:
     failed_count: int = 0
     due_now: int = 0
     running: RunningJob | None = None
-    failed_jobs: tuple[FailedJob, ...] = ()  # the newest SHOWN_FAILED of failed_count
+    # The newest SHOWN_FAILED of failed_count, at most SHOWN_RUNS_PER_SERIES of a series
+    failed_jobs: tuple[FailedJob, ...] = ()
+    failed_series: tuple[FailedSeries, ...] = ()  # the series of the runs in failed_jobs
     waiting: tuple[WaitingJob, ...] = ()  # the next SHOWN_WAITING of pending
     next_wakeup: float | None = None
     paused: bool = False
@@ -226,6 +243,18 @@ class Engine:
 
     def cancel(self, job_id: str) -> None:
         self._act(lambda queue: queue.cancel(job_id))
+
+    def cancel_failed_runs(self, series: str) -> None:
+        """Cancel every failed run of a recurring series (FailedSeries.key), in one
+        commit: those a snapshot carries and the older ones. The series goes on: its
+        waiting run is not a failed one."""
+        def cancel_runs(queue: Queue) -> None:
+            with queue.batch():
+                for job, key, _, _ in queue.failed_by_series():
+                    if key == series:
+                        queue.cancel(job.id)
+
+        self._act(cancel_runs)
 
     def run_now(self, job_id: str) -> None:
         self._act(lambda queue: queue.run_now(job_id))
@@ -498,9 +527,13 @@ class Engine:
     def _read(self, stopped: bool) -> Snapshot:
         counts = self.queue.summary()
         self._paused = bool(counts["paused"])
+        runs = self.queue.failed_by_series(SHOWN_FAILED, SHOWN_RUNS_PER_SERIES)
         failed = tuple(FailedJob(j.id, j.name, j.last_error or "", j.updated_at,
-                                 refused=j.reason == Reason.REFUSED)
-                       for j in self.queue.jobs(State.FAILED, limit=SHOWN_FAILED))
+                                 refused=j.reason == Reason.REFUSED, series=series,
+                                 reason=j.reason, script=j.script)
+                       for j, series, _, _ in runs)
+        failing_series = {series: FailedSeries(series, j.name, failures, since)
+                          for j, series, failures, since in runs if series}
         unmet = self._unmet()
         waiting = tuple(WaitingJob(j.id, j.name, j.not_before,
                                    waiting_for(j.options, unmet))
@@ -510,6 +543,7 @@ class Engine:
         return Snapshot(
             pending=counts["pending"], done=counts["done"], failed_count=counts["failed"],
             due_now=counts["due_now"], running=self._running, failed_jobs=failed,
+            failed_series=tuple(failing_series.values()),
             waiting=waiting,
             next_wakeup=self.queue.next_wakeup(unmet), paused=bool(counts["paused"]),
             problem=self._problem,

@@ -1,16 +1,19 @@
-"""The icon: a sloth's face, with a badge whose SHAPE says the state.
+"""The icon: a sloth's face, with a badge per state whose SHAPE says the state.
 
 macOS draws menu-bar icons as one-colour templates, so colour alone cannot
 carry the meaning: idle has no badge, running a ring with a notch (a spinner),
 failed a triangle with a bar (a warning), paused two bars, overdue a clock face
-(a recurring job has not succeeded for too long). Each size is drawn
-four times larger and scaled down, which keeps 16 px as crisp as 64 px.
+(a recurring job has not succeeded for too long). States that hold together
+each show their badge: the first in BADGE_ORDER bottom-right, as it would alone,
+the others smaller, in the corners where the face has least to lose. Each size
+is drawn four times larger and scaled down, which keeps 16 px as crisp as 64 px.
 """
 
 from __future__ import annotations
 
-from enum import StrEnum
-from functools import lru_cache
+from enum import Flag
+from functools import lru_cache, reduce
+from itertools import combinations
 
 from PIL import Image, ImageChops, ImageDraw
 
@@ -21,12 +24,25 @@ PATCH = (62, 44, 30, 255)
 EYE = (250, 250, 250, 255)
 
 
-class Look(StrEnum):
-    IDLE = "idle"
-    RUNNING = "running"
-    FAILED = "failed"
-    PAUSED = "paused"
-    OVERDUE = "overdue"
+class Look(Flag):
+    """The states the icon shows, combined with `|` (Look.PAUSED | Look.FAILED);
+    IDLE is none of them."""
+
+    IDLE = 0
+    RUNNING = 1
+    FAILED = 2
+    PAUSED = 4
+    OVERDUE = 8
+
+
+# Which badge takes the bottom-right corner when several show: failed needs the
+# user; running says what the machine is busy with; overdue needs a look soon; a
+# pause is the user's own doing.
+BADGE_ORDER = (Look.FAILED, Look.RUNNING, Look.OVERDUE, Look.PAUSED)
+# Every look there is, IDLE first: what a cache of drawn icons holds at most.
+EVERY_LOOK = tuple(reduce(lambda a, b: a | b, badges, Look.IDLE)
+                   for n in range(len(BADGE_ORDER) + 1)
+                   for badges in combinations(BADGE_ORDER, n))
 
 
 BADGE_COLOURS = {
@@ -37,15 +53,22 @@ BADGE_COLOURS = {
 }
 
 
-@lru_cache(maxsize=32)
+# Where the badges go, on the 64-unit grid: (left, top, scale of a 30-unit badge).
+# The first is where a state alone puts its badge; the second and third keep the
+# eyes clear.
+CORNERS = ((34, 34, 1.0), (0, 38, 26 / 30), (38, 0, 26 / 30), (0, 0, 26 / 30))
+
+
+@lru_cache(maxsize=128)
 def render(look: Look, size: int = 64, *, template: bool = False) -> Image.Image:
     """The icon for `look` at `size` px (RGBA). `template`: black on clear, for macOS."""
     big = size * SUPERSAMPLE
     image = Image.new("RGBA", (big, big), (0, 0, 0, 0))
     draw = ImageDraw.Draw(image)
     _face(draw, big)
-    if look != Look.IDLE:
-        _badge(draw, big, look)
+    badges = [state for state in BADGE_ORDER if state in look]
+    for state, corner in zip(badges, CORNERS, strict=False):
+        _badge(draw, big, state, corner)
     image = image.resize((size, size), Image.LANCZOS)
     return _as_template(image) if template else image
 
@@ -72,32 +95,41 @@ def _face(draw: ImageDraw.ImageDraw, s: int) -> None:
     draw.arc((23 * u, 40 * u, 37 * u, 50 * u), 20, 160, fill=PATCH, width=max(1, int(2 * u)))
 
 
-def _badge(draw: ImageDraw.ImageDraw, s: int, look: Look) -> None:
-    """Bottom-right, over the face, with a clear rim so it reads at 16 px."""
+def _badge(draw: ImageDraw.ImageDraw, s: int, state: Look,
+           corner: tuple[float, float, float]) -> None:
+    """One state's badge in `corner`, over the face, with a clear rim on the face's
+    side so it reads at 16 px. Drawn in the badge's own 30 units, from (0, 0)."""
+    left, top, scale = corner
     u = s / 64
-    colour = BADGE_COLOURS[look]
-    box = (34 * u, 34 * u, 64 * u, 64 * u)
-    rim = (box[0] - 3 * u, box[1] - 3 * u, box[2], box[3])
-    if look == Look.FAILED:
+
+    def at(*xy: float) -> tuple[float, ...]:  # badge units -> pixels, x and y in turn
+        return tuple((origin + v * scale) * u
+                     for origin, v in zip((left, top) * (len(xy) // 2), xy, strict=True))
+
+    colour = BADGE_COLOURS[state]
+    box = at(0, 0, 30, 30)
+    rim_x, rim_y = (-3, 0) if left > 32 else (0, 3), (-3, 0) if top > 32 else (0, 3)
+    rim = at(rim_x[0], rim_y[0], 30 + rim_x[1], 30 + rim_y[1])
+    if state == Look.FAILED:
         _triangle(draw, rim, (0, 0, 0, 0))
         _triangle(draw, box, colour)
-        draw.rectangle((47.5 * u, 44 * u, 50.5 * u, 55 * u), fill=EYE)
-        draw.rectangle((47.5 * u, 57 * u, 50.5 * u, 60 * u), fill=EYE)
+        draw.rectangle(at(13.5, 10, 16.5, 21), fill=EYE)
+        draw.rectangle(at(13.5, 23, 16.5, 26), fill=EYE)
         return
     draw.ellipse(rim, fill=(0, 0, 0, 0))
     draw.ellipse(box, fill=colour)
-    if look == Look.PAUSED:
-        draw.rectangle((42 * u, 41 * u, 46.5 * u, 57 * u), fill=EYE)
-        draw.rectangle((51.5 * u, 41 * u, 56 * u, 57 * u), fill=EYE)
-    elif look == Look.OVERDUE:  # a clock: a white face, hands at ten past twelve
-        draw.ellipse((38 * u, 38 * u, 60 * u, 60 * u), fill=EYE)
-        hand = int(3 * u)
-        draw.line((49 * u, 49 * u, 49 * u, 41 * u), fill=colour, width=hand)
-        draw.line((49 * u, 49 * u, 55 * u, 52 * u), fill=colour, width=hand)
+    if state == Look.PAUSED:
+        draw.rectangle(at(8, 7, 12.5, 23), fill=EYE)
+        draw.rectangle(at(17.5, 7, 22, 23), fill=EYE)
+    elif state == Look.OVERDUE:  # a clock: a white face, hands at ten past twelve
+        draw.ellipse(at(4, 4, 26, 26), fill=EYE)
+        hand = int(3 * scale * u)
+        draw.line(at(15, 15, 15, 7), fill=colour, width=hand)
+        draw.line(at(15, 15, 21, 18), fill=colour, width=hand)
     else:  # running: a ring with a gap and an arrow head, a spinner
-        width = int(4 * u)
-        draw.arc((40 * u, 40 * u, 58 * u, 58 * u), 40, 320, fill=EYE, width=width)
-        draw.polygon([(54 * u, 36 * u), (62 * u, 46 * u), (50 * u, 47 * u)], fill=EYE)
+        width = int(4 * scale * u)
+        draw.arc(at(6, 6, 24, 24), 40, 320, fill=EYE, width=width)
+        draw.polygon([at(20, 2), at(28, 12), at(16, 13)], fill=EYE)
 
 
 def _triangle(draw: ImageDraw.ImageDraw, box: tuple[float, ...], fill) -> None:

@@ -8,11 +8,14 @@ result into their toolkit's objects (pystray_surface.py, desktop/dbusmenu.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, tzinfo
+from functools import reduce
+from operator import or_
 from typing import Protocol
 
 from sloth_tray.display import printable
-from sloth_tray.engine import FailedJob, Snapshot, WaitingJob
+from sloth_tray.engine import FailedJob, FailedSeries, Snapshot, WaitingJob
 from sloth_tray.icons import Look
 from sloth_tray.overdue import OverdueJob
 from sloth_tray.timefmt import format_duration
@@ -23,6 +26,8 @@ FAILED_LABEL_CHARS = 48
 ERROR_CHARS_AT_LEAST = 16
 ERROR_ROW_CHARS = 120  # the error's own row, first in the job's submenu
 REFRESH_SECONDS = 1.0  # how often an open menu's times move (a running job's)
+WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")  # English, as every label is
+MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 
 class Controls(Protocol):
@@ -31,6 +36,8 @@ class Controls(Protocol):
     def retry(self, job_id: str) -> None: ...
     def retry_all_failed(self) -> None: ...
     def cancel(self, job_id: str) -> None: ...
+    def cancel_failed_runs(self, series: str) -> None: ...  # every failed run of a series
+    def stop(self, job_id: str) -> None: ...  # the running job
     def run_now(self, job_id: str) -> None: ...
     def show_log(self, job_id: str) -> None: ...
     def toggle_pause(self) -> None: ...
@@ -50,25 +57,30 @@ class Item:
     submenu: tuple[Item, ...] = ()
     # What the row is, unique among its siblings: a role ("retry-all") or a job's id.
     # A host keeps a row by its id, so the row keeps its id while its label changes.
-    key: str = ""
+    # A row that changes kind (plain <-> submenu, check <-> plain) changes key too
+    # ("failed-none" -> "failed"): a host may keep a row's kind with its id. Left out
+    # of ==, so `item == SEPARATOR` tells a separator whatever its key.
+    key: str = field(default="", compare=False)
 
 
 SEPARATOR = Item("-")
 
 
+def separator(key: str) -> Item:
+    """A separator with a key of its own ("sep-1", "sep-2": by position)."""
+    return Item("-", key=key)
+
+
 def look(snapshot: Snapshot) -> Look:
-    """Failed wins over everything: it is the one state that needs the user. Overdue
-    (a recurring job late past its grace) comes next after running: it needs a look
-    soon, and a pause may be its cause."""
-    if snapshot.failed_count or snapshot.problem:
-        return Look.FAILED
-    if snapshot.running:
-        return Look.RUNNING
-    if snapshot.overdue:
-        return Look.OVERDUE
-    if snapshot.paused:
-        return Look.PAUSED
-    return Look.IDLE
+    """Every state that holds, each a badge: a paused queue with a failure shows both.
+    Which badge leads is icons.BADGE_ORDER's (failed, running, overdue, paused)."""
+    holds = {
+        Look.FAILED: bool(snapshot.failed_count or snapshot.problem),
+        Look.RUNNING: snapshot.running is not None,
+        Look.OVERDUE: bool(snapshot.overdue),
+        Look.PAUSED: snapshot.paused,
+    }
+    return reduce(or_, (state for state, held in holds.items() if held), Look.IDLE)
 
 
 def title(snapshot: Snapshot, now: float) -> str:
@@ -166,45 +178,153 @@ def waiting_label(job: WaitingJob, now: float) -> str:
 def failed_submenu(job: FailedJob, controls: Controls) -> tuple[Item, ...]:
     """The whole error first (as much as a menu row holds; Show log has the rest),
     then what can be done: a refused drop never runs, it can only be removed."""
-    error = (Item(short(job.error, ERROR_ROW_CHARS), enabled=False), SEPARATOR) \
-        if job.error.strip() else ()
+    error = (Item(short(job.error, ERROR_ROW_CHARS), enabled=False, key="error"),
+             separator("sep-1")) if job.error.strip() else ()
     if job.refused:
-        return (*error, Item("Remove", lambda: controls.cancel(job.id)))
+        return (*error, Item("Remove", lambda: controls.cancel(job.id), key="remove"))
     return (*error,
-            Item("Retry", lambda: controls.retry(job.id)),
-            Item("Show log", lambda: controls.show_log(job.id)),
-            Item("Cancel", lambda: controls.cancel(job.id)))
+            Item("Retry", lambda: controls.retry(job.id), key="retry"),
+            Item("Show log", lambda: controls.show_log(job.id), key="show-log"),
+            Item("Cancel", lambda: controls.cancel(job.id), key="cancel"))
+
+
+def failed_row(job: FailedJob, controls: Controls) -> Item:
+    return Item(failed_label(job), submenu=failed_submenu(job, controls), key=job.id)
+
+
+def day_of(moment: float, now: float, tz: tzinfo | None) -> str:
+    """`today`, a weekday in the six days before, else a date (with its year when
+    not this one): what tells days apart in a menu read this week."""
+    then, today = datetime.fromtimestamp(moment, tz), datetime.fromtimestamp(now, tz)
+    days = (today.date() - then.date()).days
+    if days == 0:
+        return "today"
+    if 0 < days < 7:
+        return WEEKDAYS[then.weekday()]
+    date = f"{then.day} {MONTHS[then.month - 1]}"
+    return date if then.year == today.year else f"{date} {then.year}"
+
+
+def since(moment: float, now: float, tz: tzinfo | None) -> str:
+    """`since 02:00` today, `since Mon` this week, `since 20 Feb` before."""
+    day = day_of(moment, now, tz)
+    return f"since {datetime.fromtimestamp(moment, tz):%H:%M}" if day == "today" \
+        else f"since {day}"
+
+
+def when(moment: float, now: float, tz: tzinfo | None) -> str:
+    """`today 09:00`, `Tue 09:00`, `20 Feb 09:00`."""
+    return f"{day_of(moment, now, tz)} {datetime.fromtimestamp(moment, tz):%H:%M}"
+
+
+def series_row(series: FailedSeries, runs: list[FailedJob], controls: Controls,
+               now: float, tz: tzinfo | None) -> Item:
+    """`tidy — failed 5 times since Mon`: a series goes on after each failed run, so
+    its runs are one row, whose submenu acts on them all or lists them, newest first
+    (a run's time tells it apart: they share a name)."""
+    latest = runs[0]
+    rows = tuple(run_row(job, controls, now, tz) for job in runs)
+    older = series.failures - len(runs)
+    not_shown = (Item(f"{older} older failed run{'s' if older > 1 else ''} not shown",
+                      enabled=False, key="older"),) if older > 0 else ()
+    return Item(
+        f"{printable(series.name)} — failed {series.failures} times "
+        f"{since(series.since, now, tz)}",
+        key=f"series:{printable(series.key)}",
+        submenu=(Item("Retry latest", lambda: controls.retry(latest.id),
+                      enabled=not latest.refused, key="retry-latest"),
+                 Item(f"Cancel all {series.failures}",
+                      lambda: controls.cancel_failed_runs(series.key), key="cancel-all"),
+                 separator("sep-1"), *rows, *not_shown))
+
+
+def run_row(job: FailedJob, controls: Controls, now: float, tz: tzinfo | None) -> Item:
+    """`Tue 09:00 — exit status 1`: one failed run of a series, by its time."""
+    moment = when(job.at, now, tz)
+    room = max(ERROR_CHARS_AT_LEAST, FAILED_LABEL_CHARS - len(moment) - len(" — "))
+    return Item(f"{moment} — {short(job.error, room) or 'failed'}", key=job.id,
+                submenu=failed_submenu(job, controls))
+
+
+def failed_rows(snapshot: Snapshot, controls: Controls, now: float,
+                tz: tzinfo | None) -> tuple[Item, ...]:
+    """A row per failed job, except that the failed runs of one series make one row
+    (with one failed run, it is that run's row), in the order of their newest run."""
+    summaries = {series.key: series for series in snapshot.failed_series}
+    groups: dict[tuple[str, str], list[FailedJob]] = {}
+    for job in snapshot.failed_jobs:
+        groups.setdefault(("series", job.series) if job.series else ("job", job.id),
+                          []).append(job)
+    rows = []
+    for (kind, key), runs in groups.items():
+        if kind == "series":
+            summary = summaries.get(key) or FailedSeries(key, runs[0].name, len(runs),
+                                                         min(job.at for job in runs))
+            if summary.failures > 1:
+                rows.append(series_row(summary, runs, controls, now, tz))
+                continue
+        rows.append(failed_row(runs[0], controls))
+    return tuple(rows)
+
+
+def waiting_rows(snapshot: Snapshot, controls: Controls, now: float) -> tuple[Item, ...]:
+    return tuple(
+        Item(f"{printable(job.name)} — {waiting_label(job, now)}", key=job.id, submenu=(
+            Item("Run now", lambda job_id=job.id: controls.run_now(job_id), key="run-now"),
+            Item("Cancel", lambda job_id=job.id: controls.cancel(job_id), key="cancel")))
+        for job in snapshot.waiting
+    )
+
+
+def status_row(snapshot: Snapshot, controls: Controls, now: float,
+               jobs_folder: str) -> Item:
+    """The status line; while a job runs, the job's row, which can stop it."""
+    line = status_line(snapshot, now, jobs_folder)
+    job = snapshot.running
+    if job is None or snapshot.problem:
+        return Item(line, enabled=False, key="status")
+    return Item(line, key=job.id, submenu=(
+        Item("Stop", lambda: controls.stop(job.id), key="stop"),
+        Item("Show log", lambda: controls.show_log(job.id), key="show-log")))
+
+
+def quit_label(snapshot: Snapshot) -> str:
+    """Quit stops a running job and gives its lease back: it is due again at the
+    next start, or once resumed if the queue is paused (the pause outlives a quit)."""
+    job = snapshot.running
+    if job is None:
+        return "Quit"
+    again = "once resumed" if snapshot.paused else "at the next start"
+    return f"Quit (stops {printable(job.name)}; it runs again {again})"
 
 
 def menu(snapshot: Snapshot, controls: Controls, now: float, *,
          has_default_action: bool = True, starts_at_login: bool = False,
-         jobs_folder: str = "") -> tuple[Item, ...]:
-    anything_failed = bool(snapshot.failed_jobs)
+         jobs_folder: str = "", tz: tzinfo | None = None) -> tuple[Item, ...]:
+    """The menu for `snapshot`, its times counted from `now` and read in `tz` (this
+    machine's zone when None). Every row has a key (see Item)."""
     retryable = any(not job.refused for job in snapshot.failed_jobs)
-    failed = tuple(Item(failed_label(job), submenu=failed_submenu(job, controls))
-                   for job in snapshot.failed_jobs)
-    waiting = tuple(
-        Item(f"{printable(job.name)} — {waiting_label(job, now)}",
-             submenu=(Item("Run now", lambda job_id=job.id: controls.run_now(job_id)),))
-        for job in snapshot.waiting
-    )
+    failed = failed_rows(snapshot, controls, now, tz)
+    waiting = waiting_rows(snapshot, controls, now)
     return (
-        Item(status_line(snapshot, now, jobs_folder), enabled=False),
-        SEPARATOR,
-        Item(f"Failed jobs ({snapshot.failed_count})", enabled=anything_failed,
-             submenu=failed),
+        status_row(snapshot, controls, now, jobs_folder),
+        separator("sep-1"),
+        Item(f"Failed jobs ({snapshot.failed_count})", enabled=bool(failed),
+             submenu=failed, key="failed" if failed else "failed-none"),
         Item("Retry all failed", controls.retry_all_failed, enabled=retryable,
-             default=retryable and has_default_action),
+             default=retryable and has_default_action, key="retry-all"),
         *overdue_section(snapshot, now),
-        Item(f"Waiting ({snapshot.pending})", enabled=bool(waiting), submenu=waiting),
-        SEPARATOR,
-        Item("Pause", controls.toggle_pause, checked=snapshot.paused),
+        Item(f"Waiting ({snapshot.pending})", enabled=bool(waiting), submenu=waiting,
+             key="waiting" if waiting else "waiting-none"),
+        separator("sep-2"),
+        Item("Pause", controls.toggle_pause, checked=snapshot.paused, key="pause"),
         Item("Open jobs folder", controls.open_jobs,
-             default=not retryable and has_default_action),
-        Item("Open logs", controls.open_logs),
-        Item("Start at login", controls.toggle_autostart, checked=starts_at_login),
-        SEPARATOR,
-        Item("Quit", controls.quit),
+             default=not retryable and has_default_action, key="open-jobs"),
+        Item("Open logs", controls.open_logs, key="open-logs"),
+        Item("Start at login", controls.toggle_autostart, checked=starts_at_login,
+             key="autostart"),
+        separator("sep-3"),
+        Item(quit_label(snapshot), controls.quit, key="quit"),
     )
 
 
@@ -213,8 +333,14 @@ def overdue_section(snapshot: Snapshot, now: float) -> tuple[Item, ...]:
     click, each row says how late it is and the likely cause."""
     if not snapshot.overdue:
         return ()
-    rows = tuple(Item(overdue_label(job, now), enabled=False) for job in snapshot.overdue)
-    return (Item(f"Overdue ({len(snapshot.overdue)})", submenu=rows),)
+    seen: dict[str, int] = {}
+    rows = []
+    for job in snapshot.overdue:
+        # A series has no id here; its name, and which of that name, tell it apart.
+        nth = seen[job.name] = seen.get(job.name, 0) + 1
+        key = printable(job.name) + (f"#{nth}" if nth > 1 else "")
+        rows.append(Item(overdue_label(job, now), enabled=False, key=f"overdue:{key}"))
+    return (Item(f"Overdue ({len(snapshot.overdue)})", submenu=tuple(rows), key="overdue"),)
 
 
 def tilde(path: str, home: str) -> str:
@@ -224,22 +350,3 @@ def tilde(path: str, home: str) -> str:
 
 def default_action(items: tuple[Item, ...]) -> Item | None:
     return next((item for item in items if item.default), None)
-
-
-def failures_to_announce(before: Snapshot | None, after: Snapshot) -> list:
-    """Jobs that failed for good since `before`: one notification each, never twice.
-    Nothing is announced for the first snapshot (old failures are not news)."""
-    if before is None:
-        return []
-    seen = {(job.id, job.at) for job in before.failed_jobs}
-    return [job for job in after.failed_jobs if (job.id, job.at) not in seen]
-
-
-def overdue_to_announce(before: Snapshot | None, after: Snapshot) -> list[OverdueJob]:
-    """Series that became overdue since `before`: one notification each. A series
-    stays the same overdue one (same name, same last success) until it succeeds;
-    nothing is announced for the first snapshot (old news, as for failures)."""
-    if before is None:
-        return []
-    seen = {(job.name, job.since) for job in before.overdue}
-    return [job for job in after.overdue if (job.name, job.since) not in seen]

@@ -1053,6 +1053,31 @@ class Queue:
         with self._reading() as db:
             return [_job(row) for row in db.execute(sql, params)]
 
+    def failed_by_series(self, limit: int | None = None, per_series: int | None = None
+                         ) -> list[tuple[Job, str, int, float]]:
+        """Failed jobs, newest first, at most `limit`, and of a recurring series only
+        its newest `per_series` runs (a series failing daily would fill any list).
+        Each comes with its series' key (its script, one per drop, else its name; ""
+        for a job that does not repeat), how many runs of the series failed in all,
+        and when the first of them did (for a job alone: 1, and its own failure)."""
+        repeats = ("(json_extract(options, '$.every') > 0 "
+                   "OR json_type(options, '$.at') IS NOT NULL "
+                   "OR json_type(options, '$.cron') IS NOT NULL)")
+        sql = (
+            f"SELECT {JOB_COLUMNS}, series, failures, since FROM ("
+            "SELECT *, row_number() OVER (PARTITION BY grp ORDER BY rid DESC) AS nth, "
+            "count(*) OVER (PARTITION BY grp) AS failures, "
+            "min(updated_at) OVER (PARTITION BY grp) AS since FROM ("
+            f"SELECT *, rowid AS rid, CASE WHEN {repeats} THEN coalesce(script, name) "
+            "ELSE '' END AS series, "
+            f"CASE WHEN {repeats} THEN 's' || coalesce(script, name) ELSE 'j' || id END "
+            "AS grp FROM jobs INDEXED BY jobs_failed WHERE state = 'failed')) "
+            "WHERE nth <= coalesce(:per_series, nth) ORDER BY rid DESC LIMIT :limit")
+        with self._reading() as db:
+            rows = db.execute(sql, {"per_series": per_series,
+                                    "limit": -1 if limit is None else limit}).fetchall()
+        return [(_job(row[:-3]), *row[-3:]) for row in rows]
+
     def upcoming(self, limit: int) -> list[Job]:
         """Pending jobs, soonest due first."""
         with self._reading() as db:

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from conftest import FakeClock, Recorder
 
-from sloth_tray import overdue, presenter
+from sloth_tray import announce, overdue, presenter
 from sloth_tray.alarm import Alarm
 from sloth_tray.engine import Engine, FailedJob, RunningJob, Snapshot
 from sloth_tray.icons import Look
@@ -252,13 +252,14 @@ LATE = OverdueJob("backup", NOW - 2 * DAY, "failing: rsync: connection refused")
 FAILED = FailedJob("f1", "disk_check", "disk full", NOW - 5)
 
 
-def test_the_look_is_overdue_when_nothing_failed_and_failed_still_wins():
+def test_the_look_shows_overdue_beside_every_other_badge():
+    """Badges compose: an overdue series is not hidden by a pause, a failure or a run."""
     assert presenter.look(Snapshot(overdue=(LATE,))) == Look.OVERDUE
-    assert presenter.look(Snapshot(overdue=(LATE,), paused=True)) == Look.OVERDUE
+    assert presenter.look(Snapshot(overdue=(LATE,), paused=True)) == Look.OVERDUE | Look.PAUSED
     assert presenter.look(Snapshot(overdue=(LATE,), failed_count=1,
-                                   failed_jobs=(FAILED,))) == Look.FAILED
+                                   failed_jobs=(FAILED,))) == Look.FAILED | Look.OVERDUE
     assert presenter.look(Snapshot(overdue=(LATE,), running=RunningJob(
-        "r1", "x", 1, 5, NOW))) == Look.RUNNING
+        "r1", "x", 1, 5, NOW))) == Look.RUNNING | Look.OVERDUE
     assert presenter.look(Snapshot()) == Look.IDLE
 
 
@@ -280,12 +281,12 @@ def test_the_title_and_the_menu_say_what_is_overdue():
 def test_a_series_is_announced_once_per_overdue_spell():
     quiet = Snapshot()
     late = Snapshot(overdue=(LATE,))
-    assert presenter.overdue_to_announce(None, late) == []  # old news at start-up
-    assert presenter.overdue_to_announce(quiet, late) == [LATE]
+    assert announce.overdue_to_announce(None, late) == []  # old news at start-up
+    assert announce.overdue_to_announce(quiet, late) == [LATE]
     still = Snapshot(overdue=(OverdueJob(LATE.name, LATE.since, "paused"),))
-    assert presenter.overdue_to_announce(late, still) == []  # its cause changed, not news
+    assert announce.overdue_to_announce(late, still) == []  # its cause changed, not news
     again = Snapshot(overdue=(OverdueJob(LATE.name, NOW, ""),))  # it succeeded, then stopped
-    assert presenter.overdue_to_announce(still, again) == list(again.overdue)
+    assert announce.overdue_to_announce(still, again) == list(again.overdue)
 
 
 class Told:
@@ -312,7 +313,8 @@ def test_the_tray_tells_of_an_overdue_series_once_even_when_it_shows_again():
     told = Told()
     tray = Tray.__new__(Tray)  # no display, no daemon: only the announcing half
     tray.surface = tray.notifier = told
-    tray._snapshot, tray._announced, tray._overdue_announced = None, set(), set()
+    tray._snapshot, tray._overdue_announced = None, set()
+    tray._announcer, tray._clock = announce.Announcer(), lambda: NOW
     late = Snapshot(overdue=(LATE,))
     for snapshot in (Snapshot(), late, Snapshot(problem="the queue is locked"), late, late):
         tray._show(snapshot)

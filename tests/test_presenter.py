@@ -24,19 +24,20 @@ MANY = Snapshot(failed_count=30, failed_jobs=tuple(
 @pytest.mark.parametrize("snapshot, look", [
     (IDLE, Look.IDLE), (RUNNING, Look.RUNNING), (FAILED, Look.FAILED), (PAUSED, Look.PAUSED),
     (Snapshot(running=RUNNING.running, failed_count=1, failed_jobs=FAILED.failed_jobs),
-     Look.FAILED),
+     Look.FAILED | Look.RUNNING),
     (Snapshot(problem="the queue is locked"), Look.FAILED),
 ])
-def test_the_look_failed_wins_over_running_and_paused(snapshot, look):
+def test_the_look_shows_failed_beside_running_and_paused(snapshot, look):
     assert presenter.look(snapshot) == look
 
 
 def test_every_look_is_a_different_picture_at_every_size():
     for size in (16, 22, 32, 64):
-        pictures = {look: render(look, size).tobytes() for look in Look}
-        templates = {look: render(look, size, template=True).tobytes() for look in Look}
-        assert len(set(pictures.values())) == len(Look) == 5
-        assert len(set(templates.values())) == len(Look), "shape alone must tell the states apart"
+        looks = (Look.IDLE, *Look)  # each state alone
+        pictures = {look: render(look, size).tobytes() for look in looks}
+        templates = {look: render(look, size, template=True).tobytes() for look in looks}
+        assert len(set(pictures.values())) == len(looks) == 5
+        assert len(set(templates.values())) == len(looks), "shape alone must tell the states apart"
         assert render(Look.IDLE, size).size == (size, size)
 
 
@@ -134,7 +135,7 @@ def test_paused_menu_is_checked_and_waiting_jobs_can_run_now():
     assert by_label["Pause"].checked is True
     (waiting,) = by_label["Waiting (1)"].submenu
     assert waiting.label == "later — in 4 min"
-    (run_now,) = waiting.submenu
+    run_now, _cancel = waiting.submenu
     run_now.action()
     by_label["Pause"].action()
     by_label["Start at login"].action()
@@ -150,15 +151,6 @@ def test_many_failed_jobs_keep_their_entries_short():
     failed = next(item for item in items if item.label == "Failed jobs (30)")
     assert len(failed.submenu) == 30
     assert all(len(item.label) < 80 and item.label.endswith("…") for item in failed.submenu)
-
-
-def test_a_failure_is_announced_once_and_old_failures_never():
-    assert presenter.failures_to_announce(None, FAILED) == []
-    assert presenter.failures_to_announce(IDLE, FAILED) == list(FAILED.failed_jobs)
-    assert presenter.failures_to_announce(FAILED, FAILED) == []
-    again = Snapshot(failed_count=1,
-                     failed_jobs=(FailedJob("f1", "disk_check", "still", NOW + 60),))
-    assert presenter.failures_to_announce(FAILED, again) == list(again.failed_jobs)
 
 
 # -- times are read when the menu is built, never when the snapshot was taken ------------
@@ -200,7 +192,7 @@ def test_a_failed_job_keeps_its_whole_name_and_only_the_error_is_shortened():
     assert not error_row.enabled and error_row.action is None
     assert error_row.label.startswith("rsync: connection refused by photos.local (port 873)")
     assert len(error_row.label) <= 120 and error_row.label.endswith("…")
-    assert separator is presenter.SEPARATOR
+    assert separator == presenter.SEPARATOR
     assert labels(actions) == ["Retry", "Show log", "Cancel"]
 
 

@@ -45,7 +45,7 @@ from dbus_fast.service import (
 )
 from PIL import Image
 
-from sloth_tray.icons import Look, render
+from sloth_tray.icons import EVERY_LOOK, Look, render
 from sloth_tray.surface import Appearance, MenuBuilder
 
 from .bus import DBUS_NAME, BusLoop, add_match, call, name_owner_rule, name_reachable
@@ -85,7 +85,7 @@ def argb32(image: Image.Image) -> bytes:
     return Image.merge("RGBA", (alpha, red, green, blue)).tobytes()
 
 
-@lru_cache(maxsize=len(Look))
+@lru_cache(maxsize=len(EVERY_LOOK))
 def icon_pixmaps(look: Look) -> list[list[Any]]:
     """Every size, drawn once per look (a panel asks again on every NewIcon)."""
     return [[size, size, argb32(render(look, size))] for size in ICON_SIZES]
