@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sloth_tray import autostart, presenter
+from sloth_tray.announce import Announcer, Notice, Withdraw, overdue_to_announce, retryable
 from sloth_tray.app import Daemon
 from sloth_tray.engine import FailedJob, Snapshot
 from sloth_tray.errors import SlothError
@@ -33,13 +34,15 @@ log = logging.getLogger("sloth_tray")
 def make_surface() -> Surface:
     """A StatusNotifierItem where the session has a watcher for one (what KDE, GNOME
     with AppIndicator, Xfce, Cinnamon, MATE and waybar show) unless PYSTRAY_BACKEND
-    asks for pystray; pystray's backends everywhere else."""
+    asks for pystray; pystray's backends everywhere else (on X11 its GTK icon, for an
+    XEmbed tray: pystray_surface.backend_to_ask)."""
     if sys.platform.startswith("linux") and not os.environ.get("PYSTRAY_BACKEND"):
         try:
             from sloth_tray.desktop.sni import SniSurface, watcher_present
 
             if watcher_present():
                 return SniSurface(stop_signals=STOP_SIGNALS)
+            log.info("no StatusNotifierWatcher on the session bus; using pystray")
         except Exception as exc:  # no session bus, no dbus-fast: pystray it is
             log.info("no StatusNotifierItem host (%s); using pystray", exc)
     from sloth_tray.pystray_surface import PystraySurface
@@ -76,7 +79,9 @@ class Tray:
         self.notifier = make_notifier(self.surface) if notifications else None
         self.opener = opener or self._open
         self._snapshot: Snapshot | None = None
-        self._announced: set[tuple[str, float]] = set()
+        self._announcer = Announcer()  # touched on the surface's thread only
+        self._clock = time.monotonic  # a burst's gap: never moved by a clock set back
+        self.revealer: Callable[[Path], None] = self._reveal
         self._overdue_announced: set[tuple[str, float]] = set()  # (name, last success)
         self._engine_thread = threading.Thread(target=self._run_engine, name="engine")
         self.surface.set_menu(self._menu_items)
@@ -115,9 +120,9 @@ class Tray:
     def _show(self, snapshot: Snapshot) -> None:
         before, self._snapshot = self._snapshot, snapshot
         self._show_state(snapshot)
-        for job in presenter.failures_to_announce(before, snapshot):
-            self._announce(job)
-        for late in presenter.overdue_to_announce(before, snapshot):
+        for change in self._announcer.failures(before, snapshot, self._clock()):
+            self._announce(change)
+        for late in overdue_to_announce(before, snapshot):
             self._announce_overdue(late)
 
     def _show_state(self, snapshot: Snapshot) -> None:
@@ -136,22 +141,55 @@ class Tray:
 
     # -- telling the user ------------------------------------------------------------
 
-    def _announce(self, job: FailedJob) -> None:
-        from sloth_tray.desktop.notify import FAILURE_ACTIONS  # the buttons' keys, below
-
-        key = (job.id, job.at)
-        if key in self._announced or job.refused:
+    def _announce(self, change: Notice | Withdraw) -> None:
+        """One notification per burst of failures, updated in place (announce.py)."""
+        if self.notifier is None:
+            if isinstance(change, Notice) and change.first:
+                log.info("%s: %s", change.title, change.body)
             return
-        self._announced.add(key)
+        if isinstance(change, Withdraw):
+            self.notifier.withdraw(change.key)
+            return
 
-        def act(action: str) -> None:
-            if action == "retry":
-                self.retry(job.id)
-            elif action == "log":
-                self.show_log(job.id)
+        def closed(key: str = change.key) -> None:  # the notifier's thread
+            self.surface.post(lambda: self._announcer.closed(key))
 
-        self._tell("sloth-tray: a job failed", f"{job.name}: {job.error}",
-                   actions=FAILURE_ACTIONS, on_action=act)
+        self.notifier.notify(change.title, change.body, change.actions,
+                             on_action=lambda action: self._act(change, action),
+                             key=change.key, on_closed=closed)
+
+    def _act(self, notice: Notice, action: str) -> None:
+        """A notification's button (on a thread of its own): the keys are announce.py's."""
+        job = notice.jobs[0]
+        if action == "retry":
+            self.retry(job.id)
+        elif action == "retry-all":
+            for each in retryable(notice.jobs):
+                self.retry(each.id)
+        elif action == "log":
+            self.show_log(job.id)
+        elif action == "remove":
+            self.cancel(job.id)
+        elif action == "show-script":
+            self._show_script(job)
+        elif action == "show-logs":
+            self.opener(self.home.logs)
+        elif action == "show-scripts":
+            self.opener(self.home.spool)
+
+    def _show_script(self, job: FailedJob) -> None:
+        """Its copy in the spool, shown in its folder; the jobs folder when it is gone."""
+        script = Path(job.script) if job.script else None
+        if script is not None and os.path.lexists(script):
+            self.revealer(script)
+        else:
+            self.opener(self.home.jobs)
+
+    def _reveal(self, path: Path) -> None:
+        """Selected in its folder, never opened: opening a script may run it."""
+        from sloth_tray.desktop.opener import reveal_now
+
+        reveal_now(path, notifier=self.notifier)  # the action's own thread may wait
 
     def _announce_overdue(self, job: OverdueJob) -> None:
         """Once per overdue spell: again only after a success and a new delay."""
@@ -169,9 +207,13 @@ class Tray:
         self.notifier.notify(title, message, **buttons)
 
     def _open(self, path: Path) -> None:
+        """On the surface's thread, in the click's action: the token the panel gave
+        for this click lets the window that opens take the focus."""
         from sloth_tray.desktop.opener import open_path
 
-        open_path(path, notifier=self.notifier)
+        take_token = getattr(self.surface, "take_activation_token", None)
+        open_path(path, notifier=self.notifier,
+                  activation_token=take_token() if take_token else None)
 
     # -- what the menu does (presenter.Controls) ---------------------------------------
 
@@ -182,6 +224,14 @@ class Tray:
         self.engine.retry_all_failed()
 
     def cancel(self, job_id: str) -> None:
+        self.engine.cancel(job_id)
+
+    def cancel_failed_runs(self, series: str) -> None:
+        self.engine.cancel_failed_runs(series)
+
+    def stop(self, job_id: str) -> None:
+        """The running job: cancelled, which takes its lease; the runner, nudged,
+        stops it at once."""
         self.engine.cancel(job_id)
 
     def run_now(self, job_id: str) -> None:

@@ -32,19 +32,26 @@ from dbus_fast.annotations import (  # noqa: E402
 )
 from dbus_fast.service import ServiceInterface, dbus_method, dbus_signal  # noqa: E402
 
-from sloth_tray.desktop.notify import FAILURE_ACTIONS, CallbackNotifier, Notifier  # noqa: E402
+from sloth_tray.announce import RETRY, SHOW_LOG  # noqa: E402
+from sloth_tray.desktop.notify import CallbackNotifier, Notifier  # noqa: E402
 from sloth_tray.desktop.opener import open_now, open_path, reveal_now  # noqa: E402
 
 StrList = Annotated[list[str], DBusSignature("as")]
+FAILURE_ACTIONS = (RETRY, SHOW_LOG)  # an ordinary failure's buttons
 
 
 # -- fake desktop services ---------------------------------------------------------------
 
 class FakeNotifications(ServiceInterface):
+    """Ids as the specification has them: a new one for each new notification (101,
+    102, ...), the same one back for an update in place (replaces_id)."""
+
     def __init__(self, capabilities: list[str]) -> None:
         super().__init__("org.freedesktop.Notifications")
         self.capabilities = capabilities
         self.sent: list[dict] = []
+        self.closed: list[int] = []  # CloseNotification's ids, in order
+        self.last_id = 100
 
     @dbus_method()
     def GetCapabilities(self) -> StrList:
@@ -57,7 +64,15 @@ class FakeNotifications(ServiceInterface):
         self.sent.append({"app_name": app_name, "replaces_id": replaces_id,
                           "app_icon": app_icon, "summary": summary, "body": body,
                           "actions": actions, "hints": hints, "expire_timeout": expire_timeout})
-        return 100 + len(self.sent)
+        if replaces_id:
+            return replaces_id
+        self.last_id += 1
+        return self.last_id
+
+    @dbus_method()
+    def CloseNotification(self, notification_id: DBusUInt32):
+        self.closed.append(notification_id)
+        self.NotificationClosed(notification_id, 3)  # 3: closed by CloseNotification
 
     @dbus_signal()
     def ActionInvoked(self, notification_id: int, key: str) -> Annotated[
@@ -74,15 +89,18 @@ class FakePortal(ServiceInterface):
     def __init__(self) -> None:
         super().__init__("org.freedesktop.portal.OpenURI")
         self.calls: list[tuple[str, str]] = []
+        self.options: list[dict] = []  # each call's, in order
 
     @dbus_method()
     def OpenURI(self, parent_window: DBusStr, uri: DBusStr, options: DBusDict) -> DBusObjectPath:
         self.calls.append(("OpenURI", uri))
+        self.options.append(options)
         return "/org/freedesktop/portal/desktop/request/1/t"
 
     @dbus_method()
     def OpenDirectory(self, parent_window: DBusStr, fd: DBusUnixFd,
                       options: DBusDict) -> DBusObjectPath:
+        self.options.append(options)
         try:
             self.calls.append(("OpenDirectory", os.readlink(f"/proc/self/fd/{fd}")))
         finally:
@@ -94,14 +112,17 @@ class FakeFileManager(ServiceInterface):
     def __init__(self) -> None:
         super().__init__("org.freedesktop.FileManager1")
         self.calls: list[tuple[str, list[str]]] = []
+        self.startup_ids: list[str] = []  # each call's, in order
 
     @dbus_method()
     def ShowFolders(self, uris: StrList, startup_id: DBusStr):
         self.calls.append(("ShowFolders", uris))
+        self.startup_ids.append(startup_id)
 
     @dbus_method()
     def ShowItems(self, uris: StrList, startup_id: DBusStr):
         self.calls.append(("ShowItems", uris))
+        self.startup_ids.append(startup_id)
 
 
 class Desktop:
@@ -190,19 +211,87 @@ def join_action_threads() -> None:
 
 # -- notifications ------------------------------------------------------------------------
 
-def test_a_failure_notification_has_retry_and_show_log_buttons_and_the_app_hints(
-        desktop, notifier):
+def test_a_failure_notification_has_retry_and_show_log_buttons_and_the_apps_icon(
+        desktop, notifier, tmp_path, monkeypatch):
+    from PIL import Image
+
+    from sloth_tray.icons import Look, render
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     server = desktop.notifications(["actions", "body"])
     notifier.notify("sloth-tray: a job failed", "tidy: exit status 1", FAILURE_ACTIONS,
                     on_action=lambda key: None)
     wait_for(lambda: server.sent, what="the notification")
     sent = server.sent[0]
-    assert (sent["app_name"], sent["replaces_id"], sent["app_icon"]) == ("sloth-tray", 0, "")
+    icon = tmp_path / "cache" / "sloth-tray" / "sloth-tray.png"
+    assert (sent["app_name"], sent["replaces_id"], sent["app_icon"]) == (
+        "sloth-tray", 0, icon.as_uri())
+    with Image.open(icon) as drawn:
+        assert drawn.tobytes() == render(Look.IDLE, 64).tobytes()
     assert (sent["summary"], sent["body"]) == ("sloth-tray: a job failed", "tidy: exit status 1")
     assert sent["actions"] == ["retry", "Retry", "log", "Show log"]
-    assert sent["hints"] == {"urgency": Variant("y", 1),
-                             "desktop-entry": Variant("s", "sloth-tray")}
+    # No desktop-entry: it would name a .desktop file that pip never installs.
+    assert sent["hints"] == {"urgency": Variant("y", 1)}
     assert sent["expire_timeout"] == -1
+
+
+def test_a_notification_with_a_key_is_updated_in_place_with_its_newest_text(
+        desktop, notifier):
+    server = desktop.notifications(["actions", "body"])
+    clicked: list[str] = []
+    for count in range(1, 21):
+        notifier.notify(f"{count} jobs failed", "tidy", [("retry-all", "Retry all")],
+                        on_action=lambda key, count=count: clicked.append(f"{key} {count}"),
+                        key="burst")
+        if count == 1:
+            wait_for(lambda: server.sent, what="the first")
+    wait_for(lambda: server.sent and server.sent[-1]["summary"] == "20 jobs failed",
+             what="the newest text")
+    # The first at once, then the newest after UPDATE_GAP: never one call per change.
+    assert [(sent["replaces_id"], sent["summary"]) for sent in server.sent] == [
+        (0, "1 jobs failed"), (101, "20 jobs failed")]
+    desktop.call(server.ActionInvoked, 101, "retry-all")
+    wait_for(lambda: clicked, what="the button")
+    assert clicked == ["retry-all 20"]  # the newest text's button
+
+
+def test_a_withdrawn_notification_is_closed_and_shows_nothing_more(desktop, notifier):
+    server = desktop.notifications(["actions", "body"])
+    notifier.notify("a job failed", "tidy", key="one")
+    notifier.notify("a job failed", "backup", key="other")
+    wait_for(lambda: len(server.sent) == 2, what="both notifications")
+    notifier.withdraw("one")
+    wait_for(lambda: server.closed, what="CloseNotification")
+    notifier.notify("a job failed", "tidy, again", key="one")  # too late: it is gone
+    notifier.notify("2 jobs failed", "backup", key="other")
+    wait_for(lambda: len(server.sent) == 3, what="the other one's update")
+    assert server.closed == [101]
+    assert [(sent["replaces_id"], sent["body"]) for sent in server.sent] == [
+        (0, "tidy"), (0, "backup"), (102, "backup")]
+
+
+def test_a_notification_the_user_closed_is_told_and_never_brought_back(desktop, notifier):
+    server = desktop.notifications(["actions", "body"])
+    closed: list[str] = []
+    notifier.notify("a job failed", "tidy", key="k", on_closed=lambda: closed.append("k"))
+    wait_for(lambda: server.sent, what="the notification")
+    desktop.call(server.NotificationClosed, 101, 2)  # dismissed by the user
+    wait_for(lambda: closed, what="on_closed")
+    notifier.notify("2 jobs failed", "tidy, backup", key="k")
+    notifier.notify("a job failed", "sync", key="new")
+    wait_for(lambda: len(server.sent) == 2, what="the new key's notification")
+    assert [sent["body"] for sent in server.sent] == ["tidy", "sync"]
+    assert closed == ["k"]
+
+
+def test_the_callback_notifier_shows_a_key_once_and_cannot_withdraw(caplog):
+    shown: list[tuple[str, str]] = []
+    told = CallbackNotifier(lambda title, body: shown.append((title, body)))
+    told.notify("a job failed", "tidy", key="k")
+    told.notify("2 jobs failed", "tidy, backup", key="k")
+    told.withdraw("k")
+    told.notify("ready", "drop scripts")
+    assert shown == [("a job failed", "tidy"), ("ready", "drop scripts")]
 
 
 def test_clicking_retry_calls_on_action_once_and_the_notification_is_then_forgotten(
@@ -384,11 +473,15 @@ def test_gio_open_serves_when_xdg_open_is_missing(desktop, place, tmp_path, monk
     assert record.read_text() == f"open\n{place / 'tidy.log'}\n"
 
 
+NOT_INSTALLED = "not installed: xdg-open, gio, kde-open, kde-open5, kioclient, kioclient5"
+
+
 def test_with_no_opener_at_all_the_user_is_told_which_path_to_open(desktop, place):
     told = RecordingNotifier()
     assert open_now(place / "jobs", told) == ""
-    assert told.told == [("sloth-tray", "cannot open ~/jobs: no file manager or opener found; "
-                                        "open it yourself")]
+    assert told.told == [("sloth-tray", "cannot open ~/jobs: tried the desktop portal (not "
+                                        "running), the file manager (not running); "
+                                        f"{NOT_INSTALLED}; open it yourself")]
 
 
 def test_with_no_session_bus_and_no_opener_the_log_has_the_sentence(place, monkeypatch,
@@ -398,17 +491,19 @@ def test_with_no_session_bus_and_no_opener_the_log_has_the_sentence(place, monke
     caplog.set_level(logging.INFO, logger="sloth_tray")
     assert open_now(place / "jobs") == ""
     assert notification_lines(caplog)[-1] == (
-        "cannot open ~/jobs: no file manager or opener found; open it yourself")
+        "cannot open ~/jobs: tried the desktop portal and the file manager (no session bus); "
+        f"{NOT_INSTALLED}; open it yourself")
     assert all(record.exc_info is None for record in caplog.records)
 
 
 def test_an_opener_that_fails_is_reported_not_lost(desktop, place, tmp_path, monkeypatch):
     fake_opener(tmp_path, monkeypatch, status=3)
     told = RecordingNotifier()
-    assert open_now(place / "jobs", told) == "xdg-open"
-    wait_for(lambda: told.told, what="the failure to be told")
-    assert told.told == [("sloth-tray", "cannot open ~/jobs: xdg-open failed (exit status 3); "
-                                        "open it yourself")]
+    assert open_now(place / "jobs", told) == ""
+    assert told.told == [("sloth-tray", "cannot open ~/jobs: tried the desktop portal (not "
+                                        "running), the file manager (not running), xdg-open "
+                                        "(exit status 3); not installed: gio, kde-open, "
+                                        "kde-open5, kioclient, kioclient5; open it yourself")]
 
 
 def test_a_path_that_is_gone_is_one_sentence(desktop, place):
@@ -418,3 +513,24 @@ def test_a_path_that_is_gone_is_one_sentence(desktop, place):
     assert told.told == [("sloth-tray", "cannot open ~/gone: it does not exist; "
                                         "open it yourself")]
     assert portal.calls == []
+
+
+# -- the activation token the tray was given for the click ---------------------------------
+
+def test_the_portal_gets_the_activation_token_for_a_file_and_a_folder(desktop, place):
+    portal = desktop.portal()
+    assert open_now(place / "jobs", activation_token="tok-1") == "portal"
+    assert reveal_now(place / "tidy.log", activation_token="tok-2") == "portal"
+    assert open_now(place / "tidy.log") == "portal"
+    assert [call[0] for call in portal.calls] == ["OpenURI", "OpenDirectory", "OpenURI"]
+    assert portal.options == [{"activation_token": Variant("s", "tok-1")},
+                              {"activation_token": Variant("s", "tok-2")}, {}]
+
+
+def test_the_file_manager_gets_the_activation_token_as_its_startup_id(desktop, place):
+    manager = desktop.file_manager()
+    assert open_now(place / "jobs", activation_token="tok-3") == "file-manager"
+    assert reveal_now(place / "tidy.log", activation_token="tok-4") == "file-manager"
+    assert open_now(place / "jobs") == "file-manager"
+    assert [call[0] for call in manager.calls] == ["ShowFolders", "ShowItems", "ShowFolders"]
+    assert manager.startup_ids == ["tok-3", "tok-4", ""]
