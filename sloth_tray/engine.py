@@ -244,6 +244,14 @@ class Engine:
     def cancel(self, job_id: str) -> None:
         self._act(lambda queue: queue.cancel(job_id))
 
+    def stop_run(self, job_id: str) -> None:
+        """The running job stops now; a repeating job's series goes on (Queue.stop)."""
+        def stop(queue: Queue) -> None:
+            if not queue.stop(job_id):
+                log.info("%s was no longer running when Stop was clicked", job_id)
+
+        self._act(stop)
+
     def cancel_failed_runs(self, series: str) -> None:
         """Cancel every failed run of a recurring series (FailedSeries.key), in one
         commit: those a snapshot carries and the older ones. The series goes on: its

@@ -491,12 +491,14 @@ class Queue:
         return None
 
     def _finish(self, db: sqlite3.Connection, job_id: str, now: float, state: str,
-                event: tuple[str, str], *, owner: str | None = None, **columns: Any) -> bool:
+                event: tuple[str, str], *, owner: str | None = None, follow: bool = False,
+                **columns: Any) -> bool:
         """Move a job out of running and record why: only if `owner` holds it, when
         given (else the caller checked). False when it was not moved.
 
-        A run of a series that ends (done, or failed for good) is followed by its
-        next run in this same transaction: a crash can never end a series.
+        A run of a series that ends (done, or failed for good, or stopped: `follow`)
+        is followed by its next run in this same transaction: a crash can never end a
+        series.
         """
         history, params = _history(event)
         sets = "".join(f", {name} = :{name}" for name in columns)
@@ -509,7 +511,7 @@ class Queue:
         ).fetchall()  # all: the statement runs to its end
         if not rows:
             return False
-        if state in (State.DONE, State.FAILED):
+        if follow or state in (State.DONE, State.FAILED):
             self._follow_series_run(db, job_id, now, *rows[0])
         return True
 
@@ -737,6 +739,22 @@ class Queue:
         """
         return self._change(job_id, ("pending", "failed", "running"), "cancelled",
                             "state = 'cancelled', lease_owner = NULL, lease_until = NULL")
+
+    def stop(self, job_id: str) -> bool:
+        """Running -> cancelled: the tray's Stop. The run is given up, not its series:
+        a repeating job's next run is queued in the same transaction, as after any run
+        that ends (`cancel` of a series' run ends the series). The lease goes with the
+        state, so the worker's next heartbeat stops the work. False when the job was
+        not running (it ended meanwhile)."""
+        now = self.clock()
+        with self._transaction() as db:
+            row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise UnknownJob(job_id)
+            if row[0] != "running":
+                return False
+            return self._finish(db, job_id, now, "cancelled", ("cancelled", "stopped"),
+                                follow=True)
 
     def _change(
         self, job_id: str, from_states: tuple[str, ...], kind: str, assignments: str,

@@ -231,8 +231,8 @@ class Tray:
 
     def stop(self, job_id: str) -> None:
         """The running job: cancelled, which takes its lease; the runner, nudged,
-        stops it at once."""
-        self.engine.cancel(job_id)
+        stops it at once. A repeating job's series goes on."""
+        self.engine.stop_run(job_id)
 
     def run_now(self, job_id: str) -> None:
         self.engine.run_now(job_id)

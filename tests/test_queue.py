@@ -453,6 +453,27 @@ def test_cancelling_a_recurring_job_ends_the_series(queue, clock):
     assert queue.jobs(State.PENDING) == []
 
 
+def test_stopping_a_running_run_gives_up_the_run_not_the_series(queue, clock):
+    """The tray's Stop: the run is cancelled and its worker loses the lease; a
+    repeating job's next run is queued, one period after this run started."""
+    job_id = queue.push("hourly", options={"every": 3600})
+    queue.claim("w")
+    clock.advance(60)
+    assert queue.stop(job_id)
+    assert queue.get(job_id).state == State.CANCELLED
+    assert not queue.heartbeat(job_id, "w") and queue.complete(job_id, "w") is False
+    [following] = queue.jobs(State.PENDING)
+    assert following.name == "hourly" and following.not_before == pytest.approx(
+        clock() - 60 + 3600)
+    assert queue.stop(job_id) is False  # no longer running: nothing to stop
+    assert queue.stop(following.id) is False and queue.get(following.id).state == State.PENDING
+    once = queue.push("once")
+    queue.claim("w")
+    assert queue.stop(once) and len(queue.jobs(State.PENDING)) == 1  # nothing follows
+    with pytest.raises(UnknownJob):
+        queue.stop("nope")
+
+
 def test_a_refused_push_is_born_failed_and_never_claimed(queue):
     job_id = queue.push("evil", error="refused: not owned by you")
     job = queue.get(job_id)
