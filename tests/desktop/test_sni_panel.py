@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -293,3 +295,87 @@ def test_a_quit_while_a_job_runs_gives_the_job_back_and_stops_it(panel, pids, tm
     assert (state(home, slow), history(home, slow)[-1]) == (State.PENDING, "released")
     assert not alive(child)
     assert "Traceback" not in app.stderr.read()
+
+
+def menu_signals(log: Path) -> int:
+    """dbusmenu signals the app sent so far, as dbus-monitor wrote them down."""
+    return log.read_text().count("interface=com.canonical.dbusmenu") if log.exists() else 0
+
+
+def app_layout(env, bus_name: str) -> list:
+    """The app's menu as xfce4-panel fetches it: (id, label) of the root's rows."""
+    out = subprocess.run(["gdbus", "call", "--session", "--dest", bus_name, "--object-path",
+                          "/MenuBar", "--method", "com.canonical.dbusmenu.GetLayout", "0", "1",
+                          "['label']"], env=env, capture_output=True, text=True).stdout
+    return re.findall(r"\((\d+), \{(?:'label': <'([^']*)'>)?\}, @av \[\]\)", out)
+
+
+def test_an_open_menu_moves_its_times_under_the_same_ids_and_goes_quiet_once_closed(
+        panel, pids, tmp_path):
+    """xfce4-panel opens the root menu with AboutToShowGroup([0]) and never says
+    "opened" or "closed" for it: the running time moves on screen all the same, the
+    row keeps its id, and once the menu is closed the app stops sending within the
+    window a host's question buys (dbusmenu.ASKED_FOR)."""
+    from sloth_tray.desktop.dbusmenu import ASKED_FOR
+
+    home = locate(tmp_path / "home").ensure()
+    pids.popen([sys.executable, "-m", "sloth_tray", "run", "--home", str(home.root)],
+               env=panel, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: "StatusNotifierItem" in registered_items(panel),
+             what="the item to register with the panel")
+    [bus_name] = re.findall(r"(:[0-9.]+)/StatusNotifierItem", registered_items(panel))
+    log = tmp_path / "monitor.log"
+    with open(log, "w") as out:
+        pids.popen(["dbus-monitor", "--session",
+                    "type='signal',interface='com.canonical.dbusmenu'"], env=panel,
+                   stdout=out, stderr=subprocess.DEVNULL)
+    started = tmp_path / "started"
+    add(home, panel, "slow", f"touch {started}\nsleep 300\n")
+    wait_for(started.exists, what="the slow job to start")
+
+    def running_row() -> tuple[str, str]:
+        return next(row for row in app_layout(panel, bus_name) if row[1].startswith("Running"))
+
+    open_menu(panel)
+    first_row = (0, 40, 300, 62)  # the status line, just below the 32 px panel
+    node_id, label = running_row()
+    shown = grab(panel, first_row).tobytes()
+    wait_for(lambda: grab(panel, first_row).tobytes() != shown, timeout=5,
+             what="the running time to move in the open menu")
+    assert running_row()[0] == node_id and running_row()[1] != label
+
+    xdotool(panel, "key", "Escape")
+    closed = time.monotonic()
+
+    def quiet_for(seconds: float) -> bool:
+        count = menu_signals(log)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if menu_signals(log) != count:
+                return False
+            time.sleep(0.2)
+        return True
+
+    wait_for(lambda: quiet_for(3.0), timeout=ASKED_FOR + 15, what="the menu to go quiet")
+    assert time.monotonic() - closed < ASKED_FOR + 3.0 + 3.0
+
+
+def test_stop_on_the_running_job_and_cancel_on_a_waiting_one(panel, pids, tmp_path):
+    home = locate(tmp_path / "home").ensure()
+    pids.popen([sys.executable, "-m", "sloth_tray", "run", "--home", str(home.root)],
+               env=panel, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: "StatusNotifierItem" in registered_items(panel),
+             what="the item to register with the panel")
+    started = tmp_path / "started"
+    slow = add(home, panel, "slow", f"echo $$ > {started}\nsleep 300\n")
+    child = pids.add(int(wait_for(lambda: started.exists() and started.read_text().strip(),
+                                  what="the slow job to start")))
+    waiting = add(home, panel, "later", "echo later\n", "--delay", "1h")
+    # The running line is the first enabled row: Running slow > Stop
+    choose(panel, "Down", "Right")
+    wait_for(lambda: state(home, slow) == State.CANCELLED, what="Stop to stop the job")
+    wait_for(lambda: not alive(child), what="the job's process to end")
+    # Nothing runs or failed now, so Waiting is the first enabled row:
+    # Waiting > later > Cancel (after Run now)
+    choose(panel, "Down", "Right", "Right", "Down")
+    wait_for(lambda: state(home, waiting) == State.CANCELLED, what="Cancel on a waiting job")
