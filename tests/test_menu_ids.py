@@ -16,7 +16,7 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sloth_tray.desktop.dbusmenu import ROOT_ID, MenuModel, in_order
+from sloth_tray.desktop.dbusmenu import ROOT_ID, MenuModel
 from sloth_tray.presenter import Item
 
 
@@ -152,36 +152,58 @@ def test_nothing_changed_is_nothing_to_tell():
     assert not model.update(menu())
 
 
-@given(st.lists(st.integers(0, 30), unique=True, max_size=12))
-def test_in_order_keeps_a_longest_increasing_run(positions):
-    kept = in_order(positions)
-    chosen = [p for p in positions if p in kept]
-    assert chosen == sorted(chosen)
-    # no longer increasing subsequence exists (checked by brute force on small input)
-    best = [1] * len(positions)
-    for i in range(len(positions)):
-        for j in range(i):
-            if positions[j] < positions[i]:
-                best[i] = max(best[i], best[j] + 1)
-    assert len(kept) == max(best, default=0)
+def gnome_draws(drawn: list[int], layout: list[int]) -> list[int]:
+    """What GNOME's AppIndicator extension (46) draws for a parent's new layout: each
+    new id inserted at its layout index among the rows it still draws (the gone ones
+    included, removed only at the end); a known row never moved."""
+    rows = list(drawn)
+    for index, node_id in enumerate(layout):
+        if node_id not in drawn:
+            rows.insert(index, node_id)
+    return [node_id for node_id in rows if node_id in layout]
 
 
-@given(st.lists(st.lists(st.sampled_from("abcdef"), unique=True, max_size=6), max_size=8))
-def test_any_sequence_of_menus_keeps_survivors_in_order_and_ids_unique(menus):
-    """Whatever comes and goes, what a host that never moves rows draws is the layout:
-    the rows that kept their ids are in their old order."""
+@given(st.lists(st.lists(st.sampled_from("abcdefgh"), unique=True, max_size=8), max_size=8))
+def test_whatever_comes_and_goes_a_host_that_never_moves_rows_draws_the_layout(menus):
     model = MenuModel()
+    drawn: list[int] = []
     for keys in menus:
-        before = ids(model)
         model.update(tuple(Item(k.upper(), noop, key=k) for k in keys))
         now = ids(model)
         assert len(set(now)) == len(now)
-        kept = [node_id for node_id in now if node_id in before]
-        assert kept == [node_id for node_id in before if node_id in kept]
+        drawn = gnome_draws(drawn, now)
+        assert drawn == now
         assert [label(model, node_id) for node_id in now] == [k.upper() for k in keys]
+
+
+def test_a_row_gone_above_a_new_one_does_not_shift_it():
+    """Seen in GNOME: Failed jobs (0) became a submenu row (a new id) while the row
+    above went, and the separator was drawn under it."""
+    model = MenuModel()
+    rows = [Item("status", key="status"), sep("s1"), Item("Failed (0)", key="failed-none"),
+            Item("Retry", noop, key="retry"), sep("s2")]
+    model.update(tuple(rows))
+    drawn = ids(model)
+    rows[0] = Item("Running x", key="job-1", submenu=(Item("Stop", noop, key="stop"),))
+    rows[2] = Item("Failed (1)", key="failed", submenu=(Item("x", noop, key="x"),))
+    model.update(tuple(rows))
+    assert gnome_draws(drawn, ids(model)) == ids(model)
 
 
 def test_a_key_given_twice_among_siblings_still_numbers_both():
     model = MenuModel()
     model.update((Item("x", noop, key="k"), replace(Item("y", noop), key="k")))
     assert len(set(ids(model))) == 2
+
+
+def test_a_row_replaced_alone_leaves_every_other_row_its_id():
+    """A job starts: the status line becomes the running job's row. A host that never
+    moves rows draws that right without renumbering the rows below it."""
+    model = MenuModel()
+    rows = list(menu())
+    model.update(tuple(rows))
+    before = ids(model)
+    rows[0] = Item("Running tidy (0:00)", key="job-7", submenu=(Item("Stop", noop, key="stop"),))
+    model.update(tuple(rows))
+    assert ids(model)[1:] == before[1:] and ids(model)[0] != before[0]
+    assert gnome_draws(before, ids(model)) == ids(model)

@@ -437,6 +437,17 @@ def item_at(items: tuple[presenter.Item, ...], path: tuple) -> presenter.Item:
     return item if len(path) == 1 else item_at(item.submenu, path[1:])
 
 
+def host_draws(drawn: list[int], layout: list[int]) -> list[int]:
+    """The rows GNOME's extension (46) draws after a new layout of a parent: it walks
+    the layout, inserting each new id at its index in the rows it draws, which still
+    hold the rows about to go; it never moves a known row; then removes the gone."""
+    rows = list(drawn)
+    for index, node_id in enumerate(layout):
+        if node_id not in drawn:
+            rows.insert(index, node_id)
+    return [node_id for node_id in rows if node_id in layout]
+
+
 class CachingHost:
     """A host that keeps what it read, as GNOME's AppIndicator extension (46) does: on
     LayoutUpdated it reads the layout's ids and types and the properties of new ids
@@ -464,12 +475,8 @@ class CachingHost:
 
     def _take(self, node: list[Any], fresh: list[int]) -> None:
         node_id, _props, kids = node
-        layout = [kid.value[0] for kid in kids]
-        drawn = [kid for kid in self.children.get(node_id, []) if kid in layout]
-        for index, kid in enumerate(layout):  # a new row goes in at its place
-            if kid not in drawn:
-                drawn.insert(index, kid)
-        self.children[node_id] = drawn
+        self.children[node_id] = host_draws(self.children.get(node_id, []),
+                                            [kid.value[0] for kid in kids])
         for kid in kids:
             if kid.value[0] not in self.props:
                 fresh.append(kid.value[0])
@@ -530,7 +537,7 @@ def test_a_click_on_every_item_runs_its_action_on_the_surface_thread(tray, scene
 
     scene.snapshot = QUIET  # "Retry all failed" is there, greyed out: a click does nothing
     assert tray.about_to_show() is False  # what changed went out as signals, first
-    assert {"ItemsPropertiesUpdated", "LayoutUpdated"} <= set(tray.members())
+    assert "LayoutUpdated" in tray.members()
     before = len(scene.controls.calls)
     click_everything(tray, scene)
     assert ("retry_all_failed",) not in scene.controls.calls[before:]

@@ -11,9 +11,10 @@ rules here (each seen with the real host):
   and a label that moves is sent as a property change.
 - `LayoutUpdated(revision, parent)` goes out only when rows come or go, once per
   changed parent (KDE fetches only that parent again); it never carries a relabel.
-- Rows that survive a change keep their relative order; a row that would move is given
-  a new id instead (its old one goes, a new one comes at the new place), since a host
-  that never moves rows would draw it where it was.
+- GNOME's extension never moves a known row, and puts a new one at its index among
+  the rows it still draws, those about to go included. So a row keeps its id only if
+  that host would draw it at its place; otherwise it gets a new id (its old one goes,
+  a new one comes at the new place).
 - Ids are never reused: a click on an id from an older layout still reaches its action,
   or nothing.
 """
@@ -146,32 +147,6 @@ def as_variants(props: Props, names: Sequence[str] = ()) -> dict[str, Variant]:
             if not names or name in names}
 
 
-def in_order(ids: Sequence[int]) -> set[int]:
-    """The largest set of `ids` (old positions, in their new order) already in order:
-    the rows that can stay where a host drew them. The longest increasing subsequence."""
-    tails: list[int] = []  # tails[k]: index into ids of the smallest tail of a run of k+1
-    before: list[int] = [-1] * len(ids)
-    for index, value in enumerate(ids):
-        low, high = 0, len(tails)
-        while low < high:
-            mid = (low + high) // 2
-            if ids[tails[mid]] < value:
-                low = mid + 1
-            else:
-                high = mid
-        before[index] = tails[low - 1] if low else -1
-        if low == len(tails):
-            tails.append(index)
-        else:
-            tails[low] = index
-    kept: set[int] = set()
-    index = tails[-1] if tails else -1
-    while index >= 0:
-        kept.add(ids[index])
-        index = before[index]
-    return kept
-
-
 class MenuModel:
     """The presenter's Items, numbered for dbusmenu. Pure: no bus, no loop."""
 
@@ -212,31 +187,39 @@ class MenuModel:
             paths.append((*parent, (f"{name}#{seen[name]}" if seen[name] else name,
                                     kind(properties(item)))))
             seen[name] += 1  # two rows alike (a key given twice) still differ
-        known = [] if fresh else [self._ids.get(path) for path in paths]
-        stays = self._unmoved(parent_id, [node_id for node_id in known if node_id is not None])
+        known = [None] * len(paths) if fresh else [self._ids.get(path) for path in paths]
+        stays = self._in_place(parent_id, known, open_ids)
         children = []
-        for index, (item, path) in enumerate(zip(items, paths, strict=True)):
-            node_id = known[index] if known else None
-            renumber = node_id is None or (node_id not in stays and node_id not in open_ids)
-            if renumber:
+        for item, path, node_id, keep in zip(items, paths, known, stays, strict=True):
+            if node_id is None or not keep:
                 node_id, self._next_id = self._next_id, self._next_id + 1
             ids[path] = node_id
-            kids = self._number(item.submenu, path, node_id, renumber, open_ids, nodes, ids)
+            kids = self._number(item.submenu, path, node_id, not keep, open_ids, nodes, ids)
             nodes[node_id] = Node(node_id, item, properties(item), kids)
             children.append(node_id)
         return tuple(children)
 
-    def _unmoved(self, parent_id: int, survivors: list[int]) -> set[int]:
-        """Of the rows that were under `parent_id` and still are, those whose order
-        among themselves holds."""
+    def _in_place(self, parent_id: int, known: list[int | None],
+                  open_ids: Collection[int]) -> list[bool]:
+        """Which known rows keep their ids: as many as a host that never moves rows
+        still draws in the layout's order (GNOME's extension: see `draws`). Every
+        known row, if that works; else each row only where the host draws it at its
+        index when its turn comes, which always works. A row whose submenu is open
+        keeps its id all the same (libdbusmenu breaks an open submenu whose row goes)."""
         before = self.nodes.get(parent_id)
-        if before is None:
-            return set(survivors)
-        position = {node_id: index for index, node_id in enumerate(before.children)}
-        old = [position[node_id] for node_id in survivors if node_id in position]
-        kept = in_order(old)
-        return {node_id for node_id in survivors
-                if node_id not in position or position[node_id] in kept}
+        drawn = list(before.children) if before else []
+        every = [node_id is not None for node_id in known]
+        if draws(drawn, known, every) == known:
+            return every
+        rows: list[int | None] = list(drawn)
+        keep = []
+        for index, node_id in enumerate(known):
+            fits = node_id is not None and index < len(rows) and rows[index] == node_id
+            stays = fits or (node_id is not None and node_id in open_ids)
+            if not stays:
+                rows.insert(index, None)  # a new id: the host puts it here
+            keep.append(stays)
+        return keep
 
     def layout(self, node_id: int, depth: int, names: Sequence[str] = ()) -> list[Any]:
         """(id, properties, children) down to `depth` levels (-1: all)."""
@@ -270,6 +253,20 @@ class MenuModel:
     def top_items(self) -> tuple[Item, ...]:
         return tuple(self.nodes[child].item for child in self.nodes[ROOT_ID].children
                      if self.nodes[child].item is not None)
+
+
+def draws(drawn: list[int], known: list[int | None], keep: list[bool]) -> list[int | None]:
+    """The rows GNOME's extension (46) shows after a parent's new layout (`known`, each
+    row kept or new): it walks the layout inserting each new row at its index among
+    the rows it draws, those about to go still among them; it never moves a known row
+    (its handler for a move is given the wrong argument); it removes the gone rows
+    last. New rows are None here, in the order inserted."""
+    rows: list[int | None] = list(drawn)
+    kept = {node_id for node_id, stays in zip(known, keep, strict=True) if stays}
+    for index, stays in enumerate(keep):
+        if not stays:
+            rows.insert(index, None)
+    return [node_id for node_id in rows if node_id is None or node_id in kept]
 
 
 def _difference(old: dict[int, Node], new: dict[int, Node]) -> Change:
