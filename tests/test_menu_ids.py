@@ -207,3 +207,26 @@ def test_a_row_replaced_alone_leaves_every_other_row_its_id():
     model.update(tuple(rows))
     assert ids(model)[1:] == before[1:] and ids(model)[0] != before[0]
     assert gnome_draws(before, ids(model)) == ids(model)
+
+
+def test_an_open_submenu_keeps_its_rows_until_it_closes_while_their_labels_move():
+    """waybar (GTK on Wayland) draws an open submenu that gains a row as a blank strip:
+    an open submenu's rows do not come or go while it is open; its parent's label and
+    its rows' labels move; the change comes when it has closed."""
+    model = MenuModel()
+    model.update(menu(waiting=1))
+    waiting = ids(model)[3]
+    [first] = ids(model, waiting)
+    change = model.update(menu(waiting=2), open_ids={waiting})
+    assert ids(model)[3] == waiting and ids(model, waiting) == [first]
+    assert change.parents == []
+    assert [props["label"].value for _id, props in change.updated] == ["Waiting (2)"]
+    model.update(menu(waiting=2))  # closed: the new row comes
+    [first, second] = ids(model, waiting)
+    rows = menu(waiting=2)
+    one_started = replace(rows[3], label="Waiting (1)", submenu=rows[3].submenu[1:])
+    change = model.update((*rows[:3], one_started, *rows[4:]), open_ids={waiting})
+    assert ids(model, waiting) == [first, second]  # the started one stays, while open
+    assert label(model, first) == "job 0 — in 5 min" and change.parents == []
+    change = model.update((*rows[:3], one_started, *rows[4:]))  # closed
+    assert ids(model, waiting) == [second] and change.parents == [waiting]

@@ -197,7 +197,36 @@ class MenuModel:
             kids = self._number(item.submenu, path, node_id, not keep, open_ids, nodes, ids)
             nodes[node_id] = Node(node_id, item, properties(item), kids)
             children.append(node_id)
+        if parent_id in open_ids and parent_id != ROOT_ID and not fresh:
+            return self._as_it_was(parent_id, tuple(children), nodes, ids)
         return tuple(children)
+
+    def _as_it_was(self, parent_id: int, children: tuple[int, ...],
+                   nodes: dict[int, Node], ids: dict[Path, int]) -> tuple[int, ...]:
+        """An open submenu's rows, as the host shows them: none comes or goes until it
+        closes (GTK on Wayland, in waybar, draws an open submenu that gains a row as a
+        blank strip); the rows that stay take their new labels. A row that went keeps
+        its old self, and a click on it does what it did."""
+        before = self.nodes.get(parent_id)
+        if before is None:
+            return children
+        for gone in set(children) - set(before.children):  # shown once it has closed
+            self._forget(gone, nodes, ids)
+        for stale in set(before.children) - set(children):
+            self._keep(stale, nodes)
+        return before.children
+
+    def _forget(self, node_id: int, nodes: dict[int, Node], ids: dict[Path, int]) -> None:
+        node = nodes.pop(node_id)
+        for path in [path for path, known in ids.items() if known == node_id]:
+            del ids[path]
+        for child in node.children:
+            self._forget(child, nodes, ids)
+
+    def _keep(self, node_id: int, nodes: dict[int, Node]) -> None:
+        node = nodes[node_id] = self.nodes[node_id]
+        for child in node.children:
+            self._keep(child, nodes)
 
     def _in_place(self, parent_id: int, known: list[int | None],
                   open_ids: Collection[int]) -> list[bool]:
@@ -389,8 +418,9 @@ class DbusMenu(ServiceInterface):
         if node_id == ROOT_ID:
             self._open.clear()
             self._asked_until = 0.0
-        else:
+        elif node_id in self._open:
             self._open.discard(node_id)
+            self.refresh()  # its rows as they are now, for when it opens again
 
     def _asked(self) -> None:
         self._asked_until = self._now() + ASKED_FOR
