@@ -132,8 +132,10 @@ def mapped(pid: int, fragment: str) -> bool:
         return fragment in maps.read()
 
 
-def wait_for(predicate, timeout: float = 15.0, what: str = "the condition"):
-    """Wait until predicate() is truthy, at most `timeout` seconds; returns its value."""
+def wait_for(predicate, timeout: float = 15.0, what: str = "the condition",
+             every: float = 0.02):
+    """Wait until predicate() is truthy, at most `timeout` seconds; returns its value.
+    `every`: seconds between looks (longer where a look is itself costly)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -141,7 +143,7 @@ def wait_for(predicate, timeout: float = 15.0, what: str = "the condition"):
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
+        time.sleep(every)
 
 
 def start_daemon(pids, home, *extra: str) -> subprocess.Popen:

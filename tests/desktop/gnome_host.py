@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from conftest import wait_for
 from dbus_fast import Message, MessageType, Variant
 from dbus_fast.aio import MessageBus
 
@@ -93,18 +94,6 @@ def missing() -> str | None:
         return (f"not installed: {', '.join(absent)} "
                 f"(apt-get install -y --no-install-recommends {APT_PACKAGES})")
     return None
-
-
-def wait_for(predicate, timeout: float = 15.0, what: str = "the condition", every=0.05):
-    """Wait until predicate() is truthy, at most `timeout` seconds; returns its value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(every)
 
 
 # -- processes -----------------------------------------------------------------------

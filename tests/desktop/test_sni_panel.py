@@ -161,6 +161,26 @@ def add(home, env, name: str, text: str, *extra: str) -> str:
     return done.stdout.strip()
 
 
+def start_app(home, panel, pids, **output) -> subprocess.Popen:
+    """`sloth-tray run` in the panel, once its item is registered (output: DEVNULL
+    unless the test reads it)."""
+    app = pids.popen([sys.executable, "-m", "sloth_tray", "run", "--home", str(home.root)],
+                     env=panel, **{"stdout": subprocess.DEVNULL,
+                                   "stderr": subprocess.DEVNULL, **output})
+    wait_for(lambda: "StatusNotifierItem" in registered_items(panel),
+             what="the item to register with the panel")
+    return app
+
+
+def start_slow(home, panel, pids, tmp_path) -> tuple[str, int]:
+    """A job that runs for minutes, once it runs: its id and its process's pid."""
+    started = tmp_path / "started"
+    job = add(home, panel, "slow", f"echo $$ > {started}\nsleep 300\n")
+    child = pids.add(int(wait_for(lambda: started.exists() and started.read_text().strip(),
+                                  what="the slow job to start")))
+    return job, child
+
+
 def test_every_menu_item_works_in_a_real_statusnotifier_panel(panel, pids, tmp_path):
     from test_notify_open import Desktop
 
@@ -255,10 +275,7 @@ def test_every_menu_item_works_in_a_real_statusnotifier_panel(panel, pids, tmp_p
 def test_a_cli_retry_while_a_job_runs_shows_in_the_panel_within_a_second(panel, pids,
                                                                          tmp_path):
     home = locate(tmp_path / "home").ensure()
-    pids.popen([sys.executable, "-m", "sloth_tray", "run", "--home", str(home.root)],
-               env=panel, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: "StatusNotifierItem" in registered_items(panel),
-             what="the item to register with the panel")
+    start_app(home, panel, pids)
     icon_box = (0, 0, 32, 32)
     failing = add(home, panel, "disk_check", "# sloth: max_attempts=1\nexit 1\n")
     wait_for(lambda: state(home, failing) == State.FAILED, what="the job to fail")
@@ -279,14 +296,8 @@ def test_a_cli_retry_while_a_job_runs_shows_in_the_panel_within_a_second(panel, 
 @pytest.mark.parametrize("how", ["a stop signal to any thread", "Quit in the menu"])
 def test_a_quit_while_a_job_runs_gives_the_job_back_and_stops_it(panel, pids, tmp_path, how):
     home = locate(tmp_path / "home").ensure()
-    app = pids.popen([sys.executable, "-m", "sloth_tray", "run", "--home", str(home.root)],
-                     env=panel, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: "StatusNotifierItem" in registered_items(panel),
-             what="the item to register with the panel")
-    started = tmp_path / "started"
-    slow = add(home, panel, "slow", f"echo $$ > {started}\nsleep 300\n")
-    child = pids.add(int(wait_for(lambda: started.exists() and started.read_text().strip(),
-                                  what="the slow job to start")))
+    app = start_app(home, panel, pids, stderr=subprocess.PIPE, text=True)
+    slow, child = start_slow(home, panel, pids, tmp_path)
     if how == "Quit in the menu":
         choose(panel, "Up")  # Quit: the last row
     else:
@@ -319,19 +330,14 @@ def test_an_open_menu_moves_its_times_under_the_same_ids_and_goes_quiet_once_clo
     from sloth_tray.desktop.dbusmenu import ASKED_FOR
 
     home = locate(tmp_path / "home").ensure()
-    pids.popen([sys.executable, "-m", "sloth_tray", "run", "--home", str(home.root)],
-               env=panel, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: "StatusNotifierItem" in registered_items(panel),
-             what="the item to register with the panel")
+    start_app(home, panel, pids)
     [bus_name] = re.findall(r"(:[0-9.]+)/StatusNotifierItem", registered_items(panel))
     log = tmp_path / "monitor.log"
     with open(log, "w") as out:
         pids.popen(["dbus-monitor", "--session",
                     "type='signal',interface='com.canonical.dbusmenu'"], env=panel,
                    stdout=out, stderr=subprocess.DEVNULL)
-    started = tmp_path / "started"
-    add(home, panel, "slow", f"touch {started}\nsleep 300\n")
-    wait_for(started.exists, what="the slow job to start")
+    start_slow(home, panel, pids, tmp_path)
 
     def running_row() -> tuple[str, str]:
         return next(row for row in app_layout(panel, bus_name) if row[1].startswith("Running"))
@@ -362,14 +368,8 @@ def test_an_open_menu_moves_its_times_under_the_same_ids_and_goes_quiet_once_clo
 
 def test_stop_on_the_running_job_and_cancel_on_a_waiting_one(panel, pids, tmp_path):
     home = locate(tmp_path / "home").ensure()
-    pids.popen([sys.executable, "-m", "sloth_tray", "run", "--home", str(home.root)],
-               env=panel, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: "StatusNotifierItem" in registered_items(panel),
-             what="the item to register with the panel")
-    started = tmp_path / "started"
-    slow = add(home, panel, "slow", f"echo $$ > {started}\nsleep 300\n")
-    child = pids.add(int(wait_for(lambda: started.exists() and started.read_text().strip(),
-                                  what="the slow job to start")))
+    start_app(home, panel, pids)
+    slow, child = start_slow(home, panel, pids, tmp_path)
     waiting = add(home, panel, "later", "echo later\n", "--delay", "1h")
     # The running line is the first enabled row: Running slow > Stop
     choose(panel, "Down", "Right")
