@@ -379,3 +379,33 @@ def test_stop_on_the_running_job_and_cancel_on_a_waiting_one(panel, pids, tmp_pa
     # Waiting > later > Cancel (after Run now)
     choose(panel, "Down", "Right", "Right", "Down")
     wait_for(lambda: state(home, waiting) == State.CANCELLED, what="Cancel on a waiting job")
+
+
+def test_a_failing_series_is_one_row_whose_retry_latest_and_cancel_all_work(panel, pids,
+                                                                            tmp_path):
+    """A repeating job failing every run is one row under Failed jobs; its submenu's
+    Retry latest retries the newest failed run, Cancel all cancels every failed run."""
+    home = locate(tmp_path / "home").ensure()
+    start_app(home, panel, pids)
+    add(home, panel, "tidy", "# sloth: every=1s max_attempts=1\nexit 1\n")
+
+    def failed() -> list:
+        with Queue(home.db) as queue:
+            return queue.jobs(State.FAILED)
+
+    # three: after Retry latest, two are left, still one row (one alone is a plain row)
+    wait_for(lambda: len(failed()) >= 3, what="three failed runs of the series")
+    done = subprocess.run([sys.executable, "-m", "sloth_tray", "pause", "--home",
+                           str(home.root)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: paused(home), what="the pause")
+    runs = failed()
+    latest = max(runs, key=lambda job: job.updated_at)
+    # Paused, nothing runs: Failed jobs is the first enabled row; its first row is the
+    # series; the series' first row is Retry latest, then Cancel all.
+    choose(panel, "Down", "Right", "Right")
+    wait_for(lambda: "retried" in history(home, latest.id), what="Retry latest")
+    assert [job.id for job in failed()] == [job.id for job in runs if job.id != latest.id]
+    choose(panel, "Down", "Right", "Right", "Down")
+    wait_for(lambda: failed() == [], what="Cancel all")
+    assert {state(home, job.id) for job in runs if job.id != latest.id} == {State.CANCELLED}
