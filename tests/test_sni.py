@@ -642,6 +642,21 @@ def test_the_activation_token_a_panel_gives_before_a_click_is_taken_once(tray, s
     assert taken == ["kwin-token-1", None]
 
 
+def test_an_activation_token_left_unused_goes_stale_and_an_empty_one_is_none():
+    from sloth_tray.desktop.sni import TOKEN_FRESH_FOR, StatusNotifierItem
+
+    now = [100.0]
+    item = StatusNotifierItem("sloth-tray", Appearance(Look.IDLE, "t"), lambda: None,
+                              clock=lambda: now[0])
+    item.activation_token = ("kwin-1", now[0])
+    now[0] += TOKEN_FRESH_FOR + 0.5  # the click was long ago: its token is no good
+    assert item.take_activation_token() is None
+    item.activation_token = ("", now[0])  # Plasma on X11, without KWin
+    assert item.take_activation_token() is None
+    item.activation_token = ("kwin-2", now[0])
+    assert item.take_activation_token() == "kwin-2"
+
+
 def test_an_action_that_raises_is_logged_and_the_menu_keeps_working(tray, scene, caplog):
     scene.controls.failing.add("open_logs")
     _revision, (_root, _props, children) = tray.layout()

@@ -161,8 +161,9 @@ class MenuModel:
         self._next_id = ROOT_ID + 1
 
     def update(self, items: Sequence[Item], *, open_ids: Collection[int] = ()) -> Change:
-        """Take the menu's new items; say what a host must be told. A row in `open_ids`
-        (its submenu is open on screen) keeps its id even if it moved."""
+        """Take the menu's new items; say what a host must be told. `open_ids`: rows
+        whose submenu a host says is open; such a row keeps its id even if it moved,
+        and its submenu's rows stay as they are until it closes (`_as_it_was`)."""
         nodes: dict[int, Node] = {}
         ids: dict[Path, int] = {}
         children = self._number(items, (), ROOT_ID, False, open_ids, nodes, ids)

@@ -109,8 +109,8 @@ class StatusNotifierItem(ServiceInterface):
     def take_activation_token(self) -> str | None:
         """The token of the click being handled, once: a token is for one activation."""
         given, self.activation_token = self.activation_token, None
-        if given is None or self._clock() - given[1] > TOKEN_FRESH_FOR:
-            return None
+        if given is None or not given[0] or self._clock() - given[1] > TOKEN_FRESH_FOR:
+            return None  # none, an empty one (Plasma without KWin gives ""), or stale
         return given[0]
 
     def update(self, appearance: Appearance) -> None:
