@@ -21,13 +21,18 @@ def new_token() -> str:
     return os.urandom(8).hex()
 
 
+# What the desktop gave the app's own start, good for one window: its start spent it.
+SPENT_AT_START = ("XDG_ACTIVATION_TOKEN", "DESKTOP_STARTUP_ID")
+
+
 def job_environment(base: Mapping[str, str], bundle: str | None = None) -> dict[str, str]:
-    """The environment for a job: the app's, minus what a frozen bundle set up
+    """The environment for a job: the app's, minus the activation token its start
+    spent, and minus what a frozen bundle set up
     for itself (library paths, GTK's module dirs), which would make the job's
     programs load the bundle's libraries. PyInstaller keeps a variable it
     changed as <NAME>_ORIG."""
     bundle = bundle if bundle is not None else getattr(sys, "_MEIPASS", None)
-    env = dict(base)
+    env = {name: value for name, value in base.items() if name not in SPENT_AT_START}
     if not bundle:
         return env
     for name in [n for n in env if n.startswith("_PYI")]:

@@ -324,6 +324,15 @@ def test_a_frozen_bundles_own_environment_does_not_reach_jobs():
     assert job_environment({"PATH": "/usr/bin"}, None) == {"PATH": "/usr/bin"}
 
 
+def test_the_activation_token_the_app_was_started_with_does_not_reach_jobs():
+    """A token is good for one window: the app's own start spent it, and a job that
+    opens a window later must not present it."""
+    from sloth_tray.procs import job_environment
+
+    assert job_environment({"PATH": "/usr/bin", "XDG_ACTIVATION_TOKEN": "spent",
+                            "DESKTOP_STARTUP_ID": "spent"}, None) == {"PATH": "/usr/bin"}
+
+
 def test_python_jobs_in_a_frozen_app_use_the_systems_python(monkeypatch, tmp_path):
     from sloth_tray import jobfile
 
