@@ -20,9 +20,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sloth_tray.display import printable
-from sloth_tray.engine import FailedJob, Snapshot
 from sloth_tray.overdue import OverdueJob
 from sloth_tray.presenter import short
+from sloth_tray.snapshot import FailedJob, Snapshot
 from sloth_tray.states import PERMANENT
 
 # A failure this soon after the last one a notification told of joins it. Long

@@ -23,9 +23,9 @@ from pathlib import Path
 from sloth_tray import autostart, presenter
 from sloth_tray.announce import Announcer, Notice, Withdraw, overdue_to_announce, retryable
 from sloth_tray.app import Daemon
-from sloth_tray.engine import FailedJob, Snapshot
 from sloth_tray.errors import SlothError
 from sloth_tray.overdue import OverdueJob
+from sloth_tray.snapshot import FailedJob, Snapshot
 from sloth_tray.stopsignals import STOP_SIGNALS
 from sloth_tray.surface import Appearance, Status, Surface
 

@@ -11,9 +11,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from sloth_tray.engine import FailedJob, FailedSeries, RunningJob, Snapshot, WaitingJob
 from sloth_tray.paths import locate
 from sloth_tray.queue import Queue
+from sloth_tray.snapshot import FailedJob, FailedSeries, RunningJob, Snapshot, WaitingJob
 
 
 class FakeClock:

@@ -11,7 +11,7 @@ from sloth_tray.announce import (
     failures_to_announce,
     names,
 )
-from sloth_tray.engine import FailedJob, Snapshot
+from sloth_tray.snapshot import FailedJob, Snapshot
 from sloth_tray.states import Reason
 
 NOW = 1_000_000.0

@@ -20,12 +20,13 @@ from dbus_fast.service import PropertyAccess, ServiceInterface, dbus_property
 from sloth_tray import cli
 from sloth_tray.alarm import Alarm, make_alarm
 from sloth_tray.conditions import Conditions, parse_require, waiting_for
-from sloth_tray.engine import Engine, Snapshot
+from sloth_tray.engine import Engine
 from sloth_tray.errors import SlothError
 from sloth_tray.jobfile import BadJobFile, parse_options
 from sloth_tray.paths import locate
 from sloth_tray.presenter import waiting_label
 from sloth_tray.queue import Queue, State
+from sloth_tray.snapshot import Snapshot
 
 AC = frozenset({"ac"})
 
@@ -158,7 +159,7 @@ def test_the_command_line_shows_what_a_due_job_waits_for(tmp_path, monkeypatch, 
 
 
 def test_the_menu_says_what_a_due_job_waits_for():
-    from sloth_tray.engine import WaitingJob
+    from sloth_tray.snapshot import WaitingJob
 
     assert waiting_label(WaitingJob("a", "backup", 100.0, "AC power"), 200.0) == \
         "Waiting for AC power"

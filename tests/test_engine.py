@@ -11,8 +11,9 @@ import pytest
 from conftest import FakeClock, wait_for
 
 from sloth_tray import engine as engine_module
-from sloth_tray.engine import Engine, FailedSeries, Snapshot
+from sloth_tray.engine import Engine
 from sloth_tray.queue import Queue, Reason, State
+from sloth_tray.snapshot import FailedSeries, Snapshot
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /bin/sh")
 

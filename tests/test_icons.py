@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from sloth_tray import presenter
-from sloth_tray.engine import FailedJob, RunningJob, Snapshot
 from sloth_tray.icons import BADGE_COLOURS, EVERY_LOOK, Look, render
 from sloth_tray.overdue import OverdueJob
+from sloth_tray.snapshot import FailedJob, RunningJob, Snapshot
 
 NOW = 1_000_000.0
 SIZES = (16, 22, 32, 64)

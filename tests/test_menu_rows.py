@@ -10,8 +10,8 @@ import pytest
 from conftest import Recorder
 
 from sloth_tray import presenter
-from sloth_tray.engine import FailedJob, FailedSeries, RunningJob, Snapshot, WaitingJob
 from sloth_tray.overdue import OverdueJob
+from sloth_tray.snapshot import FailedJob, FailedSeries, RunningJob, Snapshot, WaitingJob
 
 
 def at(day: int, hour: int, minute: int = 0, month: int = 3, year: int = 2026) -> float:

@@ -15,12 +15,13 @@ from conftest import FakeClock, Recorder
 
 from sloth_tray import announce, overdue, presenter
 from sloth_tray.alarm import Alarm
-from sloth_tray.engine import Engine, FailedJob, RunningJob, Snapshot
+from sloth_tray.engine import Engine
 from sloth_tray.icons import Look
 from sloth_tray.jobfile import BadJobFile, parse_options
 from sloth_tray.overdue import OverdueJob, Series
 from sloth_tray.paths import locate
 from sloth_tray.queue import Queue, State
+from sloth_tray.snapshot import FailedJob, RunningJob, Snapshot
 
 UTC = ZoneInfo("UTC")
 HOUR = 3600.0

@@ -6,8 +6,8 @@ import pytest
 from conftest import Recorder
 
 from sloth_tray import presenter
-from sloth_tray.engine import FailedJob, RunningJob, Snapshot, WaitingJob
 from sloth_tray.icons import Look, render
+from sloth_tray.snapshot import FailedJob, RunningJob, Snapshot, WaitingJob
 
 NOW = 1_000_000.0
 

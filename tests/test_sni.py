@@ -46,9 +46,9 @@ from sloth_tray.desktop.sni import (  # noqa: E402
     argb32,
     watcher_present,
 )
-from sloth_tray.engine import Snapshot  # noqa: E402
 from sloth_tray.errors import SlothError  # noqa: E402
 from sloth_tray.icons import Look, render  # noqa: E402
+from sloth_tray.snapshot import Snapshot  # noqa: E402
 from sloth_tray.surface import Appearance, Status  # noqa: E402
 
 WATCHER = "org.kde.StatusNotifierWatcher"
