@@ -16,19 +16,19 @@ Event.wait was seen to hang far past its timeout after SIGSTOP/SIGCONT here.)
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
-import selectors
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
 
 from sloth_tray import procs
 from sloth_tray.alarm import Alarm, make_alarm
+from sloth_tray.capture import CappedLog, LastLine, pump, watch_child
 from sloth_tray.errors import DatabaseProblem
 from sloth_tray.jobfile import BadJobFile, NotAFile, command_for, read_head
 from sloth_tray.outcome import Attempt, Ending
@@ -37,99 +37,10 @@ from sloth_tray.queue import Job, Queue, Reason
 from sloth_tray.timefmt import format_duration
 
 LOG_CAP = 10 * 1024 * 1024
-RESULT_LIMIT = 200
-CHUNK = 64 * 1024
 EX_TEMPFAIL = 75  # sysexits.h: "try again later"; the attempt does not count
 SLEEP_THRESHOLD = 5.0  # wall time running this far ahead of monotonic time = a suspend
-logger = logging.getLogger("sloth_tray")
+log = logging.getLogger("sloth_tray")
 TAKEN = "the job was cancelled, or another worker holds it now"
-
-
-class LastLine:
-    """The last non-empty line of a stream, kept to `limit` characters, in O(limit) memory."""
-
-    def __init__(self, limit: int = RESULT_LIMIT) -> None:
-        self.limit = limit
-        self._current = bytearray()
-        self._last = b""
-
-    def feed(self, chunk: bytes) -> None:
-        # Only the end of a chunk matters: find its last non-blank finished line
-        # with C-speed searches instead of splitting every line (a job printing
-        # millions of short lines would otherwise be read at a few MB/s).
-        chunk = chunk.replace(b"\r", b"\n")
-        end = chunk.rfind(b"\n")
-        if end == -1:
-            self._append(chunk)
-            return
-        finished, rest = chunk[:end].rstrip(), chunk[end + 1:]
-        start = finished.rfind(b"\n") + 1
-        if finished[start:].strip():
-            if start == 0:  # the line began in an earlier chunk
-                self._append(finished)
-                self._last = bytes(self._current)
-            else:
-                self._last = finished[start:start + self.limit * 4]
-        elif self._current.strip():
-            self._last = bytes(self._current)
-        self._current.clear()
-        self._append(rest)
-
-    def _append(self, piece: bytes) -> None:
-        room = self.limit * 4 - len(self._current)  # bytes: up to 4 per character
-        if room > 0:
-            self._current += piece[:room]
-
-    def text(self) -> str:
-        line = self._current if self._current.strip() else self._last
-        return bytes(line).decode("utf-8", "replace").strip()[: self.limit]
-
-
-class CappedLog:
-    """The attempt's log file; past `cap` bytes the rest is counted, not written."""
-
-    def __init__(self, path: Path, cap: int) -> None:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.path = path
-        self.cap = cap
-        self.written = 0
-        self.dropped = 0
-        self.error: str | None = None
-        self._lock = threading.Lock()
-        self._file: BinaryIO | None = open(path, "ab")  # noqa: SIM115 (closed in close())
-
-    def write(self, chunk: bytes) -> None:
-        with self._lock:
-            room = self.cap - self.written
-            keep = chunk[: max(room, 0)]
-            self.dropped += len(chunk) - len(keep)
-            if keep and self._file is not None:
-                try:
-                    self._file.write(keep)
-                    self._file.flush()
-                except OSError as exc:  # e.g. the disk is full: the job goes on
-                    self.error = f"log writing stopped: {exc.strerror}"
-                    self._close_file()
-            self.written += len(keep)
-
-    def close(self) -> None:
-        with self._lock:
-            if self.dropped and self._file is not None:
-                try:
-                    self._file.write(
-                        f"\n[sloth-tray: output past {self.cap} bytes was dropped: "
-                        f"{self.dropped} bytes]\n".encode())
-                except OSError:
-                    pass
-            self._close_file()
-
-    def _close_file(self) -> None:
-        if self._file is not None:
-            try:
-                self._file.close()
-            except OSError:
-                pass
-            self._file = None
 
 
 # A run shorter than this cannot have seen the pids wrap around twice (where pid_max is
@@ -222,34 +133,35 @@ class Runner:
             procs.RUN_TOKEN_ENV: token,
         }
         # One log per run, numbered across retries: two runs never share a file.
-        log = CappedLog(self.home.job_logs(job.id) / f"{max(job.runs, 1)}.log", self.log_cap)
+        run_log = CappedLog(self.home.job_logs(job.id) / f"{max(job.runs, 1)}.log",
+                            self.log_cap)
         try:
             self._spawned_at = self.monotonic()
             child = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, cwd=workdir, env=env, **procs.spawn_options())
         except OSError as exc:
-            log.close()
+            run_log.close()
             return Attempt.failed(Reason.COULD_NOT_START, spawn_error(command[0], exc))
         readers: list[threading.Thread] = []
         try:
-            return self._supervise(job, child, log, token, sleep_watch, readers, running_for)
+            return self._supervise(job, child, run_log, token, sleep_watch, readers, running_for)
         except BaseException:
             # Whatever went wrong (the database, a bug), the child must not run on
             # unsupervised: its lease would expire and a second copy would start.
             self._reap_group(child, readers, token)
             raise
         finally:
-            log.close()
+            run_log.close()
 
-    def _supervise(self, job: Job, child: subprocess.Popen, log: CappedLog, token: str,
+    def _supervise(self, job: Job, child: subprocess.Popen, run_log: CappedLog, token: str,
                    sleep_watch: SleepWatch, readers: list[threading.Thread],
                    running_for: tuple[float, Callable[[], None]] | None) -> Attempt:
         if not self.queue.started(job.id, self.owner, procs.describe(child, token)):
             self._reap_group(child, readers, token)
             return Attempt(Ending.LEASE_LOST, TAKEN)
         out, err = LastLine(), LastLine()
-        readers += self._start_watching(child, out, err, log)
+        readers += self._start_watching(child, out, err, run_log)
 
         lease = job.lease_seconds or self.queue.lease_seconds
         beat_every = lease / 3
@@ -297,7 +209,7 @@ class Runner:
                 # Locked for longer than the busy timeout: the work goes on and the
                 # next beat tries again. Nobody else can take the job meanwhile,
                 # since this process holds the home's instance lock.
-                logger.warning("could not renew the lease of %s: %s", job.name, exc)
+                log.warning("could not renew the lease of %s: %s", job.name, exc)
                 next_beat = self.queue.clock() + beat_every
                 continue
             if not still_ours:
@@ -312,12 +224,12 @@ class Runner:
         self._reap_group(child, readers, token)
         if child.returncode == 0:
             result = out.text()
-            if log.error:
-                result = f"{result} ({log.error})".strip()
+            if run_log.error:
+                result = f"{result} ({run_log.error})".strip()
             return Attempt(Ending.SUCCEEDED, result, code=0)
         error = err.text() or out.text() or exit_description(child.returncode)
-        if log.error:
-            error = f"{error} ({log.error})"
+        if run_log.error:
+            error = f"{error} ({run_log.error})"
         if child.returncode == EX_TEMPFAIL:
             return Attempt(Ending.LATER, error, code=child.returncode)
         reason = Reason.KILLED if child.returncode < 0 else Reason.EXIT_CODE
@@ -334,10 +246,10 @@ class Runner:
                 self.queue.note(job.id, "renewed",
                                 f"the lease had lapsed {format_duration(lapsed)} ago; {renewed}")
         except DatabaseProblem as exc:
-            logger.warning("could not note the renewal of %s: %s", job.name, exc)
+            log.warning("could not note the renewal of %s: %s", job.name, exc)
 
     def _start_watching(self, child: subprocess.Popen, out: LastLine, err: LastLine,
-                        log: CappedLog) -> list[threading.Thread]:
+                        run_log: CappedLog) -> list[threading.Thread]:
         """The threads that copy the child's output and ring when it exits: one on
         Linux (a pidfd beside the two pipes), else a reader per pipe and a waiter.
         Returns those to join once the run is over."""
@@ -347,11 +259,11 @@ class Runner:
             pidfd = None
         if pidfd is not None:
             watch = threading.Thread(target=watch_child, daemon=True,
-                                     args=(child, pidfd, out, err, log, self.alarm.ring))
+                                     args=(child, pidfd, out, err, run_log, self.alarm.ring))
             watch.start()
             return [watch]
-        readers = [threading.Thread(target=pump, args=(child.stdout, out, log), daemon=True),
-                   threading.Thread(target=pump, args=(child.stderr, err, log), daemon=True)]
+        readers = [threading.Thread(target=pump, args=(child.stdout, out, run_log), daemon=True),
+                   threading.Thread(target=pump, args=(child.stderr, err, run_log), daemon=True)]
         waiter = threading.Thread(target=self._wait_for_exit, args=(child,), daemon=True)
         for thread in (*readers, waiter):
             thread.start()
@@ -403,46 +315,6 @@ class SleepWatch:
         return gap if gap > SLEEP_THRESHOLD else 0.0
 
 
-def pump(stream: BinaryIO, tail: LastLine, log: CappedLog) -> None:
-    """Copy a child's pipe into the log, keeping its last line; memory stays flat."""
-    with stream:
-        while chunk := stream.read1(CHUNK):
-            tail.feed(chunk)
-            log.write(chunk)
-
-
-def watch_child(child: subprocess.Popen, pidfd: int, out: LastLine, err: LastLine,
-                log: CappedLog, exited: Callable[[], None]) -> None:
-    """Linux, one thread a run: copy stdout and stderr into the log (keeping each
-    one's last line) and call `exited` when the main process ends, told by its
-    pidfd; until both pipes are closed (strays may hold them after the exit)."""
-    tails = {child.stdout.fileno(): out, child.stderr.fileno(): err}
-    told = False
-    try:
-        with selectors.DefaultSelector() as selector, child.stdout, child.stderr:
-            for fd in (*tails, pidfd):
-                selector.register(fd, selectors.EVENT_READ)
-            while len(selector.get_map()):
-                for key, _ in selector.select():
-                    if key.fd == pidfd:
-                        selector.unregister(pidfd)
-                        child.wait()  # it has exited: this only reaps it
-                        told = True
-                        exited()
-                    elif chunk := os.read(key.fd, CHUNK):
-                        tails[key.fd].feed(chunk)
-                        log.write(chunk)
-                    else:
-                        selector.unregister(key.fd)
-    except Exception:  # a bug of ours: the output is lost, the exit must not be
-        logger.exception("watching the output of pid %d failed", child.pid)
-    finally:
-        os.close(pidfd)
-    if not told:
-        child.wait()
-        exited()
-
-
 def exit_description(returncode: int) -> str:
     if returncode < 0:
         try:
@@ -457,7 +329,7 @@ def spawn_error(program: str, exc: OSError) -> str:
         return f"cannot start the job: {program} was not found (is it installed?)"
     if isinstance(exc, PermissionError):
         return f"cannot start the job: permission denied running {program}"
-    if exc.errno == 8:  # ENOEXEC
+    if exc.errno == errno.ENOEXEC:
         return f"cannot start the job: {program} is not a program this system can run"
     return f"cannot start the job: {exc.strerror or exc}"
 
