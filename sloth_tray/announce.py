@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from sloth_tray.display import printable
 from sloth_tray.overdue import OverdueJob
 from sloth_tray.presenter import short
 from sloth_tray.snapshot import FailedJob, Snapshot
 from sloth_tray.states import PERMANENT
+from sloth_tray.text import printable
 
 # A failure this soon after the last one a notification told of joins it. Long
 # enough for a queue of failing jobs to fail one after another (a Retry all), short

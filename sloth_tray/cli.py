@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sloth_tray import __version__, config, limits
-from sloth_tray.display import printable
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home, locate
 from sloth_tray.states import Reason, State
+from sloth_tray.text import printable
 from sloth_tray.timefmt import clock_time, relative
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported

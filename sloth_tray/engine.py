@@ -27,8 +27,8 @@ from sloth_tray.outcome import Attempt, Result, record
 from sloth_tray.paths import Home
 from sloth_tray.queue import Job, Queue, Reason, State
 from sloth_tray.runner import Runner
+from sloth_tray.serial import SerialThread
 from sloth_tray.snapshot import FailedJob, FailedSeries, RunningJob, Snapshot, WaitingJob
-from sloth_tray.worker import Worker
 
 log = logging.getLogger("sloth_tray")
 
@@ -94,7 +94,7 @@ class Engine:
         self._claimed: Job | None = None  # claimed with the last outcome, to run next
         self._published_at = float("-inf")  # monotonic time of the last snapshot read
         self._publishing = threading.Lock()
-        self._actions = Worker("actions")
+        self._actions = SerialThread("actions")
         if conditions is not None:
             conditions.subscribe(self._conditions_changed)
 

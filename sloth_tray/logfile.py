@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 
-from sloth_tray.display import printable
+from sloth_tray.text import printable
 
 
 class QuietRotatingFileHandler(logging.FileHandler):

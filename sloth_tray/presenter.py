@@ -14,10 +14,10 @@ from functools import reduce
 from operator import or_
 from typing import Protocol
 
-from sloth_tray.display import printable
 from sloth_tray.icons import Look
 from sloth_tray.overdue import OverdueJob
 from sloth_tray.snapshot import FailedJob, FailedSeries, Snapshot, WaitingJob
+from sloth_tray.text import printable
 from sloth_tray.timefmt import format_duration
 
 # A failed job's label: its name whole, then as much of the error as fits in the

@@ -13,11 +13,11 @@ import sys
 
 import pytest
 
-from sloth_tray import display
 from sloth_tray.app import log, setup_logging
 from sloth_tray.cli import main
 from sloth_tray.paths import locate
 from sloth_tray.queue import Queue
+from sloth_tray.text import printable
 
 CONTROLS = ["\x1b", "\x07", "\x9b", "\x7f", "\u202e", "\u2066", "\r", "\x00", "\u2028"]
 
@@ -135,15 +135,15 @@ def test_list_json_into_head_exits_quietly(home):
 
 def test_display_escapes_every_control_and_bidi_character_and_nothing_else():
     plain = "plain — ünïcödé 漢字 🙂 C:\\path"
-    assert display.printable(plain) == plain
-    assert display.printable("a\nb\tc\rd") == "a\\nb\\tc\\rd"
-    assert display.printable("\x1b]0;title\x07\x1b[2J") == "\\x1b]0;title\\x07\\x1b[2J"
-    assert display.printable("\x00\x7f\x85\x9b") == "\\x00\\x7f\\x85\\x9b"
-    assert display.printable("\u202egnp.exe \u2066x\u2069 \u200f") == \
+    assert printable(plain) == plain
+    assert printable("a\nb\tc\rd") == "a\\nb\\tc\\rd"
+    assert printable("\x1b]0;title\x07\x1b[2J") == "\\x1b]0;title\\x07\\x1b[2J"
+    assert printable("\x00\x7f\x85\x9b") == "\\x00\\x7f\\x85\\x9b"
+    assert printable("\u202egnp.exe \u2066x\u2069 \u200f") == \
         "\\u202egnp.exe \\u2066x\\u2069 \\u200f"
-    assert display.printable("line\u2028sep\udcff") == "line\\u2028sep\\udcff"
+    assert printable("line\u2028sep\udcff") == "line\\u2028sep\\udcff"
     for char in CONTROLS:
-        assert char not in display.printable(f"a{char}b")
+        assert char not in printable(f"a{char}b")
 
 
 EVIL_NAME = "evil\nabcdef123456  forged  done  1/5  now\x1b]0;owned\x07"

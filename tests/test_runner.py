@@ -14,11 +14,11 @@ from conftest import alive, wait_for
 
 from sloth_tray import procs
 from sloth_tray import runner as runner_module
+from sloth_tray.capture import LastLine
 from sloth_tray.engine import Engine
 from sloth_tray.errors import DatabaseProblem
 from sloth_tray.outcome import Outcome, record
 from sloth_tray.queue import Queue, Reason, State
-from sloth_tray.capture import LastLine
 from sloth_tray.runner import Runner
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")

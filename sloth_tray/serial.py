@@ -15,7 +15,7 @@ from collections.abc import Callable
 log = logging.getLogger("sloth_tray")
 
 
-class Worker:
+class SerialThread:
     def __init__(self, name: str) -> None:
         self.name = name
         self._calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
