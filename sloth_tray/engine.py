@@ -25,10 +25,11 @@ from sloth_tray.conditions import Conditions, waiting_for
 from sloth_tray.errors import DatabaseProblem, SlothError
 from sloth_tray.outcome import Attempt, Result, record
 from sloth_tray.paths import Home
-from sloth_tray.queue import Job, Queue, Reason, State
+from sloth_tray.queue import Job, Queue
 from sloth_tray.runner import Runner
 from sloth_tray.serial import SerialThread
 from sloth_tray.snapshot import FailedJob, FailedSeries, RunningJob, Snapshot, WaitingJob
+from sloth_tray.states import Reason, State
 
 log = logging.getLogger("sloth_tray")
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from sloth_tray.errors import UnknownJob
-from sloth_tray.queue import Job, Queue, Reason, State
+from sloth_tray.queue import Job, Queue
+from sloth_tray.states import Reason, State
 
 
 class Ending(StrEnum):

@@ -33,7 +33,8 @@ from sloth_tray.errors import DatabaseProblem
 from sloth_tray.jobfile import BadJobFile, NotAFile, command_for, read_head
 from sloth_tray.outcome import Attempt, Ending
 from sloth_tray.paths import Home
-from sloth_tray.queue import Job, Queue, Reason
+from sloth_tray.queue import Job, Queue
+from sloth_tray.states import Reason
 from sloth_tray.timefmt import format_duration
 
 LOG_CAP = 10 * 1024 * 1024

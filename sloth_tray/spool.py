@@ -30,7 +30,8 @@ from pathlib import Path
 from sloth_tray.errors import SlothError
 from sloth_tray.jobfile import BadJobFile, job_name, open_file, parse_options, read_head
 from sloth_tray.paths import Home
-from sloth_tray.queue import VALID_ID, Queue, Reason, State, new_job_id
+from sloth_tray.queue import VALID_ID, Queue, new_job_id
+from sloth_tray.states import Reason, State
 
 log = logging.getLogger("sloth_tray")
 
