@@ -1,7 +1,8 @@
-"""The queue's database file: its schema and migrations, and the checks that
-refuse a file that is not ours or is damaged, without ever writing to it.
-(queue.py is still the only module that writes: this one holds the DDL that
-queue.py runs, and only ever reads the file itself.)
+"""The queue's database file: its schema and migrations, the checks that refuse a
+file that is not ours or is damaged without ever writing to it, and `connect`, the
+one way the file is opened, by the queue and by `status` alike. The only writes
+here are the schema's own (a new file's, a migration's); every write of jobs is
+queue.py's.
 """
 
 from __future__ import annotations
@@ -233,6 +234,55 @@ def identify(db: sqlite3.Connection, path: Path) -> int:
             "queue; it was left as it is"
         )
     return version
+
+
+def connect(path: Path, busy_timeout: float, *, synchronous: str = "FULL",
+            query_only: bool = False, check_same_thread: bool = True) -> sqlite3.Connection:
+    """A connection to the queue file at the current schema, in autocommit (the caller
+    says BEGIN and COMMIT): the file made 0600 or vetted (prepare_file), identified
+    before anything is written (a file that is not ours, or is damaged, comes out
+    exactly as it went in), switched to WAL and migrated under BEGIN IMMEDIATE.
+
+    query_only: for readers (`status`), whose callers never checked the file whole:
+    it is read whole first (verify) if a migration is to write to it, and the
+    connection returned cannot write (PRAGMA query_only)."""
+    prepare_file(path)
+    try:
+        db = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout,
+                             check_same_thread=check_same_thread)
+    except sqlite3.Error as exc:
+        raise DatabaseProblem(f"cannot open the queue at {path}: {exc}") from None
+    try:
+        with translated_errors(path, busy_timeout):
+            version = identify(db, path)
+            if query_only and version < SCHEMA_VERSION:
+                verify(path)  # a migration writes: never on top of a damaged page
+            if db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
+                raise DatabaseProblem(f"cannot switch {path} to WAL mode")
+            db.execute(f"PRAGMA synchronous = {synchronous}")
+            if version < SCHEMA_VERSION:
+                _migrate(db)
+            if query_only:
+                db.execute("PRAGMA query_only = ON")
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Bring the file up to SCHEMA_VERSION in one BEGIN IMMEDIATE transaction: all the
+    migrations it lacks, or none (on a failure connect closes the connection, and
+    closing rolls the transaction back)."""
+    db.execute("BEGIN IMMEDIATE")
+    # Another process may have migrated while we waited for the lock.
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    for statements in MIGRATIONS[version:]:
+        for statement in statements:
+            db.execute(statement)
+    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    db.execute("COMMIT")
 
 
 @contextlib.contextmanager

@@ -15,10 +15,8 @@ import re
 import sqlite3
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-from sloth_tray.dbfile import SCHEMA_VERSION, identify, prepare_file, translated_errors, verify
-from sloth_tray.errors import DatabaseProblem
+from sloth_tray.dbfile import connect, translated_errors
 from sloth_tray.paths import Home
 from sloth_tray.states import State
 
@@ -181,17 +179,11 @@ def overdue_count(db: sqlite3.Connection, now: float, *, is_paused: bool) -> int
 
 def read(home: Home, clock: Callable[[], float] = time.time) -> dict[str, Any]:
     """summary() and the overdue count, as `sloth-tray status` shows them, read in one
-    snapshot of the file. The home is vetted first, as for every command."""
+    snapshot of the file. The home is vetted first, as for every command; a new file
+    gets the schema, an older one is migrated (dbfile.connect), and the connection
+    read through cannot write (query_only)."""
     home.ensure()
-    db = _connect_current(home.db)
-    if db is None:  # a new file, or one of an older schema: the queue makes or migrates it
-        from sloth_tray.queue import Queue
-
-        verify(home.db)  # a migration writes: never on top of a damaged page
-        Queue(home.db).close()
-        db = _connect_current(home.db)
-        if db is None:  # pragma: no cover - Queue refuses what it cannot bring up to date
-            raise DatabaseProblem(f"cannot bring the queue {home.db} up to date")
+    db = connect(home.db, BUSY_TIMEOUT, query_only=True)
     try:
         with translated_errors(home.db, BUSY_TIMEOUT):
             db.execute("BEGIN")  # one read transaction: every number from the same moment
@@ -202,24 +194,3 @@ def read(home: Home, clock: Callable[[], float] = time.time) -> dict[str, Any]:
     finally:
         db.close()
     return found
-
-
-def _connect_current(path: Path) -> sqlite3.Connection | None:
-    """A connection to the queue file when it exists at the current schema; None when it
-    is new or older. The same checks as the queue's own opening refuse a file that is
-    another user's, another program's, a newer sloth-tray's, or damaged."""
-    prepare_file(path)
-    try:
-        db = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT)
-    except sqlite3.Error as exc:
-        raise DatabaseProblem(f"cannot open the queue at {path}: {exc}") from None
-    try:
-        with translated_errors(path, BUSY_TIMEOUT):
-            current = identify(db, path) == SCHEMA_VERSION
-    except BaseException:
-        db.close()
-        raise
-    if not current:
-        db.close()
-        return None
-    return db

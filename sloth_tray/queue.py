@@ -28,15 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from sloth_tray import glance, limits, overdue, schedule, series
-from sloth_tray.dbfile import (
-    APPLICATION_ID,
-    MIGRATIONS,
-    SCHEMA_VERSION,
-    identify,
-    prepare_file,
-    translated_errors,
-)
-from sloth_tray.errors import DatabaseProblem, SlothError, UnknownJob
+from sloth_tray.dbfile import connect, translated_errors
+from sloth_tray.errors import SlothError, UnknownJob
 from sloth_tray.jobfile import OPTIONS as JOB_OPTIONS
 from sloth_tray.jobfile import WORD_OPTIONS
 from sloth_tray.states import PERMANENT, Reason, State
@@ -196,44 +189,10 @@ class Queue:
         # (wall, monotonic) at the last look: a wall clock that went back against the
         # monotonic one was set back, and waiting jobs count their waits again.
         self._clock_seen: tuple[float, float] | None = None
-        prepare_file(self.path)
-        try:
-            self._db = sqlite3.connect(
-                self.path,
-                isolation_level=None,  # we say BEGIN and COMMIT ourselves
-                check_same_thread=False,  # guarded by self._lock
-                timeout=self.busy_timeout,
-            )
-        except sqlite3.Error as exc:
-            raise DatabaseProblem(f"cannot open the queue at {self.path}: {exc}") from None
-        try:
-            self._open(synchronous)
-        except BaseException:
-            self._db.close()
-            raise
-
-    # -- opening -----------------------------------------------------------
-
-    def _open(self, synchronous: str) -> None:
-        # Read before writing anything: a file that is not ours, or is damaged,
-        # must come out of here exactly as it went in.
-        with self._translated_errors():
-            version = identify(self._db, self.path)
-            if self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
-                raise DatabaseProblem(f"cannot switch {self.path} to WAL mode")
-            self._db.execute(f"PRAGMA synchronous = {synchronous}")
-            if version < SCHEMA_VERSION:
-                self._migrate()
-
-    def _migrate(self) -> None:
-        with self._transaction() as db:
-            # Another process may have migrated while we waited for the lock.
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            for statements in MIGRATIONS[version:]:
-                for statement in statements:
-                    db.execute(statement)
-            db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        # Made, identified, in WAL and migrated (dbfile.connect); autocommit: we say
+        # BEGIN and COMMIT ourselves. Shared between threads, guarded by self._lock.
+        self._db = connect(self.path, self.busy_timeout, synchronous=synchronous,
+                           check_same_thread=False)
 
     def close(self) -> None:
         with self._lock:

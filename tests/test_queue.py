@@ -12,8 +12,9 @@ import threading
 import pytest
 from conftest import queue_file_of_schema
 
+from sloth_tray.dbfile import SCHEMA_VERSION
 from sloth_tray.errors import DatabaseProblem, UnknownJob
-from sloth_tray.queue import SCHEMA_VERSION, Queue, Reason, State
+from sloth_tray.queue import Queue, Reason, State
 
 
 def kinds(queue: Queue, job_id: str) -> list[str]:
