@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import plistlib
 import re
 import subprocess
@@ -10,17 +11,16 @@ import pytest
 
 from sloth_tray import autostart
 from sloth_tray.autostart import (
-    AGENT_LABEL,
-    RUN_KEY,
-    RUN_VALUE,
     Status,
     default_command,
-    desktop_exec,
     disable,
     enable,
-    parse_desktop_entry,
+    files,
     status,
 )
+from sloth_tray.autostart.launchd import AGENT_LABEL
+from sloth_tray.autostart.windows import RUN_KEY, RUN_VALUE, WinregRunKey, split_run_value
+from sloth_tray.autostart.xdg import desktop_exec, parse_desktop_entry, read_desktop_exec
 from sloth_tray.errors import SlothError
 
 # -- a reader for Exec, written from the spec, independent of the writer -------------
@@ -96,12 +96,12 @@ def test_exec_quoting_follows_the_spec(argv, expected):
 ])
 def test_exec_round_trips_through_a_spec_reader(argv):
     assert read_exec(desktop_exec(argv)) == argv
-    assert autostart.read_desktop_exec(desktop_exec(argv)) == argv  # the module's own reader
+    assert read_desktop_exec(desktop_exec(argv)) == argv  # the module's own reader
 
 
 @pytest.mark.parametrize("value", ['/bin/echo "unclosed', r'/bin/echo "a\\qb"'])
 def test_an_exec_that_breaks_the_quoting_rules_reads_as_no_command(value):
-    assert autostart.read_desktop_exec(value) is None
+    assert read_desktop_exec(value) is None
 
 
 @pytest.mark.parametrize("argv", [["/opt/a=b/python"], ["/bin/echo", "bell\x07"]])
@@ -421,9 +421,9 @@ def test_windows_prefers_pythonw_so_no_console_opens(tmp_path):
 
 
 def test_winreg_is_only_imported_when_the_real_registry_is_used():
-    # Importing the module on Linux worked (there is no winreg here); making the adapter too.
+    # Importing the package on Linux worked (there is no winreg here); making the adapter too.
     assert "winreg" not in sys.modules
-    assert isinstance(autostart.WinregRunKey(), autostart.WinregRunKey)
+    assert isinstance(WinregRunKey(), WinregRunKey)
 
 
 # -- where the app lives: its home, jobs folder and config file ---------------------------------
@@ -488,7 +488,7 @@ def test_windows_the_run_value_starts_the_app_on_its_home(home):
     line = registry.values["sloth-tray"]
     argv = [r"C:\a b\sloth-tray.exe", "--home", home, "--jobs-dir", r"D:\jobs"]
     assert line == subprocess.list2cmdline(argv)
-    assert autostart.split_run_value(line) == argv
+    assert split_run_value(line) == argv
     assert (after.home, after.jobs_dir, after.config) == (home, r"D:\jobs", None)
     assert after.detail == "starts at login"
 
@@ -499,4 +499,48 @@ def test_windows_the_run_value_starts_the_app_on_its_home(home):
     (r'x.exe ""', ["x.exe", ""]),
 ])
 def test_a_run_value_is_read_as_windows_splits_a_command_line(line, argv):
-    assert autostart.split_run_value(line) == argv
+    assert split_run_value(line) == argv
+
+
+# -- the file entries' shared writing (autostart/files.py) ----------------------------------
+
+
+def test_an_entry_file_is_replaced_whole_never_seen_half_written(tmp_path, monkeypatch):
+    path = tmp_path / "autostart" / "entry.desktop"
+    path.parent.mkdir()
+    path.write_bytes(b"old")
+    real_replace = os.replace
+    seen = []
+
+    def replace(src, dst):
+        # Up to the rename, the entry is the old one and the new one is whole beside it.
+        seen.append((path.read_bytes(), Path(src).read_bytes(), Path(src).stat().st_mode & 0o777))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    files.write_atomic(path, b"new " * 1000)
+
+    assert seen == [(b"old", b"new " * 1000, 0o644)]
+    assert path.read_bytes() == b"new " * 1000
+    assert [p.name for p in path.parent.iterdir()] == ["entry.desktop"]
+
+
+def test_a_failed_write_leaves_the_old_entry_and_no_temp_file(tmp_path, monkeypatch):
+    path = tmp_path / "entry.plist"
+    path.write_bytes(b"old")
+
+    def fsync(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(SlothError) as caught:
+        files.write_atomic(path, b"new")
+
+    assert str(caught.value) == f"cannot write {path}: Input/output error"
+    assert path.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["entry.plist"]
+
+
+def test_a_missing_entry_file_reads_as_none_and_removes_quietly(tmp_path):
+    assert files.read_bytes(tmp_path / "none") is None
+    files.remove(tmp_path / "none")
