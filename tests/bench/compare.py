@@ -16,6 +16,23 @@ apt-get, otherwise the script says what to run), then run it from the repository
                                                # a burst of 200 scripts, not 1,000
     python tests/bench/compare.py --out DIR    # where results.json and chart.png go
                                                # (default tests/bench/results/, git-ignored)
+    python tests/bench/compare.py --json       # the results as JSON on stdout, not the table
+    python tests/bench/compare.py --smoke      # CI (.ci/run): every section with tiny counts,
+                                               # about 10 s, quiet; writes nothing unless --out
+
+--smoke proves that every section still runs and yields its rows; its figures mean
+nothing. It needs only what `pip install -e '.[test]'` installs: a peer that is not
+installed (huey, persist-queue, litequeue, tsp) is skipped, and its rows say so instead
+of a figure; so is the tray's RSS without a display. It exits non-zero, with one
+sentence on stderr, unless every row of the table was produced (a figure or such a
+reason in each): a section that fails leaves its rows missing and the sentence says why.
+Every run, whatever its size, ends the same way when a row is missing.
+
+How a job's end is known: from the queue (the Queue API on the daemon's queue.db, as
+`sloth-tray show --json` and `list --json` read it), never from the wording of the app's
+log; the daemon is ready once a probe script dropped into its jobs folder is recorded
+done. The one log line still read is the tray's "in the tray (...)", which says whether
+`run` showed an icon or fell back to headless: nothing machine-readable tells that.
 
 What it measures (progress goes to stderr, the report to stdout):
 
@@ -64,19 +81,19 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import json
 import math
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr
 from dataclasses import asdict, dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -91,20 +108,20 @@ import queue_bench  # noqa: E402
 from drop_latency import Places, read_text, wait_for  # noqa: E402
 from queue_bench import log  # noqa: E402
 
+from sloth_tray.queue import Job, Queue  # noqa: E402
+from sloth_tray.states import State  # noqa: E402
+
 PEER_PACKAGES = ("huey", "persist-queue", "litequeue")
-SETTLE = 5.0  # seconds every idle subject gets after it is ready, before the window opens
-SUB_WINDOW = 10.0  # seconds per idle sample; the figures are medians over these
-REPEATS = 3  # drops per idle length and system
 READY_TIMEOUT = 30.0
 TASK_TIMEOUT = 40.0  # huey's worker sleeps up to 10 s between polls
 STOP_TIMEOUT = 5.0
 HUEY_POLLING = (0.1, 1.15, 10.0)  # huey_consumer's defaults: first delay, backoff, max delay
 SYNCHRONOUS = "FULL"
 SYNC_VALUES = {"OFF": 0, "NORMAL": 1, "FULL": 2, "EXTRA": 3}
-HUEY_READY = "Huey consumer started"
+# The one line of the app's log the bench still reads: whether `run` showed a tray icon
+# or fell back to headless, which no --json output and no queue state tells.
 TRAY_READY = " in the tray ("
 TICKS = os.sysconf("SC_CLK_TCK")
-CLI_RUNS = 21  # whole-process runs per command, interleaved; the figure is the median
 BURST_SCRIPT = "#!/bin/sh\ntrue\n"
 BURST_SECONDS_PER_JOB = 0.2  # the deadline of a burst: generous, never a figure
 BURST_POLL = 0.05  # seconds between looks at a burst's progress (light on 2 cores)
@@ -114,17 +131,32 @@ CLI_GOAL = 1.6  # `status --json` over a bare interpreter, at most
 
 @dataclass(frozen=True)
 class Mode:
-    quick: bool
+    name: str  # "full", "quick" or "smoke"
     idle_window: float  # seconds of the idle-cost window
     idles: tuple[float, ...]  # idle lengths before each drop
     queue: queue_bench.Settings  # cycle rounds/jobs and scale sizes
     burst: int  # scripts dropped at once
+    settle: float = 5.0  # seconds every idle subject gets after it is ready, before the window
+    sub_window: float = 10.0  # seconds per idle sample; the figures are medians over these
+    repeats: int = 3  # drops per idle length and system
+    cli_runs: int = 21  # whole-process runs per command, interleaved; the figure is the median
+
+    @property
+    def quick(self) -> bool:
+        return self.name != "full"
+
+    @property
+    def smoke(self) -> bool:
+        return self.name == "smoke"
 
 
-def mode_for(quick: bool) -> Mode:
-    if quick:
-        return Mode(True, 30.0, (1.0, 15.0), queue_bench.QUICK_RUN, 200)
-    return Mode(False, 60.0, (1.0, 15.0, 60.0), queue_bench.FULL_RUN, 1000)
+def mode_for(name: str) -> Mode:
+    if name == "smoke":  # every section and every row, with tiny counts: it proves, not measures
+        return Mode(name, 2.0, (0.5,), queue_bench.SMOKE_RUN, 10, settle=1.0, sub_window=1.0,
+                    repeats=1, cli_runs=3)
+    if name == "quick":
+        return Mode(name, 30.0, (1.0, 15.0), queue_bench.QUICK_RUN, 200)
+    return Mode(name, 60.0, (1.0, 15.0, 60.0), queue_bench.FULL_RUN, 1000)
 
 
 # -- processes: started here, stopped here -------------------------------------------
@@ -258,11 +290,11 @@ def usage(root: int) -> Usage:
     return Usage(time.monotonic(), cpu, switches, rss)
 
 
-def sample(pids: dict[str, int], window: float) -> dict[str, list[Usage]]:
+def sample(pids: dict[str, int], window: float, sub_window: float) -> dict[str, list[Usage]]:
     """A reading of every subject now and after each sub-window, all at the same moments."""
     readings = {name: [usage(pid)] for name, pid in pids.items()}
     start = time.monotonic()
-    steps = max(round(window / SUB_WINDOW), 1)
+    steps = max(round(window / sub_window), 1)
     for step in range(1, steps + 1):
         time.sleep(max(start + step * window / steps - time.monotonic(), 0))
         for name, pid in pids.items():
@@ -337,10 +369,10 @@ def stamp(path):
 @huey.task()
 def run_script(script, marker):
     # As sloth-tray's runner starts a job: its own session, output read through pipes.
-    subprocess.run(["/bin/sh", script], stdin=subprocess.DEVNULL, capture_output=True,
-                   start_new_session=True, check=True)
-    with open(marker, "w") as out:
-        out.write(repr(time.time()) + "\\n")
+    done = subprocess.run(["/bin/sh", script], stdin=subprocess.DEVNULL, capture_output=True,
+                          start_new_session=True)
+    with open(marker, "w") as out:  # the time, then the exit status: the bench checks it
+        out.write(repr(time.time()) + " " + str(done.returncode) + "\\n")
 '''
 
 
@@ -367,11 +399,12 @@ def start_huey(base: Path, module: str, reaper: Reaper) -> HueyConsumer:
                                  stderr=stderr)
     reaper.add(popen.pid, popen)
     consumer = HueyConsumer(module, base, popen)
-
-    def ready() -> bool | None:
-        return True if HUEY_READY in (read_text(consumer.stderr) or "") else None
-
-    wait_for(ready, READY_TIMEOUT, "huey's consumer to start", popen)
+    # Ready once it has run a task (told by the task's own file, not by the consumer's
+    # log): its worker's backoff then starts from that task, as sloth's from its probe.
+    probe = base / "ready-stamp"
+    with importable(base, module) as tasks:
+        tasks.stamp(str(probe))
+    wait_for(lambda: read_stamp(probe), READY_TIMEOUT, "huey's consumer to run a task", popen)
     return consumer
 
 
@@ -458,17 +491,19 @@ def tsp_states(binary: str, base: Path) -> dict[str, int]:
 # -- 1. idle cost and memory --------------------------------------------------------
 
 
-def measure_idle(mode: Mode, root: Path, reaper: Reaper, tsp: str | None) -> dict[str, Any]:
-    log(f"idle cost: starting the subjects, then {SETTLE:g} s settle and a "
+def measure_idle(mode: Mode, root: Path, reaper: Reaper, tsp: str | None,
+                 peers: set[str]) -> dict[str, Any]:
+    log(f"idle cost: starting the subjects, then {mode.settle:g} s settle and a "
         f"{mode.idle_window:g} s window")
     sloth = start_sloth(root / "idle-sloth", reaper)
     later = start_sloth(root / "idle-sloth-later", reaper, delayed_job=True)
-    huey = start_huey(root / "idle-huey", "bench_huey_idle", reaper)
-    pids = {"sloth": sloth.popen.pid, "sloth_job_1h": later.popen.pid, "huey": huey.popen.pid}
+    pids = {"sloth": sloth.popen.pid, "sloth_job_1h": later.popen.pid}
+    if "huey" in peers:
+        pids["huey"] = start_huey(root / "idle-huey", "bench_huey_idle", reaper).popen.pid
     if tsp is not None:
         pids["tsp"] = start_tsp(tsp, root / "idle-tsp", reaper)
-    time.sleep(SETTLE)
-    readings = sample(pids, mode.idle_window)
+    time.sleep(mode.settle)
+    readings = sample(pids, mode.idle_window, mode.sub_window)
     for name, pid in pids.items():
         if not Path(f"/proc/{pid}").exists():
             raise RuntimeError(f"{name} ({pid}) exited during the idle window")
@@ -484,10 +519,11 @@ def measure_idle(mode: Mode, root: Path, reaper: Reaper, tsp: str | None) -> dic
     return results
 
 
-def measure_tray(root: Path, reaper: Reaper, notes: list[str]) -> dict[str, Any] | None:
+def measure_tray(mode: Mode, root: Path, reaper: Reaper,
+                 notes: list[str]) -> dict[str, Any] | None:
     """RSS of the tray app, idle; None (with a note) without a display."""
     if not os.environ.get("DISPLAY"):
-        notes.append("tray RSS: skipped, DISPLAY is unset (no X display to show an icon on)")
+        notes.append(f"tray RSS: skipped, {NO_DISPLAY} (no X display to show an icon on)")
         return None
     places = Places(home=root / "tray" / "home", results=root / "tray" / "results")
     places.results.mkdir(parents=True)
@@ -496,20 +532,13 @@ def measure_tray(root: Path, reaper: Reaper, notes: list[str]) -> dict[str, Any]
                                   str(places.home)], env=clean_env(), stdin=subprocess.DEVNULL,
                                  stdout=subprocess.DEVNULL, stderr=stderr)
     reaper.add(popen.pid, popen)
-
-    def started() -> str | None:
-        text = read_text(places.app_log) or ""
-        if TRAY_READY in text:
-            return "tray"
-        return "headless" if drop_latency.READY_LINE in text else None
-
-    how = wait_for(started, READY_TIMEOUT, "the tray app to start", popen)
-    if how != "tray":
+    drop_latency.wait_until_ready(popen, places)  # the queue says it runs jobs
+    if TRAY_READY not in (read_text(places.app_log) or ""):  # logged before it runs any
         notes.append("tray RSS: skipped, the app could not show an icon and ran headless "
                      f"(see {places.app_log.name})")
         reaper.stop(popen.pid)
         return None
-    time.sleep(SETTLE)
+    time.sleep(mode.settle)
     rss = []
     for _ in range(5):
         rss.append(usage(popen.pid).rss_kib / 1024)
@@ -523,19 +552,19 @@ def measure_tray(root: Path, reaper: Reaper, notes: list[str]) -> dict[str, Any]
 
 def sloth_latencies(mode: Mode, root: Path, reaper: Reaper) -> list[dict[str, float]]:
     sloth = start_sloth(root / "latency-sloth", reaper)
-    app_log = drop_latency.AppLog(sloth.places.app_log)
     trials = []
-    for index, idle in enumerate(idle_plan(mode), start=1):
-        time.sleep(idle)  # the point of the bench: the daemon sits idle this long
-        drop = drop_latency.drop_one(index, sloth.places, sloth.popen, app_log)
-        trials.append({"idle_s": idle, "latency_ms": drop.latency_ms})
-        log(f"  sloth after {idle:4g} s idle: {drop.latency_ms:9.1f} ms")
+    with drop_latency.JobWatch(sloth.places.db) as jobs:  # each job's end, from the queue
+        for index, idle in enumerate(idle_plan(mode), start=1):
+            time.sleep(idle)  # the point of the bench: the daemon sits idle this long
+            drop = drop_latency.drop_one(index, sloth.places, sloth.popen, jobs)
+            trials.append({"idle_s": idle, "latency_ms": drop.latency_ms})
+            log(f"  sloth after {idle:4g} s idle: {drop.latency_ms:9.1f} ms")
     reaper.stop(sloth.popen.pid)
     return trials
 
 
 def idle_plan(mode: Mode) -> list[float]:
-    return [idle for _ in range(REPEATS) for idle in mode.idles]
+    return [idle for _ in range(mode.repeats) for idle in mode.idles]
 
 
 @contextmanager
@@ -553,6 +582,15 @@ def importable(directory: Path, module: str) -> Iterator[Any]:
 def read_stamp(path: Path) -> float | None:
     text = read_text(path)
     return float(text) if text and text.endswith("\n") else None
+
+
+def read_marker(path: Path) -> tuple[float, int] | None:
+    """A huey burst task's marker once whole: (when it ended, its script's exit status)."""
+    text = read_text(path)
+    if not text or not text.endswith("\n"):
+        return None
+    at, status = text.split()
+    return float(at), int(status)
 
 
 def huey_latencies(mode: Mode, root: Path, reaper: Reaper) -> list[dict[str, float]]:
@@ -614,23 +652,27 @@ def huey_next_poll(idle: float) -> tuple[float, float]:
     return at - idle, interval
 
 
-def measure_latency(mode: Mode, root: Path, reaper: Reaper, tsp: str | None) -> dict[str, Any]:
+def measure_latency(mode: Mode, root: Path, reaper: Reaper, tsp: str | None,
+                    peers: set[str]) -> dict[str, Any]:
     log(f"drop -> start latency: idle {', '.join(f'{i:g}' for i in mode.idles)} s, "
-        f"{REPEATS} times each; sloth, huey{' and tsp' if tsp else ''} in parallel")
+        f"{mode.repeats} times each; sloth{', huey' if 'huey' in peers else ''}"
+        f"{' and tsp' if tsp else ''} in parallel")
     floor_places = Places(home=root / "floor" / "home", results=root / "floor" / "results")
     floor_places.results.mkdir(parents=True)
     floors = drop_latency.spawn_floor(floor_places)
     with ThreadPoolExecutor(max_workers=3) as pool:
         sloth = pool.submit(sloth_latencies, mode, root, reaper)
-        huey = pool.submit(huey_latencies, mode, root, reaper)
+        huey = pool.submit(huey_latencies, mode, root, reaper) if "huey" in peers else None
         peer = pool.submit(tsp_latencies, mode, root, reaper, tsp) if tsp else None
-        sloth_trials, huey_trials = sloth.result(), huey.result()
+        sloth_trials = sloth.result()
+        huey_trials = huey.result() if huey else None
         tsp_trials = peer.result() if peer else None
     schedule = {f"{idle:g}": dict(zip(("next_poll_s", "interval_s"), huey_next_poll(idle),
                                       strict=True)) for idle in mode.idles}
     results = {"spawn_floor_ms": median(floors), "spawn_floor_runs_ms": floors,
-               "sloth": by_idle(sloth_trials), "huey": by_idle(huey_trials),
-               "huey_schedule": schedule}
+               "sloth": by_idle(sloth_trials), "huey_schedule": schedule, "repeats": mode.repeats}
+    if huey_trials is not None:
+        results["huey"] = by_idle(huey_trials)
     if tsp_trials is not None:
         results["tsp"] = by_idle(tsp_trials)
     return results
@@ -741,11 +783,11 @@ CYCLE_NOTES = {
 }
 
 
-def measure_cycles(mode: Mode, root: Path) -> dict[str, Any]:
+def measure_cycles(mode: Mode, root: Path, peers: set[str]) -> dict[str, Any]:
     settings = mode.queue
+    names = [name for name in CYCLES if name not in PEER_PACKAGES or name in peers]
     log(f"full cycle at synchronous={SYNCHRONOUS}: {settings.rounds} rounds x "
-        f"{settings.jobs} jobs, {len(CYCLES)} implementations interleaved")
-    names = list(CYCLES)
+        f"{settings.jobs} jobs, {len(names)} implementations interleaved")
     rates: dict[str, list[float]] = {name: [] for name in names}
     for round_no in range(settings.rounds):
         shift = round_no % len(names)  # who goes first moves each round
@@ -778,8 +820,8 @@ def wall_ms(command: list[str], env: dict[str, str]) -> float:
     return took
 
 
-def measure_cli(root: Path, reaper: Reaper, tsp: str | None) -> dict[str, Any]:
-    log(f"command-line start-up: {CLI_RUNS} runs of each command, interleaved")
+def measure_cli(mode: Mode, root: Path, reaper: Reaper, tsp: str | None) -> dict[str, Any]:
+    log(f"command-line start-up: {mode.cli_runs} runs of each command, interleaved")
     home = root / "cli-sloth" / "home"
     home.parent.mkdir(parents=True)
     commands = {
@@ -795,7 +837,7 @@ def measure_cli(root: Path, reaper: Reaper, tsp: str | None) -> dict[str, Any]:
         wall_ms(command, env)  # warm-up, not counted: the first status makes the home
     times: dict[str, list[float]] = {name: [] for name in commands}
     names = list(commands)
-    for run in range(CLI_RUNS):
+    for run in range(mode.cli_runs):
         shift = run % len(names)  # who goes first moves each run
         for name in names[shift:] + names[:shift]:
             times[name].append(wall_ms(*commands[name]))
@@ -805,7 +847,7 @@ def measure_cli(root: Path, reaper: Reaper, tsp: str | None) -> dict[str, Any]:
     ratio = medians["sloth"] / medians["bare"]
     log("  " + ", ".join(f"{name} {value:.1f} ms" for name, value in medians.items())
         + f"; sloth/bare {ratio:.2f}")
-    return {"runs": CLI_RUNS, "commands": {name: c for name, (c, _) in commands.items()},
+    return {"runs": mode.cli_runs, "commands": {name: c for name, (c, _) in commands.items()},
             "runs_ms": times, "median_ms": medians, "sloth_over_bare": ratio,
             "goal_sloth_over_bare": CLI_GOAL, "goal_met": ratio <= CLI_GOAL}
 
@@ -864,31 +906,38 @@ def floor_burst(count: int, folder: Path) -> dict[str, Any]:
 
 
 class QueueWatch:
-    """The daemon's queue.db, read-only: a look costs the daemon no lock and no write."""
+    """The daemon's queue, through the Queue API (never its log): counts, failures and
+    each job's history. Reads only; in WAL mode they never hold the daemon up."""
 
-    def __init__(self, path: Path) -> None:
-        self.db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=5.0)
+    def __init__(self, path: Path, ignore: str = drop_latency.PROBE) -> None:
+        self.queue = Queue(path)
+        self.ignore = ignore  # the readiness probe's job: done before the burst began
 
     def states(self) -> dict[str, int]:
-        return dict(self.db.execute("SELECT state, count(*) FROM jobs GROUP BY state"))
+        return self.queue.status()
+
+    def jobs(self) -> list[Job]:
+        return [job for job in self.queue.jobs() if job.name != self.ignore]
 
     def errors(self, limit: int = 3) -> list[str]:
-        return [row[0] for row in self.db.execute(
-            "SELECT name || ': ' || coalesce(last_error, '?') FROM jobs "
-            "WHERE state = 'failed' LIMIT ?", (limit,))]
+        return [f"{job.name}: {job.last_error or '?'}"
+                for job in self.queue.jobs(State.FAILED, limit=limit)]
+
+    def last_done(self) -> float:
+        return max(job.updated_at for job in self.jobs())
 
     def timeline(self) -> list[dict[str, float]]:
         """Each job's first push, claim, start and completion (wall times), by claim."""
         jobs = []
-        for created_at, history in self.db.execute("SELECT created_at, history FROM jobs"):
-            stamps = {"pushed": created_at}
-            for at, kind, _ in json.loads(history):
-                stamps.setdefault(kind, at)
+        for job in self.jobs():
+            stamps = {"pushed": job.created_at}
+            for event in self.queue.history(job.id):
+                stamps.setdefault(event.kind, event.at)
             jobs.append(stamps)
         return sorted(jobs, key=lambda s: s.get("claimed", math.inf))
 
     def close(self) -> None:
-        self.db.close()
+        self.queue.close()
 
 
 def stage_ms(timeline: list[dict[str, float]], first_write: float) -> dict[str, Any]:
@@ -924,8 +973,9 @@ def sloth_burst(count: int, root: Path, reaper: Reaper) -> dict[str, Any]:
     """`count` scripts written straight into a running daemon's jobs folder; timed from
     the first write to the last job recorded done (its updated_at, the daemon's clock)."""
     sloth = start_sloth(root / "burst-sloth", reaper)
-    watch = QueueWatch(sloth.places.home / "queue.db")
+    watch = QueueWatch(sloth.places.db)
     try:
+        ended_before = sum(watch.states()[state] for state in ("done", "failed"))  # the probe
         before = cpu_seconds(sloth.popen.pid)
         first_write = time.time()
         for i in range(count):
@@ -934,7 +984,8 @@ def sloth_burst(count: int, root: Path, reaper: Reaper) -> dict[str, Any]:
 
         def ended() -> dict[str, int] | None:
             states = watch.states()
-            return states if states.get("done", 0) + states.get("failed", 0) >= count else None
+            ended = states["done"] + states["failed"] - ended_before
+            return states if ended >= count else None
 
         states = wait_for(ended, burst_deadline(count), f"sloth's {count} jobs", sloth.popen,
                           every=BURST_POLL)
@@ -943,7 +994,7 @@ def sloth_burst(count: int, root: Path, reaper: Reaper) -> dict[str, Any]:
         if states.get("failed"):
             raise RuntimeError(f"{states['failed']} of sloth's burst jobs failed, e.g. "
                                + "; ".join(watch.errors()))
-        last_done = watch.db.execute("SELECT max(updated_at) FROM jobs").fetchone()[0]
+        last_done = watch.last_done()
         stages = stage_ms(watch.timeline(), first_write)
     finally:
         watch.close()
@@ -961,8 +1012,6 @@ def huey_burst(count: int, root: Path, reaper: Reaper) -> dict[str, Any]:
     markers.mkdir()
 
     def ran() -> bool | None:
-        if "Unhandled exception" in (read_text(consumer.stderr) or ""):
-            raise RuntimeError(f"a huey burst task failed; see {consumer.stderr.name}")
         return True if len(os.listdir(markers)) >= count else None
 
     with importable(consumer.directory, consumer.module) as tasks:
@@ -974,9 +1023,14 @@ def huey_burst(count: int, root: Path, reaper: Reaper) -> dict[str, Any]:
         wait_for(ran, burst_deadline(count), f"huey's {count} tasks", consumer.popen,
                  every=BURST_POLL)
         seen = time.time() - first
-    stamps = [wait_for(lambda m=m: read_stamp(m), READY_TIMEOUT, f"marker {m.name}")
-              for m in markers.iterdir()]
+    ends = [wait_for(lambda m=m: read_marker(m), READY_TIMEOUT, f"marker {m.name}")
+            for m in markers.iterdir()]
     reaper.stop(consumer.popen.pid)
+    failed = [status for _, status in ends if status != 0]
+    if failed:
+        raise RuntimeError(f"{len(failed)} of huey's burst scripts exited non-zero "
+                           f"(e.g. {failed[0]})")
+    stamps = [at for at, _ in ends]
     return {**rate(count, max(stamps) - first), "enqueued_s": enqueued, "seen_done_s": seen,
             "synchronous": synchronous}
 
@@ -999,17 +1053,19 @@ def tsp_burst(count: int, root: Path, reaper: Reaper, binary: str) -> dict[str, 
     return {**rate(count, seconds), "enqueued_s": enqueued}
 
 
-def measure_burst(mode: Mode, root: Path, reaper: Reaper, tsp: str | None) -> dict[str, Any]:
+def measure_burst(mode: Mode, root: Path, reaper: Reaper, tsp: str | None,
+                  peers: set[str]) -> dict[str, Any]:
     count = mode.burst
-    log(f"burst: {count:,} scripts at once, one at a time; floor, sloth, huey"
-        f"{', tsp' if tsp else ''}, floor again")
+    log(f"burst: {count:,} scripts at once, one at a time; floor, sloth"
+        f"{', huey' if 'huey' in peers else ''}{', tsp' if tsp else ''}, floor again")
     results: dict[str, Any] = {"jobs": count, "script": BURST_SCRIPT}
     floors = [floor_burst(count, root / "burst-floor-1")]
     log(f"  floor {floors[0]['jobs_per_s']:8.0f} jobs/s")
     results["sloth"] = sloth_burst(count, root, reaper)
     log(f"  sloth {results['sloth']['jobs_per_s']:8.0f} jobs/s")
-    results["huey"] = huey_burst(count, root, reaper)
-    log(f"  huey  {results['huey']['jobs_per_s']:8.0f} jobs/s")
+    if "huey" in peers:
+        results["huey"] = huey_burst(count, root, reaper)
+        log(f"  huey  {results['huey']['jobs_per_s']:8.0f} jobs/s")
     if tsp is not None:
         results["tsp"] = tsp_burst(count, root, reaper, tsp)
         log(f"  tsp   {results['tsp']['jobs_per_s']:8.0f} jobs/s")
@@ -1045,6 +1101,7 @@ class Row:
     peer_value: float | None = None
     better: str = ""  # "lower" or "higher"; empty: nothing to compare with
     note: str = ""
+    skip: str = ""  # why this machine cannot have the figures (a peer not installed, ...)
 
     @property
     def ratio(self) -> float | None:
@@ -1073,16 +1130,35 @@ def number(value: float | None, unit: str) -> str:
     return f"{value:,.1f}"
 
 
-def idle_rows(idle: dict[str, Any]) -> list[Row]:
+IDLE_PEERS = {"huey": "huey consumer", "tsp": "tsp server"}  # name: label in the table
+CYCLE_PEERS = ("huey", "persist-queue", "litequeue", "bare loop")
+MEASURE_CLI = "status --json, whole process"
+
+
+def skipped(reason: str) -> str:
+    return f"skipped: {reason}"
+
+
+def peer_row(row: Row, section: dict[str, Any], name: str, absent: dict[str, str],
+             value: Any) -> Row:
+    """`row` with the peer's value, or, for a peer this machine lacks, the reason why not."""
+    if name in absent:
+        row.skip = absent[name]
+        row.note = skipped(absent[name])
+    elif name in section:
+        row.peer_value = value(section[name])
+    return row
+
+
+def idle_rows(idle: dict[str, Any], absent: dict[str, str]) -> list[Row]:
     rows = []
-    peers = [(name, label) for name, label in (("huey", "huey consumer"), ("tsp", "tsp server"))
-             if name in idle]
     for key, label, unit in (("wakeups_per_min", "wake-ups", "/min"),
                              ("cpu_ms_per_min", "CPU", "ms/min")):
         for subject, when in (("sloth", "empty queue"), ("sloth_job_1h", "job 1h ahead")):
-            for peer, peer_label in peers:
-                rows.append(Row("idle", f"{label}, {when}", unit, idle[subject][key], peer_label,
-                                idle[peer][key], "lower"))
+            for peer, peer_label in IDLE_PEERS.items():
+                rows.append(peer_row(Row("idle", f"{label}, {when}", unit, idle[subject][key],
+                                         peer_label, better="lower"),
+                                     idle, peer, absent, lambda p, k=key: p[k]))
     later, empty = idle["sloth_job_1h"], idle["sloth"]
     polls = later["wakeups_per_min"] > empty["wakeups_per_min"] + 1
     rows.append(Row("idle", "job 1h ahead vs empty", "/min", later["wakeups_per_min"],
@@ -1091,85 +1167,148 @@ def idle_rows(idle: dict[str, Any]) -> list[Row]:
     return rows
 
 
-def latency_rows(latency: dict[str, Any]) -> list[Row]:
-    rows = []
-    for idle, s in latency["sloth"].items():
-        for peer in ("huey", "tsp"):
-            measure = f"drop->start after {idle} s idle"
-            if peer in latency:
-                rows.append(Row("latency", measure, "ms", s["median_ms"], peer,
-                                latency[peer][idle]["median_ms"], "lower"))
-            else:
-                rows.append(Row("latency", measure, "ms", s["median_ms"], peer,
-                                note="skipped (see notes)"))
-    return rows
+def latency_measure(idle: float) -> str:
+    return f"drop->start after {idle:g} s idle"
 
 
-def cli_rows(cli: dict[str, Any]) -> list[Row]:
+def latency_rows(latency: dict[str, Any], absent: dict[str, str]) -> list[Row]:
+    return [peer_row(Row("latency", latency_measure(float(idle)), "ms", s["median_ms"], peer,
+                         better="lower"),
+                     latency, peer, absent, lambda p, i=idle: p[i]["median_ms"])
+            for idle, s in latency["sloth"].items() for peer in ("huey", "tsp")]
+
+
+def cli_rows(cli: dict[str, Any], absent: dict[str, str]) -> list[Row]:
     medians = cli["median_ms"]
     verdict = "met" if cli["goal_met"] else "NOT met"
-    measure = "status --json, whole process"
-    rows = [Row("cli", measure, "ms", medians["sloth"], "bare interpreter", medians["bare"],
+    return [Row("cli", MEASURE_CLI, "ms", medians["sloth"], "bare interpreter", medians["bare"],
                 "lower", f"sloth/bare {cli['sloth_over_bare']:.2f}x "
-                f"(goal <= {cli['goal_sloth_over_bare']:g}x: {verdict})")]
-    if "tsp" in medians:
-        rows.append(Row("cli", measure, "ms", medians["sloth"], "tsp -l", medians["tsp"],
-                        "lower"))
-    return rows
+                f"(goal <= {cli['goal_sloth_over_bare']:g}x: {verdict})"),
+            peer_row(Row("cli", MEASURE_CLI, "ms", medians["sloth"], "tsp -l", better="lower"),
+                     medians, "tsp", absent, lambda p: p)]
 
 
-def burst_rows(burst: dict[str, Any]) -> list[Row]:
-    measure = f"burst, {burst['jobs']:,} scripts"
+def burst_measure(count: int) -> str:
+    return f"burst, {count:,} scripts"
+
+
+def burst_rows(burst: dict[str, Any], absent: dict[str, str]) -> list[Row]:
+    measure = burst_measure(burst["jobs"])
     sloth = burst["sloth"]["jobs_per_s"]
     verdict = "met" if burst["goal_met"] else "NOT met"
     rows = [Row("burst", measure, "jobs/s", sloth, "spawn floor", burst["floor"]["jobs_per_s"],
                 "higher", f"sloth/floor {burst['sloth_over_floor']:.2f} "
                 f"(goal >= {burst['goal_sloth_over_floor']:g}: {verdict})")]
-    for peer in ("huey", "tsp"):
-        if peer in burst:
-            rows.append(Row("burst", measure, "jobs/s", sloth, peer, burst[peer]["jobs_per_s"],
-                            "higher"))
-        else:
-            rows.append(Row("burst", measure, "jobs/s", sloth, peer, note="skipped (see notes)"))
+    rows += [peer_row(Row("burst", measure, "jobs/s", sloth, peer, better="higher"),
+                      burst, peer, absent, lambda p: p["jobs_per_s"]) for peer in ("huey", "tsp")]
     return rows
 
 
-def cycle_rows(cycles: dict[str, Any]) -> list[Row]:
+def cycle_measure(label: str) -> str:
+    return f"full cycle at {SYNCHRONOUS}, {label}"
+
+
+def cycle_rows(cycles: dict[str, Any], absent: dict[str, str]) -> list[Row]:
     """Each sloth row (the API cycle, the engine loop) against every peer; then the two
     sloth rows against each other."""
-    medians, sync = cycles["median"], cycles["synchronous"]
-    rows = [Row("queue", f"full cycle at {sync}, {label}", "cycles/s", medians[sloth], name,
-                medians[name], "higher")
-            for sloth, label in SLOTH_CYCLES.items() for name in medians
-            if name not in SLOTH_CYCLES]
-    rows.append(Row("queue", f"full cycle at {sync}, engine loop", "cycles/s",
+    medians = cycles["median"]
+    rows = [peer_row(Row("queue", cycle_measure(label), "cycles/s", medians[sloth], name,
+                         better="higher"), medians, name, absent, lambda p: p)
+            for sloth, label in SLOTH_CYCLES.items() for name in CYCLE_PEERS]
+    rows.append(Row("queue", cycle_measure("engine loop"), "cycles/s",
                     medians["sloth engine loop"], "sloth, API", medians["sloth"], "",
                     "+ the runner's `started` note"))
     return rows
+
+
+def scale_measures(done: int) -> tuple[str, str]:
+    return f"claim ({SYNCHRONOUS}) @ {done:,} done", f"status() @ {done:,} done"
 
 
 def scale_rows(scale: list[dict[str, Any]]) -> list[Row]:
     rows = []
     base = scale[0]
     for s in scale:
+        claim, status = scale_measures(s["done"])
         growth = s["claim_us"][SYNCHRONOUS] / base["claim_us"][SYNCHRONOUS]
-        rows.append(Row("scale", f"claim ({SYNCHRONOUS}) @ {s['done']:,} done", "us",
-                        s["claim_us"][SYNCHRONOUS], note=f"x{growth:.2f} vs {base['done']:,}"))
+        rows.append(Row("scale", claim, "us", s["claim_us"][SYNCHRONOUS],
+                        note=f"x{growth:.2f} vs {base['done']:,}"))
         growth = s["status_us"] / base["status_us"]
-        rows.append(Row("scale", f"status() @ {s['done']:,} done", "us", s["status_us"],
+        rows.append(Row("scale", status, "us", s["status_us"],
                         note=f"x{growth:.2f} vs {base['done']:,}"))
     return rows
 
 
-def memory_rows(idle: dict[str, Any], tray: dict[str, Any] | None) -> list[Row]:
-    rows = [Row("memory", "RSS, run --headless idle", "MiB", idle["sloth"]["rss_mib"], label,
-                idle[name]["rss_mib"], "lower")
-            for name, label in (("huey", "huey consumer"), ("tsp", "tsp server")) if name in idle]
+MEASURE_RSS, MEASURE_TRAY = "RSS, run --headless idle", "RSS, tray app idle"
+
+
+def memory_rows(idle: dict[str, Any], tray: dict[str, Any] | None, tray_skipped: str,
+                absent: dict[str, str]) -> list[Row]:
+    rows = [peer_row(Row("memory", MEASURE_RSS, "MiB", idle["sloth"]["rss_mib"], label,
+                         better="lower"), idle, name, absent, lambda p: p["rss_mib"])
+            for name, label in IDLE_PEERS.items()]
     if tray is None:
-        rows.append(Row("memory", "RSS, tray app idle", "MiB", None, note="skipped (see notes)"))
+        rows.append(Row("memory", MEASURE_TRAY, "MiB", None, note=skipped(tray_skipped),
+                        skip=tray_skipped))
     else:
-        rows.append(Row("memory", "RSS, tray app idle", "MiB", tray["rss_mib"]))
+        rows.append(Row("memory", MEASURE_TRAY, "MiB", tray["rss_mib"]))
     return rows
+
+
+def table_rows(results: dict[str, Any]) -> list[Row]:
+    """The rows of every section that produced results (a failed section has none)."""
+    absent = results["absent"]
+    builders = {
+        "idle": lambda r: idle_rows(r, absent),
+        "latency": lambda r: latency_rows(r, absent),
+        "cycles": lambda r: cycle_rows(r, absent),
+        "cli": lambda r: cli_rows(r, absent),
+        "burst": lambda r: burst_rows(r, absent),
+        "scale": scale_rows,
+    }
+    rows = [row for key, build in builders.items() if key in results
+            for row in build(results[key])]
+    if "idle" in results and "tray" in results:
+        rows += memory_rows(results["idle"], results["tray"], results.get("tray_skipped", ""),
+                            absent)
+    return rows
+
+
+def expected_rows(mode: Mode) -> list[tuple[str, str, str]]:
+    """(section, measure, peer) of every row a run in `mode` must produce, from the mode
+    alone: a section that failed, or a row a change forgot, shows up missing."""
+    rows = [("idle", f"{label}, {when}", peer)
+            for label in ("wake-ups", "CPU") for when in ("empty queue", "job 1h ahead")
+            for peer in IDLE_PEERS.values()]
+    rows.append(("idle", "job 1h ahead vs empty", "sloth, empty"))
+    rows += [("latency", latency_measure(idle), peer)
+             for idle in mode.idles for peer in ("huey", "tsp")]
+    rows += [("queue", cycle_measure(label), peer)
+             for label in SLOTH_CYCLES.values() for peer in CYCLE_PEERS]
+    rows.append(("queue", cycle_measure("engine loop"), "sloth, API"))
+    rows += [("cli", MEASURE_CLI, peer) for peer in ("bare interpreter", "tsp -l")]
+    rows += [("burst", burst_measure(mode.burst), peer) for peer in ("spawn floor", "huey", "tsp")]
+    rows += [("scale", measure, "-") for done in mode.queue.sizes
+             for measure in scale_measures(done)]
+    rows += [("memory", MEASURE_RSS, peer) for peer in IDLE_PEERS.values()]
+    rows.append(("memory", MEASURE_TRAY, "-"))
+    return rows
+
+
+def produced(row: Row) -> bool:
+    """A row is produced when it holds its figures, or says why this machine cannot have
+    them (a peer not installed, no display): never silently empty."""
+    if row.skip:
+        return True
+    return row.sloth is not None and (row.peer == "-" or row.peer_value is not None)
+
+
+def missing_rows(mode: Mode, rows: list[Row]) -> list[str]:
+    """`section: measure vs peer` of each expected row not produced, in table order."""
+    made = {(r.section, r.measure, r.peer) for r in rows if produced(r)}
+    return [f"{section}: {measure}" + ("" if peer == "-" else f" vs {peer}")
+            for section, measure, peer in expected_rows(mode)
+            if (section, measure, peer) not in made]
 
 
 def ratio_text(row: Row) -> str:
@@ -1214,30 +1353,44 @@ def huey_schedule_note(schedule: dict[str, dict[str, float]]) -> str:
 
 
 def report(results: dict[str, Any], rows: list[Row]) -> str:
-    latency = results["latency"]
-    versions = ", ".join(f"{k} {v}" for k, v in results["peers"].items())
+    mode = results["mode"]
+    versions = ", ".join(f"{k} {v}" for k, v in results["peers"].items()) or "none installed"
+    smoke = " (tiny counts: it proves every row is produced; the figures mean nothing)"
     lines = [
         machine_line(results["machine"]),
         f"Peers: {versions}",
-        f"Mode: {'quick' if results['mode']['quick'] else 'full'}; "
+        f"Mode: {mode['name']}{smoke if mode['name'] == 'smoke' else ''}; "
         f"total {results['seconds']:.0f} s",
         "",
         render(rows),
         "",
         "Notes:",
-        f"- idle: median of {SUB_WINDOW:g} s sub-windows over {results['mode']['idle_window']:g} s "
-        f"after a {SETTLE:g} s settle; the job due in 1 h was still "
-        f"{results['idle']['sloth_job_1h']['status_after']['pending']} pending afterwards",
-        f"- latency: median of {REPEATS} drops per idle length; sloth's and tsp's include "
-        f"starting /bin/sh + date (spawn floor {latency['spawn_floor_ms']:.1f} ms), huey's "
-        "task is a function call in its worker thread; tsp's clock starts before its client "
-        "process (`tsp /bin/sh script`), which queues the job",
-        huey_schedule_note(latency["huey_schedule"]),
-        *(f"- cycle, {name}: {what}" for name, what in results["cycles"]["what"].items()),
-        cli_note(results["cli"]),
-        *burst_notes(results["burst"]),
-        *(f"- {note}" for note in results["notes"]),
     ]
+    if "idle" in results:
+        lines.append(
+            f"- idle: median of {mode['sub_window']:g} s sub-windows over "
+            f"{mode['idle_window']:g} s after a {mode['settle']:g} s settle; the job due in "
+            f"1 h was still {results['idle']['sloth_job_1h']['status_after']['pending']} "
+            "pending afterwards")
+    if "latency" in results:
+        latency = results["latency"]
+        lines += [
+            f"- latency: median of {latency['repeats']} drops per idle length; sloth's and "
+            f"tsp's include starting /bin/sh + date (spawn floor "
+            f"{latency['spawn_floor_ms']:.1f} ms), huey's task is a function call in its "
+            "worker thread; tsp's clock starts before its client process "
+            "(`tsp /bin/sh script`), which queues the job",
+            huey_schedule_note(latency["huey_schedule"]),
+        ]
+    if "cycles" in results:
+        lines += [f"- cycle, {name}: {what}" for name, what in results["cycles"]["what"].items()
+                  if name in results["cycles"]["median"]]
+    if "cli" in results:
+        lines.append(cli_note(results["cli"]))
+    if "burst" in results:
+        lines += burst_notes(results["burst"])
+    lines += [f"- {note}" for note in results["notes"]]
+    lines += [f"- {section}: FAILED, {why}" for section, why in results["failed"].items()]
     return "\n".join(lines)
 
 
@@ -1257,10 +1410,11 @@ def burst_notes(burst: dict[str, Any]) -> list[str]:
         "sloth: written straight into a running daemon's jobs folder, timed from the first "
         "write to the last job recorded done; floor: subprocess.run(['/bin/sh', script]) in "
         "a loop here, in a session of its own with output through pipes as sloth's runner "
-        f"starts a job, run before and after the others ({runs} jobs/s, median taken); "
-        "huey: one task per script, enqueued at once, its worker running the script the same "
-        "way, timed to the last task's marker (its queue at synchronous="
-        f"{burst['huey']['synchronous']}, the default: 0 off, 1 normal, 2 full)",
+        f"starts a job, run before and after the others ({runs} jobs/s, median taken)"
+        + ("" if "huey" not in burst else
+           "; huey: one task per script, enqueued at once, its worker running the script the "
+           "same way, timed to the last task's marker (its queue at synchronous="
+           f"{burst['huey']['synchronous']}, the default: 0 off, 1 normal, 2 full)"),
     ]
     if "tsp" in burst:
         lines.append(f"- burst, tsp: `tsp /bin/sh script` for each (one client process per "
@@ -1369,7 +1523,8 @@ def draw_chart(results: dict[str, Any], path: Path) -> None:
                 *((peer, latency[peer][idle_s]["median_ms"]) for peer in ("huey", "tsp")
                   if peer in latency)])
               for idle_s, s in latency["sloth"].items()]
-    draw_panel(draw, (30, 770, 970, 1120), f"Drop -> start latency, median of {REPEATS} "
+    draw_panel(draw, (30, 770, 970, 1120), f"Drop -> start latency, median of "
+               f"{latency['repeats']} "
                "(lower is better)", groups, "ms")
     burst = results["burst"]
     bars = [("sloth-tray", burst["sloth"]["jobs_per_s"]),
@@ -1384,14 +1539,25 @@ def draw_chart(results: dict[str, Any], path: Path) -> None:
 # -- main ---------------------------------------------------------------------------------
 
 
-def peer_versions() -> dict[str, str]:
+NOT_INSTALLED = {
+    "huey": "huey not installed (sh tests/bench/setup.sh)",
+    "persist-queue": "persist-queue not installed (sh tests/bench/setup.sh)",
+    "litequeue": "litequeue not installed (sh tests/bench/setup.sh)",
+    "tsp": "task-spooler not installed (sh tests/bench/setup.sh as root)",
+}
+NO_DISPLAY = "DISPLAY is unset"
+
+
+def peer_versions(mode: Mode) -> dict[str, str]:
+    """The installed peers' versions. A full or quick run needs every Python peer; a smoke
+    run goes on without those missing, and their rows say so."""
     versions, missing = {}, []
     for package in PEER_PACKAGES:
         try:
             versions[package] = version(package)
         except PackageNotFoundError:
             missing.append(package)
-    if missing:
+    if missing and not mode.smoke:
         sys.exit(f"missing peers: {', '.join(missing)}; install the bench extra: "
                  "pip install -e '.[bench]'")
     return versions
@@ -1399,26 +1565,57 @@ def peer_versions() -> dict[str, str]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="30 s idle window, no 60 s idle drops, no 1M size, fewer rounds")
-    parser.add_argument("--out", type=Path, default=BENCH_DIR / "results", metavar="DIR",
-                        help="where results.json and chart.png go (default tests/bench/results)")
-    return parser.parse_args(argv)
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true",
+                      help="30 s idle window, no 60 s idle drops, no 1M size, fewer rounds")
+    size.add_argument("--smoke", action="store_true",
+                      help="every section with tiny counts, quietly (CI: well under 90 s); "
+                           "fails with one sentence unless every row of the table is "
+                           "produced; peers not installed are skipped, and say so")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="where results.json and chart.png go (default tests/bench/results; "
+                             "with --smoke, nowhere unless given)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the results as JSON (the table among them), not the table")
+    args = parser.parse_args(argv)
+    if args.out is None and not args.smoke:
+        args.out = BENCH_DIR / "results"
+    return args
+
+
+SECTIONS = ("idle", "latency", "cycles", "cli", "burst", "scale", "tray")
 
 
 def run_all(mode: Mode, root: Path, reaper: Reaper, results: dict[str, Any]) -> None:
+    """Every section in turn; one that fails leaves its rows out, says why in
+    results["failed"], and the next one runs."""
     notes: list[str] = results["notes"]
+    absent: dict[str, str] = results["absent"]
     tsp = results["tsp_binary"] = tsp_binary()
     if tsp is None:
+        absent["tsp"] = NOT_INSTALLED["tsp"]
         notes.append("tsp: task-spooler is not installed (sh tests/bench/setup.sh, or "
                      "apt-get install task-spooler): left out of idle, latency, cli and burst")
-    results["idle"] = measure_idle(mode, root, reaper, tsp)
-    results["latency"] = measure_latency(mode, root, reaper, tsp)
-    results["cycles"] = measure_cycles(mode, root)
-    results["cli"] = measure_cli(root, reaper, tsp)
-    results["burst"] = measure_burst(mode, root, reaper, tsp)
-    results["scale"] = measure_scale(mode, root)
-    results["tray"] = measure_tray(root, reaper, notes)
+    peers = {name for name in PEER_PACKAGES if name in results["peers"]}
+    absent.update({name: NOT_INSTALLED[name] for name in PEER_PACKAGES if name not in peers})
+    sections = {
+        "idle": lambda: measure_idle(mode, root, reaper, tsp, peers),
+        "latency": lambda: measure_latency(mode, root, reaper, tsp, peers),
+        "cycles": lambda: measure_cycles(mode, root, peers),
+        "cli": lambda: measure_cli(mode, root, reaper, tsp),
+        "burst": lambda: measure_burst(mode, root, reaper, tsp, peers),
+        "scale": lambda: measure_scale(mode, root),
+        "tray": lambda: measure_tray(mode, root, reaper, notes),
+    }
+    for name, measure in sections.items():
+        try:
+            results[name] = measure()
+        except Exception as exc:  # the section's rows go missing, and the run says why
+            results["failed"][name] = f"{type(exc).__name__}: {exc}"
+            log(f"{name}: failed: {exc}")
+    if "tray" in results and results["tray"] is None:
+        results["tray_skipped"] = (NO_DISPLAY if not os.environ.get("DISPLAY")
+                                   else "the app could not show an icon and ran headless")
 
 
 def on_sigterm(signum: int, frame: object) -> None:
@@ -1437,35 +1634,67 @@ def byte_compile_sloth() -> None:
     compileall.compile_dir(Path(sloth_tray.__file__).parent, quiet=1)
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    if not sys.platform.startswith("linux"):
-        sys.exit("compare.py reads /proc: Linux only")
-    mode = mode_for(args.quick)
-    results: dict[str, Any] = {"peers": peer_versions(), "notes": [],
-                               "mode": {**asdict(mode), "queue": asdict(mode.queue)}}
+def incomplete(mode: Mode, rows: list[Row], failed: dict[str, str]) -> str | None:
+    """One sentence saying which rows the run did not produce and why, or None."""
+    missing = missing_rows(mode, rows)
+    if not missing:
+        return None
+    why = "; ".join(f"the {name} section failed ({reason})" for name, reason in failed.items())
+    some = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+    return (f"compare.py --{mode.name}: {len(missing)} of {len(expected_rows(mode))} rows "
+            f"were not produced ({some})" + (f": {why}." if why else "."))
+
+
+def measure(mode: Mode, results: dict[str, Any], out: Path | None) -> list[Row]:
+    """Run every section, then write results.json and the chart into `out` (into the run's
+    temp dir when None, so a smoke run draws them too, and leaves nothing behind)."""
     byte_compile_sloth()
-    signal.signal(signal.SIGTERM, on_sigterm)
     root = Path(tempfile.mkdtemp(prefix="sloth-compare-"))
     results["machine"] = queue_bench.machine(str(root))
     reaper = Reaper()
     started = time.monotonic()
     try:
         run_all(mode, root, reaper, results)
+        results["seconds"] = time.monotonic() - started
+        rows = table_rows(results)
+        results["table"] = [row.as_dict() for row in rows]
+        results["missing_rows"] = missing_rows(mode, rows)
+        target = out or root / "results"
+        target.mkdir(parents=True, exist_ok=True)
+        (target / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        if not results["failed"]:
+            draw_chart(results, target / "chart.png")
     finally:
         reaper.stop_all(root)
         shutil.rmtree(root, ignore_errors=True)
-    results["seconds"] = time.monotonic() - started
-    rows = [*idle_rows(results["idle"]), *latency_rows(results["latency"]),
-            *cycle_rows(results["cycles"]), *cli_rows(results["cli"]),
-            *burst_rows(results["burst"]), *scale_rows(results["scale"]),
-            *memory_rows(results["idle"], results["tray"])]
-    results["table"] = [row.as_dict() for row in rows]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    draw_chart(results, args.out / "chart.png")
-    print(report(results, rows))
-    print(f"\nJSON: {args.out / 'results.json'}\nChart: {args.out / 'chart.png'}")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if not sys.platform.startswith("linux"):
+        sys.exit("compare.py reads /proc: Linux only")
+    mode = mode_for("smoke" if args.smoke else "quick" if args.quick else "full")
+    results: dict[str, Any] = {"peers": peer_versions(mode), "notes": [], "absent": {},
+                               "failed": {}, "mode": {**asdict(mode), "queue": asdict(mode.queue)}}
+    signal.signal(signal.SIGTERM, on_sigterm)
+    if mode.smoke:  # quiet: progress is not wanted; a failure says it in one sentence
+        try:
+            with redirect_stderr(io.StringIO()):
+                rows = measure(mode, results, args.out)
+                text = json.dumps(results, indent=2) if args.json else report(results, rows)
+        except Exception as exc:  # outside any section: the table, the chart, the files
+            sys.exit(f"compare.py --smoke: {type(exc).__name__}: {exc}")
+    else:
+        rows = measure(mode, results, args.out)
+        text = json.dumps(results, indent=2) if args.json else report(results, rows)
+    print(text)
+    if args.out is not None and not args.json:
+        chart = "" if results["failed"] else f"\nChart: {args.out / 'chart.png'}"
+        print(f"\nJSON: {args.out / 'results.json'}{chart}")
+    problem = incomplete(mode, rows, results["failed"])
+    if problem:
+        sys.exit(problem)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ Run it by hand from the repository root (pytest does not collect tests/bench):
     python tests/bench/drop_latency.py --keep            # keep the temp home (logs, queue.db)
 
 What it measures: the real daemon (`python -m sloth_tray run --headless`) runs as a
-child process with a temporary home. Once it is ready (the lock file holds its pid,
-the jobs folder exists and its log says it is running), it is left idle for `--idle`
+child process with a temporary home. Once it is ready (the lock file holds its pid and
+a probe script dropped into the jobs folder is recorded done), it is left idle for `--idle`
 seconds; the goal is the latency of an app that has sat idle for a minute. Then scripts
 are dropped one at a time: each is opened, written and closed directly in the jobs
 folder (on Linux the daemon takes a file on close-after-write), and the wall time is
@@ -17,8 +17,9 @@ read right after close(). Each script is `#!/bin/sh` and its first command write
 `date +%s%N` to a result file of its own; the latency of a drop is that timestamp minus
 the close timestamp. So it includes the job's own start-up (sh, then date), which
 is measured separately as the "spawn floor": the same script started directly by this
-process. After each drop the bench waits for the result file and for the daemon's log
-to record the job as done, then pauses a short gap, so drops never overlap.
+process. After each drop the bench waits for the result file and for the queue to
+record the job as done (the Queue API on queue.db: the app's log is for people, and
+its wording changes), then pauses a short gap, so drops never overlap.
 
 Reported: p50, p90, p99 and max in milliseconds (nearest-rank percentiles: with 50
 drops, p99 is the max), the first drop (the one after the long idle) on its own, and
@@ -37,7 +38,6 @@ import json
 import math
 import os
 import platform
-import re
 import shlex
 import shutil
 import signal
@@ -51,7 +51,8 @@ from pathlib import Path
 from statistics import median
 from typing import Any, TypeVar
 
-from sloth_tray.queue import Queue
+from sloth_tray.queue import Job, Queue
+from sloth_tray.states import State
 
 GOAL_P50_MS = 50.0
 GOAL_P99_MS = 250.0
@@ -59,8 +60,10 @@ READY_TIMEOUT = 30.0  # seconds for the daemon to start watching
 DROP_TIMEOUT = 30.0  # seconds for one dropped script to run and be recorded as done
 STOP_TIMEOUT = 10.0  # seconds between SIGTERM and SIGKILL
 POLL = 0.002  # seconds between looks at a result file (the latency is not affected)
+OUTCOME_POLL = 0.02  # seconds between looks at the queue for a job's end (after its start)
+NEWEST = 20  # jobs read, newest first, to find the one just dropped
 FLOOR_RUNS = 5
-READY_LINE = "running headless"
+PROBE = "bench-ready"  # the script dropped to tell that the daemon is ready
 
 T = TypeVar("T")
 
@@ -117,6 +120,10 @@ class Places:
         return self.home / "sloth-tray.lock"
 
     @property
+    def db(self) -> Path:
+        return self.home / "queue.db"
+
+    @property
     def app_log(self) -> Path:
         return self.home / "logs" / "sloth-tray.log"
 
@@ -134,20 +141,27 @@ def start_daemon(places: Places) -> subprocess.Popen:
 
 
 def wait_until_ready(daemon: subprocess.Popen, places: Places) -> float:
-    """Seconds until the daemon holds its lock, has its jobs folder and watches it.
+    """Seconds until the daemon holds its lock, watches the jobs folder and runs its jobs.
 
-    The lock is taken before the jobs folder is watched; the log's "running headless"
-    line comes after the watch is set up, so all three together mean ready.
+    Told by the queue, never by the wording of a log line: once the lock holds the
+    daemon's pid (taken before anything is watched) a probe script is written into the
+    jobs folder, and the daemon is ready when the queue records that job done. The inbox
+    watches the folder before it scans it, so a probe it took either way was taken by a
+    watching daemon, and the job's end says the engine runs too.
     """
     started = time.monotonic()
 
-    def ready() -> bool | None:
+    def locked() -> bool | None:
         pid = (read_text(places.lock) or "").strip()
-        if pid != str(daemon.pid) or not places.jobs.is_dir():
-            return None
-        return True if READY_LINE in (read_text(places.app_log) or "") else None
+        return True if pid == str(daemon.pid) and places.jobs.is_dir() else None
 
-    wait_for(ready, READY_TIMEOUT, "the daemon to start watching the jobs folder", daemon)
+    wait_for(locked, READY_TIMEOUT, "the daemon to take its lock", daemon)
+    write_script(places.jobs / f"{PROBE}.sh", "#!/bin/sh\ntrue\n")
+    with JobWatch(places.db) as jobs:
+        outcome = wait_for(lambda: jobs.outcome(PROBE), READY_TIMEOUT,
+                           "the daemon to run its first job", daemon, every=OUTCOME_POLL)
+    if outcome != "done":
+        raise RuntimeError(f"the readiness probe ended {outcome}, not done; see {places.app_log}")
     return time.monotonic() - started
 
 
@@ -164,21 +178,35 @@ def stop_daemon(daemon: subprocess.Popen) -> None:
         daemon.wait(timeout=STOP_TIMEOUT)
 
 
-class AppLog:
-    """Reads the daemon's log as it grows, to see each job's outcome line."""
+class JobWatch:
+    """Each job's end, told by the queue (the Queue API on the daemon's queue.db), never
+    by the app's log: the log is for people, and its wording changes."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.text = ""
+    def __init__(self, db: Path) -> None:
+        self.queue = Queue(db)
+
+    def job(self, name: str) -> Job | None:
+        """The newest job named `name` (a dropped file's stem), if the queue has it."""
+        return next((job for job in self.queue.jobs(limit=NEWEST) if job.name == name), None)
 
     def outcome(self, name: str) -> str | None:
-        """`done`, `retrying`, ... once the engine has logged the job `name`, else None."""
-        pattern = re.compile(rf" INFO (\w+) {re.escape(name)} \([0-9a-f]{{12}}\): ")
-        match = pattern.search(self.text)
-        if match is None:
-            self.text = read_text(self.path) or ""
-            match = pattern.search(self.text)
-        return match.group(1) if match else None
+        """How the job `name` ended: its state once final (`done`, `failed`, `cancelled`),
+        `retrying` once an attempt failed and it waits for the next; else None."""
+        job = self.job(name)
+        if job is None or job.state is State.RUNNING:
+            return None
+        if job.state is State.PENDING:  # not run yet, or waiting to be tried again
+            return "retrying" if job.last_error else None
+        return job.state.value
+
+    def close(self) -> None:
+        self.queue.close()
+
+    def __enter__(self) -> JobWatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 # -- dropping ----------------------------------------------------------------------
@@ -217,26 +245,29 @@ def read_timestamp(path: Path) -> int | None:
     return int(value)
 
 
-def drop_one(index: int, places: Places, daemon: subprocess.Popen, app_log: AppLog) -> Drop:
+def drop_one(index: int, places: Places, daemon: subprocess.Popen, jobs: JobWatch) -> Drop:
     name = f"drop-{index:03d}"
     result = places.results / f"{name}.ns"
     close_ns = write_script(places.jobs / f"{name}.sh", script_text(result))
     start_ns = wait_for(lambda: read_timestamp(result), DROP_TIMEOUT, f"{name} to start", daemon)
-    outcome = wait_for(lambda: app_log.outcome(name), DROP_TIMEOUT, f"{name} to finish", daemon)
+    outcome = wait_for(lambda: jobs.outcome(name), DROP_TIMEOUT, f"{name} to finish", daemon,
+                       every=OUTCOME_POLL)
     if outcome != "done":
-        raise RuntimeError(f"{name} ended {outcome}, not done; see {places.app_log}")
+        job = jobs.job(name)
+        why = job.last_error if job is not None and job.last_error else "no error recorded"
+        raise RuntimeError(f"{name} ended {outcome}, not done: {why}")
     return Drop(index, name, close_ns, start_ns, (start_ns - close_ns) / 1e6)
 
 
 def drop_all(count: int, gap: float, places: Places, daemon: subprocess.Popen) -> list[Drop]:
-    app_log = AppLog(places.app_log)
     drops = []
-    for index in range(1, count + 1):
-        drop = drop_one(index, places, daemon, app_log)
-        drops.append(drop)
-        log(f"  {drop.name}: {drop.latency_ms:8.1f} ms")
-        if index < count:
-            time.sleep(gap)  # an idle gap, so the next drop meets a daemon at rest
+    with JobWatch(places.db) as jobs:
+        for index in range(1, count + 1):
+            drop = drop_one(index, places, daemon, jobs)
+            drops.append(drop)
+            log(f"  {drop.name}: {drop.latency_ms:8.1f} ms")
+            if index < count:
+                time.sleep(gap)  # an idle gap, so the next drop meets a daemon at rest
     return drops
 
 

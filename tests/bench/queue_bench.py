@@ -65,6 +65,8 @@ class Settings:
 FULL_RUN = Settings(rounds=5, jobs=2000, sizes=(10_000, 100_000, 1_000_000), claims=200,
                     reads=1000)
 QUICK_RUN = Settings(rounds=3, jobs=300, sizes=(10_000, 100_000), claims=100, reads=300)
+# compare.py --smoke: every code path once, in a second or two; its figures mean nothing.
+SMOKE_RUN = Settings(rounds=1, jobs=30, sizes=(1_000,), claims=10, reads=10)
 
 
 def log(message: str) -> None:
