@@ -20,7 +20,7 @@ from pathlib import Path
 from sloth_tray import __version__, config, limits
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home, locate
-from sloth_tray.states import Reason, State
+from sloth_tray.store.states import Reason, State
 from sloth_tray.text import printable
 from sloth_tray.timefmt import clock_time, relative
 
@@ -28,9 +28,9 @@ TYPE_CHECKING = False  # as the standard library does: typing itself is not impo
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
-    from sloth_tray.app import Daemon
-    from sloth_tray.outcome import Result
-    from sloth_tray.queue import Job, Queue
+    from sloth_tray.daemon.app import Daemon
+    from sloth_tray.daemon.outcome import Result
+    from sloth_tray.store.queue import Job, Queue
 
 Command = Callable[[argparse.Namespace, Home], int]
 BROKEN_PIPE_STATUS = 128 + 13  # 128 + SIGPIPE, as a shell reports a tool the signal stopped
@@ -45,9 +45,9 @@ def command(function: Command) -> Command:
 
 def sound_home(home: Home) -> Home:
     """The home, vetted (Home.ensure), once its queue file has read back whole and sound
-    (dbfile.verify: about 30 ms per 100,000 jobs): a command must never write on top of
+    (schema.verify: about 30 ms per 100,000 jobs): a command must never write on top of
     a damaged page, nor do half its work and then meet one."""
-    from sloth_tray.dbfile import verify
+    from sloth_tray.store.schema import verify
 
     home.ensure()
     verify(home.db)
@@ -55,7 +55,7 @@ def sound_home(home: Home) -> Home:
 
 
 def open_queue(home: Home) -> Queue:
-    from sloth_tray.queue import Queue  # here: `status` reads without it (glance.py)
+    from sloth_tray.store.queue import Queue  # here: `status` reads without it (reads.py)
 
     return Queue(sound_home(home).db)
 
@@ -109,9 +109,9 @@ def cmd_paths(args: argparse.Namespace, home: Home) -> int:
 
 @command
 def cmd_status(args: argparse.Namespace, home: Home) -> int:
-    from sloth_tray import glance
+    from sloth_tray.store import reads
 
-    counts = glance.read(home)  # "overdue": recurring jobs with no success for a period + grace
+    counts = reads.read(home)  # "overdue": recurring jobs with no success for a period + grace
     if args.json:
         emit_json(counts)
     else:
@@ -155,7 +155,7 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
 
 def _waiting_note(job: Job, unmet: frozenset[str]) -> str | None:
     """`waiting for AC power`, for a due job whose require= does not hold now."""
-    from sloth_tray.conditions import waiting_for
+    from sloth_tray.jobs.conditions import waiting_for
 
     waits = waiting_for(job.options, unmet)
     return f"waiting for {waits}" if waits else None
@@ -253,7 +253,7 @@ def cmd_retry(args: argparse.Namespace, home: Home) -> int:
     if args.all_failed == bool(args.ids):  # a usage mistake: argparse's exit code, 2
         print("sloth-tray: give job ids to retry, or --all-failed (not both)", file=sys.stderr)
         return 2
-    from sloth_tray import spool
+    from sloth_tray.store import spool
 
     ids = args.ids
     with open_queue(home) as queue:
@@ -359,7 +359,7 @@ def cmd_autostart(args: argparse.Namespace, home: Home) -> int:
 
 @command
 def cmd_prune(args: argparse.Namespace, home: Home) -> int:
-    from sloth_tray import spool
+    from sloth_tray.store import spool
 
     with open_queue(home) as queue:
         removed = spool.prune(home, queue, before=queue.clock() - args.older_than)
@@ -369,7 +369,7 @@ def cmd_prune(args: argparse.Namespace, home: Home) -> int:
 
 @command
 def cmd_add(args: argparse.Namespace, home: Home) -> int:
-    from sloth_tray import spool
+    from sloth_tray.store import spool
 
     job_id = spool.add(sound_home(home), Path(args.path), name=args.name, delay=args.delay,
                        max_attempts=args.max_attempts)
@@ -380,7 +380,7 @@ def cmd_add(args: argparse.Namespace, home: Home) -> int:
 
 @command
 def cmd_run(args: argparse.Namespace, home: Home) -> int:
-    from sloth_tray.app import Daemon, log
+    from sloth_tray.daemon.app import Daemon, log
 
     with Daemon(home, args.settings, log_to_stderr=True) as daemon:
         tray = None if args.headless else open_tray(daemon, args)
@@ -400,14 +400,14 @@ def cmd_run(args: argparse.Namespace, home: Home) -> int:
 
 def open_tray(daemon: Daemon, args: argparse.Namespace):
     """The tray icon, or None (said in one line) when there is no display for one."""
-    from sloth_tray.app import log
+    from sloth_tray.daemon.app import log
     from sloth_tray.desktop import display_available
 
     if not display_available():
         log.info("no display: running headless (sloth-tray run --headless says so quietly)")
         return None
     try:
-        from sloth_tray.tray import Tray
+        from sloth_tray.tray.tray import Tray
 
         return Tray(daemon, notifications=args.settings["notifications"])
     except Exception as exc:  # pystray could not reach a display or a tray backend
@@ -417,7 +417,7 @@ def open_tray(daemon: Daemon, args: argparse.Namespace):
 
 @command
 def cmd_work(args: argparse.Namespace, home: Home) -> int:
-    from sloth_tray.app import Daemon
+    from sloth_tray.daemon.app import Daemon
 
     with Daemon(home, args.settings, watch=not args.once, log_to_stderr=False) as daemon:
         if daemon.engine.paused:
@@ -431,7 +431,7 @@ def cmd_work(args: argparse.Namespace, home: Home) -> int:
 
 
 def print_result(job: Job, result: Result) -> None:
-    from sloth_tray.outcome import Outcome
+    from sloth_tray.daemon.outcome import Outcome
 
     label = {Outcome.DONE: "ok", Outcome.RELEASED: "stop", Outcome.LOST: "lost",
              Outcome.LATER: "later"}.get(result.outcome, "fail")

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,9 +12,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from sloth_tray.daemon.snapshot import FailedJob, FailedSeries, RunningJob, Snapshot, WaitingJob
 from sloth_tray.paths import locate
-from sloth_tray.queue import Queue
-from sloth_tray.snapshot import FailedJob, FailedSeries, RunningJob, Snapshot, WaitingJob
+from sloth_tray.store.queue import Queue
 
 
 class FakeClock:
@@ -110,7 +111,7 @@ def queue_file_of_schema(path, version: int, rows: tuple[tuple, ...] = ()) -> No
     import contextlib
     import sqlite3
 
-    from sloth_tray.dbfile import APPLICATION_ID, MIGRATIONS
+    from sloth_tray.store.schema import APPLICATION_ID, MIGRATIONS
 
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as raw:
         for statements in MIGRATIONS[:version]:
@@ -321,3 +322,41 @@ def pids():
         yield tracker
     finally:
         tracker.cleanup()
+
+
+def read_exec(value: str) -> list[str]:
+    """Undo what a desktop undoes: the string escapes first, then the quoting, then %%."""
+    general = {"s": " ", "n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+    text = re.sub(r"\\(.)", lambda m: general.get(m[1], "\\" + m[1]), value)
+    args: list[str] = []
+    current: str | None = None
+    quoted = False
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if quoted:
+            if c == "\\" and text[i + 1] in '"`$\\':
+                current = (current or "") + text[i + 1]
+                i += 1
+            elif c == '"':
+                quoted = False
+            else:
+                assert c != "\\", f"a lone backslash in a quoted argument: {value!r}"
+                current = (current or "") + c
+        elif c == " ":
+            if current is not None:
+                args.append(current)
+            current = None
+        elif c == '"':
+            quoted = True
+            current = current or ""
+        else:
+            assert c not in "\t\n\"'\\><~|&;$*?#()`", f"unquoted reserved {c!r} in {value!r}"
+            current = (current or "") + c
+        i += 1
+    assert not quoted, f"an unclosed quote in {value!r}"
+    if current is not None:
+        args.append(current)
+    for arg in args:
+        assert re.fullmatch(r"([^%]|%%)*", arg), f"a field code in {arg!r}"
+    return [arg.replace("%%", "%") for arg in args]

@@ -13,9 +13,9 @@ from conftest import queue_file_of_schema
 
 from sloth_tray import __version__
 from sloth_tray.cli import main
-from sloth_tray.dbfile import SCHEMA_VERSION
 from sloth_tray.paths import locate
-from sloth_tray.queue import Queue
+from sloth_tray.store.queue import Queue
+from sloth_tray.store.schema import SCHEMA_VERSION
 
 
 @pytest.fixture
@@ -299,7 +299,7 @@ def test_retry_of_a_waiting_job_says_how_to_start_it_now(home, capsys):
 
 
 def test_autostart_records_the_home_and_jobs_folder_it_was_enabled_for(tmp_path, monkeypatch):
-    from test_autostart import read_exec
+    from conftest import read_exec
 
     from sloth_tray.autostart import parse_desktop_entry
 

@@ -13,10 +13,10 @@ import sys
 
 import pytest
 
-from sloth_tray.app import log, setup_logging
 from sloth_tray.cli import main
+from sloth_tray.daemon.app import log, setup_logging
 from sloth_tray.paths import locate
-from sloth_tray.queue import Queue
+from sloth_tray.store.queue import Queue
 from sloth_tray.text import printable
 
 CONTROLS = ["\x1b", "\x07", "\x9b", "\x7f", "\u202e", "\u2066", "\r", "\x00", "\u2028"]
@@ -304,7 +304,7 @@ def test_a_home_with_undecodable_bytes_prints_in_a_strict_utf8_terminal(tmp_path
 
 
 def test_the_app_log_rotates_at_its_size_and_keeps_its_backups(tmp_path, app_log, monkeypatch):
-    from sloth_tray import app
+    from sloth_tray.daemon import app
 
     monkeypatch.setattr(app, "APP_LOG_BYTES", 1000)
     home = locate(tmp_path / "home").ensure()

@@ -10,8 +10,10 @@ import sys
 import pytest
 
 # Never needed to read the queue and print: the daemon and what only it uses.
-HEAVY = ("sloth_tray.app", "sloth_tray.engine", "sloth_tray.runner", "sloth_tray.inbox",
-         "sloth_tray.tray", "sloth_tray.autostart", "sloth_tray.spool", "sloth_tray.desktop",
+HEAVY = ("sloth_tray.daemon", "sloth_tray.daemon.app", "sloth_tray.daemon.engine",
+         "sloth_tray.daemon.runner", "sloth_tray.daemon.inbox", "sloth_tray.tray",
+         "sloth_tray.tray.tray", "sloth_tray.autostart", "sloth_tray.store.spool",
+         "sloth_tray.desktop",
          "PIL", "pystray", "watchdog", "asyncio", "dbus_fast", "croniter", "dateutil",
          "subprocess", "logging", "hmac", "ssl", "tomllib")
 
@@ -41,17 +43,17 @@ def test_reading_commands_load_nothing_they_do_not_use(tmp_path, command):
     assert heavy(loaded(*command, "--home", str(tmp_path / "home"))) == []
 
 
-# What `status` does without: the queue's writing code (glance.py reads), dataclasses
+# What `status` does without: the queue's writing code (store/reads.py reads), dataclasses
 # and typing (a fifth of its time), and the calendar unless a calendar job waits.
-GLANCE_NEVER = ("sloth_tray.queue", "sloth_tray.jobfile", "dataclasses", "typing")
-CALENDAR = ("sloth_tray.schedule", "zoneinfo", "croniter")
+GLANCE_NEVER = ("sloth_tray.store.queue", "sloth_tray.jobs.header", "dataclasses", "typing")
+CALENDAR = ("sloth_tray.jobs.schedule", "zoneinfo", "croniter")
 
 
 @pytest.mark.parametrize("waiting, calendar", [(None, False), ({"every": 3600.0}, False),
                                                ({"at": "09:00"}, True)])
 def test_status_loads_only_what_a_glance_needs(tmp_path, waiting, calendar):
     from sloth_tray.paths import locate
-    from sloth_tray.queue import Queue
+    from sloth_tray.store.queue import Queue
 
     home = locate(tmp_path / "home").ensure()
     with Queue(home.db) as queue:
@@ -59,10 +61,10 @@ def test_status_loads_only_what_a_glance_needs(tmp_path, waiting, calendar):
             queue.push("recurring", options=waiting)
     for command in (["status", "--json"], ["status"]):
         modules = loaded(*command, "--home", str(home.root))
-        assert "sloth_tray.glance" in modules
+        assert "sloth_tray.store.reads" in modules
         assert sorted(m for m in GLANCE_NEVER if m in modules) == []
-        assert ("sloth_tray.overdue" in modules) == (waiting is not None)
-        assert ("sloth_tray.schedule" in modules) == calendar
+        assert ("sloth_tray.jobs.overdue" in modules) == (waiting is not None)
+        assert ("sloth_tray.jobs.schedule" in modules) == calendar
         if not calendar:
             assert sorted(m for m in CALENDAR if m in modules) == []
 

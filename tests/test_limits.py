@@ -27,9 +27,9 @@ from hypothesis.configuration import set_hypothesis_home_dir
 from sloth_tray import config, limits
 from sloth_tray.cli import build_parser
 from sloth_tray.errors import SlothError
-from sloth_tray.jobfile import OPTIONS, BadJobFile, parse_options
+from sloth_tray.jobs.header import OPTIONS, BadJobFile, parse_options
 from sloth_tray.paths import locate
-from sloth_tray.queue import Queue, State
+from sloth_tray.store.queue import Queue, State
 
 # Hypothesis keeps its caches out of the source tree, and no example database.
 set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), "sloth-tray-hypothesis"))
@@ -201,7 +201,7 @@ def test_fuzz_a_header_value_is_in_range_or_one_sentence_naming_the_key(key, val
 @pytest.mark.parametrize("key, value", [("grace", math.nan), ("grace", -1), ("window", math.inf),
                                         ("every", 0), ("lease", 10**400)])
 def test_options_a_program_pushes_are_checked_as_a_header_is(tmp_path, key, value):
-    from sloth_tray.queue import Queue
+    from sloth_tray.store.queue import Queue
 
     options = {key: value, **({"at": "09:00"} if key == "window" else {}),
                **({"every": 3600} if key == "grace" else {})}

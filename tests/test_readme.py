@@ -31,7 +31,7 @@ def test_every_command_is_documented():
 
 
 def test_every_header_the_readme_shows_is_one_the_app_takes():
-    from sloth_tray.jobfile import parse_options
+    from sloth_tray.jobs.header import parse_options
 
     headers = re.findall(r"^(# sloth: .*?)(?:\s{2,}.*)?$", README, flags=re.M)
     assert len(headers) >= 10

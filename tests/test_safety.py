@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from sloth_tray.cli import main
+from sloth_tray.daemon.lock import InstanceLock
 from sloth_tray.errors import SlothError
-from sloth_tray.lock import InstanceLock
 from sloth_tray.paths import locate
-from sloth_tray.queue import Queue
+from sloth_tray.store.queue import Queue
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX owners and modes")
 

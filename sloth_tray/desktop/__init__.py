@@ -1,8 +1,11 @@
-"""What the Linux desktop offers over D-Bus, one module per service.
+"""The desktop session and the system, as seen from D-Bus and the environment.
 
-bus.py: the session bus and the asyncio loop it runs on. sni.py: the tray icon as a
-StatusNotifierItem. dbusmenu.py: its menu (com.canonical.dbusmenu). Each is usable and
-testable alone against a private bus; nothing here needs a compiler or PyGObject.
+This module (no imports of its own beyond the standard library's smallest) says
+whether there is a display and a freedesktop desktop. bus.py: a bus connection and
+the asyncio loop it runs on. system.py: UPower and NetworkManager on the system bus,
+for the daemon's conditions. The tray's own D-Bus objects (the StatusNotifierItem,
+its menu, notifications, the opener) live in sloth_tray/tray/. Nothing here needs a
+compiler or PyGObject.
 """
 
 import os

@@ -108,8 +108,8 @@ import queue_bench  # noqa: E402
 from drop_latency import Places, read_text, wait_for  # noqa: E402
 from queue_bench import log  # noqa: E402
 
-from sloth_tray.queue import Job, Queue  # noqa: E402
-from sloth_tray.states import State  # noqa: E402
+from sloth_tray.store.queue import Job, Queue  # noqa: E402
+from sloth_tray.store.states import State  # noqa: E402
 
 PEER_PACKAGES = ("huey", "persist-queue", "litequeue")
 READY_TIMEOUT = 30.0

@@ -51,8 +51,8 @@ from pathlib import Path
 from statistics import median
 from typing import Any, TypeVar
 
-from sloth_tray.queue import Job, Queue
-from sloth_tray.states import State
+from sloth_tray.store.queue import Job, Queue
+from sloth_tray.store.states import State
 
 GOAL_P50_MS = 50.0
 GOAL_P99_MS = 250.0

@@ -43,8 +43,8 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from sloth_tray import procs
-from sloth_tray.queue import Queue
+from sloth_tray.daemon import procs
+from sloth_tray.store.queue import Queue
 
 SYNCHRONOUS = ("FULL", "NORMAL")
 OWNER = "bench"

@@ -26,7 +26,7 @@ import pytest
 from conftest import alive, grab, red_pixels, start_xvfb, to_other_thread, wait_for
 
 from sloth_tray.paths import locate
-from sloth_tray.queue import Queue, State
+from sloth_tray.store.queue import Queue, State
 
 TOOLS = ("Xvfb", "xfce4-panel", "xdotool", "xdpyinfo", "dbus-daemon", "gdbus")
 ICON = (11, 16)  # the first item of a 32 px panel at the top
@@ -182,7 +182,7 @@ def start_slow(home, panel, pids, tmp_path) -> tuple[str, int]:
 
 
 def test_every_menu_item_works_in_a_real_statusnotifier_panel(panel, pids, tmp_path):
-    from test_notify_open import Desktop
+    from fake_desktop import Desktop
 
     services = Desktop(panel["DBUS_SESSION_BUS_ADDRESS"])
     notifications = services.notifications(["actions", "body"])
@@ -327,7 +327,7 @@ def test_an_open_menu_moves_its_times_under_the_same_ids_and_goes_quiet_once_clo
     "opened" or "closed" for it: the running time moves on screen all the same, the
     row keeps its id, and once the menu is closed the app stops sending within the
     window a host's question buys (dbusmenu.ASKED_FOR)."""
-    from sloth_tray.desktop.dbusmenu import ASKED_FOR
+    from sloth_tray.tray.dbusmenu import ASKED_FOR
 
     home = locate(tmp_path / "home").ensure()
     start_app(home, panel, pids)

@@ -25,7 +25,7 @@ from conftest import (
 from PIL import ImageStat
 
 from sloth_tray.paths import locate
-from sloth_tray.queue import Queue, State
+from sloth_tray.store.queue import Queue, State
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ("Xvfb", "trayer", "xdotool", "xwininfo", "xdpyinfo", "dbus-daemon")

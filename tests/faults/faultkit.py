@@ -24,7 +24,7 @@ from pathlib import Path
 
 from conftest import wait_for
 
-from sloth_tray.queue import Queue, State
+from sloth_tray.store.queue import Queue, State
 
 TAG_ENV = "SLOTH_FAULT_SUITE_TAG"
 CLI = [sys.executable, "-m", "sloth_tray"]

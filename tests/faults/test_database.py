@@ -34,7 +34,7 @@ from faultkit import (
 )
 
 from sloth_tray.paths import locate
-from sloth_tray.queue import Queue, State
+from sloth_tray.store.queue import Queue, State
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
 
@@ -291,7 +291,7 @@ DAMAGED = ("random bytes", "an SQLite header, then garbage", "too short",
 # -shm stay, as a kill -9 of the daemon leaves them.
 DIE_WITH_IT_OPEN = """
 import os, sys
-from sloth_tray.queue import Queue
+from sloth_tray.store.queue import Queue
 queue = Queue(sys.argv[1])
 queue.push("pushed-before-the-crash", delay=3600)
 os._exit(0)

@@ -18,7 +18,7 @@ from conftest import Pids, wait_for
 from faultkit import jobs_with_history, log_text, new_tag, reap, start_daemon, sweep, unfinished
 
 from sloth_tray.paths import locate
-from sloth_tray.queue import State
+from sloth_tray.store.queue import State
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mount, /proc")
 

@@ -31,7 +31,7 @@ from faultkit import (
 )
 
 from sloth_tray.paths import locate
-from sloth_tray.queue import State
+from sloth_tray.store.queue import State
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
 

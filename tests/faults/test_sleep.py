@@ -19,7 +19,7 @@ from conftest import wait_for
 from faultkit import jobs_with_history, new_tag, reap, start_daemon, sweep
 
 from sloth_tray.paths import locate
-from sloth_tray.queue import State
+from sloth_tray.store.queue import State
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
 

@@ -1,0 +1,1 @@
+"""The running app: the engine's loop, the runner, the watched folder, the lock."""

@@ -1,0 +1,500 @@
+"""The daemon loop: wait (no polling) -> claim -> run -> repeat.
+
+With nothing due, the loop blocks in its Alarm until something rings it (a new
+job, a retry, the CLI's doorbell, pause, quit) or until the queue's next
+wake-up time. After every change it publishes an immutable Snapshot to its
+listeners, so a UI never has to touch SQLite: the loop publishes around each
+job, and every wake() and menu action publishes from the action thread, so a
+change shows at once even while a job runs for hours.
+
+The pause lives in the queue's file (Queue.paused), read on every pass of the
+loop: the command line's `pause` and a restart see the same one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+
+from sloth_tray.daemon import procs
+from sloth_tray.daemon.alarm import Alarm, make_alarm
+from sloth_tray.daemon.outcome import Attempt, Result, record
+from sloth_tray.daemon.runner import Runner
+from sloth_tray.daemon.serial import SerialThread
+from sloth_tray.daemon.snapshot import FailedJob, FailedSeries, RunningJob, Snapshot, WaitingJob
+from sloth_tray.errors import DatabaseProblem, SlothError
+from sloth_tray.jobs.conditions import Conditions, waiting_for
+from sloth_tray.paths import Home
+from sloth_tray.store import spool
+from sloth_tray.store.queue import Job, Queue
+from sloth_tray.store.states import Reason, State
+
+log = logging.getLogger("sloth_tray")
+
+SHOWN_FAILED = 50  # failed jobs carried in a snapshot (the tray lists them)
+SHOWN_RUNS_PER_SERIES = 10  # of them, the newest failed runs of one series at most
+SHOWN_WAITING = 10  # next pending jobs carried in a snapshot
+PROBLEM_RETRY = 30.0  # seconds before trying the database again after an error
+RECORD_RETRY = 2.0  # seconds between tries to record an outcome while the db is locked
+PUBLISH_SPACING = 0.1  # seconds at least between two publishes from the action thread
+SHOW_RUNNING_AFTER = 0.05  # back to back, a job shorter than this is not shown running
+PROBE_EVERY = 60.0  # at most this often are conditions without a service read (probes.py)
+
+
+def default_owner() -> str:
+    """host:pid. The host from os.uname where there is one: the socket module would
+    be loaded for this alone."""
+    if hasattr(os, "uname"):
+        host = os.uname().nodename
+    else:
+        import platform
+
+        host = platform.node()
+    return f"{host}:{os.getpid()}"
+
+
+Listener = Callable[[Snapshot], None]
+ResultListener = Callable[[Job, Result], None]
+
+
+class Engine:
+    """Runs the queue's due jobs one at a time, for one owner."""
+
+    def __init__(
+        self,
+        queue: Queue,
+        home: Home,
+        *,
+        owner: str | None = None,
+        runner: Runner | None = None,
+        alarm: Alarm | None = None,
+        conditions: Conditions | None = None,
+    ) -> None:
+        self.queue = queue
+        # What require= jobs wait for; a change wakes the loop (no polling).
+        self.conditions = conditions
+        self.home = home
+        self.owner = owner or default_owner()
+        self.runner = runner or Runner(queue, home, self.owner)
+        self.alarm = alarm or make_alarm(queue.clock)
+        self._listeners: list[Listener] = []
+        self._result_listeners: list[ResultListener] = []
+        self._stopping = False
+        self._paused = queue.paused()  # the file's, refreshed at every read of it
+        self._pause_seen: bool | None = None  # what the loop last said of the pause
+        self._publish_queued = False  # a publish waits on the action thread
+        self._publish_queued_lock = threading.Lock()
+        self._problem: str | None = None
+        self._running: RunningJob | None = None
+        self._running_job: Job | None = None  # the claimed job behind _running
+        self._last: Snapshot | None = None
+        self._next_overdue: float | None = None  # when a series next becomes overdue
+        self._probed_at: float | None = None  # when probed conditions were last read
+        self._claimed: Job | None = None  # claimed with the last outcome, to run next
+        self._published_at = float("-inf")  # monotonic time of the last snapshot read
+        self._publishing = threading.Lock()
+        self._actions = SerialThread("actions")
+        if conditions is not None:
+            conditions.subscribe(self._conditions_changed)
+
+    # -- the API other threads call -------------------------------------------
+
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def on_result(self, listener: ResultListener) -> None:
+        self._result_listeners.append(listener)
+
+    def wake(self) -> None:
+        """The queue changed: look again (and let a running job check its lease).
+
+        The loop may be inside a job for hours, so the new state is published
+        from the action thread too (the CLI's retry must clear the red badge now)."""
+        self.runner.nudge()
+        self.job_added()
+
+    def job_added(self) -> None:
+        """A job was queued (a drop): look again. Unlike wake(), the running job's
+        lease needs no look: a push never takes a job from its owner, and a burst of
+        drops would otherwise cost a heartbeat commit each."""
+        self.alarm.ring()
+        self._publish_soon()
+
+    def _unmet(self) -> frozenset[str]:
+        return self.conditions.unmet() if self.conditions is not None else frozenset()
+
+    def _conditions_changed(self, unmet: frozenset[str]) -> None:
+        """A condition changed: record it for the command line, and look again (a job
+        that waited for it may start now)."""
+        log.info("conditions not met now: %s", ", ".join(sorted(unmet)) or "none")
+        job = self._running_job
+        if job is not None and job.options.get("interrupt"):
+            lost = waiting_for(job.options, unmet)
+            if lost:
+                self.runner.interrupt(job, f"interrupted: {lost} was lost; it waits "
+                                      "for it again")
+        self._act(lambda queue: queue.set_unmet(unmet))
+
+    def pause(self) -> None:
+        """Claim nothing new, in this app and every later start, until resume();
+        a running job finishes."""
+        self._paused = True  # at once, for a menu that toggles twice quickly
+        self._act(lambda queue: queue.set_paused(True))
+
+    def resume(self) -> None:
+        self._paused = False
+        self._act(lambda queue: queue.set_paused(False))
+
+    @property
+    def paused(self) -> bool:
+        """The pause as last read from the queue (or as just asked for): no SQLite
+        on the caller's thread."""
+        return self._paused
+
+    def stop(self) -> None:
+        """Quit cleanly: a running job is stopped and its lease released."""
+        self._stopping = True
+        self.runner.stop()
+        self.alarm.ring()
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._last or Snapshot()
+
+    # -- changes asked for by the user (the tray's menu) ------------------------
+    #
+    # They run on a worker thread of their own, never on the caller's: the UI
+    # thread must not wait on SQLite. The worker blocks with no timeout between
+    # requests.
+
+    def retry(self, job_id: str) -> None:
+        self._act(lambda queue: spool.retry(queue, job_id))
+
+    def retry_all_failed(self) -> None:
+        def retry_all(queue: Queue) -> None:
+            retried, refused = spool.retry_all_failed(queue)
+            if refused:
+                log.info("retried %d failed job(s); skipped %d refused (they never run)",
+                         retried, refused)
+
+        self._act(retry_all)
+
+    def cancel(self, job_id: str) -> None:
+        self._act(lambda queue: queue.cancel(job_id))
+
+    def stop_run(self, job_id: str) -> None:
+        """The running job stops now; a repeating job's series goes on (Queue.stop)."""
+        def stop(queue: Queue) -> None:
+            if not queue.stop(job_id):
+                log.info("%s was no longer running when Stop was clicked", job_id)
+
+        self._act(stop)
+
+    def cancel_failed_runs(self, series: str) -> None:
+        """Cancel every failed run of a recurring series (FailedSeries.key), in one
+        commit: those a snapshot carries and the older ones. The series goes on: its
+        waiting run is not a failed one."""
+        def cancel_runs(queue: Queue) -> None:
+            with queue.batch():
+                for job, key, _, _ in queue.failed_by_series():
+                    if key == series:
+                        queue.cancel(job.id)
+
+        self._act(cancel_runs)
+
+    def run_now(self, job_id: str) -> None:
+        self._act(lambda queue: queue.run_now(job_id))
+
+    def _act(self, change: Callable[[Queue], object]) -> None:
+        def act() -> None:
+            try:
+                change(self.queue)
+            except SlothError as exc:
+                log.warning("%s", exc)
+            except Exception:  # a bug of ours: said in the log, the app goes on
+                log.exception("a change asked for from the menu failed")
+            self.runner.nudge()
+            self.alarm.ring()
+            self._publish()
+
+        self._actions.submit(act)
+
+    def _publish_soon(self) -> None:
+        """A publish on the action thread; a burst of wakes (a thousand drops)
+        shares the one that is still waiting to run, and publishes come at most
+        PUBLISH_SPACING apart (each reads the queue, under its lock)."""
+        with self._publish_queued_lock:
+            if self._publish_queued:
+                return
+            self._publish_queued = True
+
+        def publish() -> None:
+            early = self._published_at + PUBLISH_SPACING - time.monotonic()
+            if early > 0:
+                time.sleep(early)  # the changes meanwhile join this publish
+            with self._publish_queued_lock:
+                self._publish_queued = False  # a change after this reads again
+            self._publish()
+
+        if not self._actions.submit(publish):
+            with self._publish_queued_lock:
+                self._publish_queued = False
+
+    # -- the loop -------------------------------------------------------------
+
+    def recover(self) -> None:
+        """At start-up, under the instance lock: no process of this home's runs
+        can still be supervised, so every one left is an orphan.
+
+        Kill them all: those of jobs still marked running, and those of jobs
+        cancelled (or retried, or pruned) while no daemon was there to stop
+        them. Then end the running leases now, so the next claim reclaims
+        those jobs (attempt counted, max_attempts honoured) instead of waiting
+        the leases out.
+        """
+        if procs.FINDS_RUNS_BY_ENVIRONMENT:
+            killed = procs.kill_runs_of(self.home.root)
+        else:
+            killed = sum(procs.kill_orphan(job.child)
+                         for state in (State.RUNNING, State.CANCELLED, State.PENDING)
+                         for job in self.queue.jobs(state) if job.child)
+        if killed:
+            log.info("stopped %d leftover process(es) of jobs run before a crash", killed)
+        self.queue.set_unmet(self._unmet())  # not what an earlier run of the app last saw
+        expired = self.queue.expire_leases()
+        if expired:
+            log.info("taking back %d job(s) left running by a previous run", expired)
+
+    def run(self, *, drain: bool = False) -> None:
+        """Run jobs until stop(); with `drain`, return once nothing is due now."""
+        try:
+            while not self._stopping:
+                try:
+                    paused = self._read_pause()
+                    self._probe_if_due()
+                    # A job claimed with the last outcome runs even if a pause came
+                    # since: it was claimed before the pause, as a running job is.
+                    if (not paused or self._claimed is not None) and self._step():
+                        continue
+                    self._problem = None
+                    self._publish()
+                    if drain:
+                        return
+                    self._start_conditions_if_waited_on()
+                    self.alarm.wait(self._wake_at(paused))
+                except DatabaseProblem as exc:
+                    self._give_back_claimed()  # its lease would lapse while the loop waits
+                    self._report(exc)
+                    if drain:
+                        raise
+                    if self._stopping:
+                        return
+                    self.alarm.wait(self.queue.clock() + PROBLEM_RETRY)
+        finally:
+            self._stopping = True
+            self._give_back_claimed()
+            self._actions.shutdown()
+            self._publish(stopped=True)
+
+    def _give_back_claimed(self) -> None:
+        """A job claimed with the last outcome that the loop will not run now."""
+        job, self._claimed = self._claimed, None
+        if job is not None:
+            try:
+                self.queue.release(job.id, self.owner)
+            except DatabaseProblem as exc:  # its lease lapses; the next start takes it
+                log.warning("could not give back %s: %s", job.name, exc)
+
+    def _wake_at(self, paused: bool) -> float | None:
+        """The queue's next due time (none while paused), or the moment a series
+        becomes overdue if that comes first: the new look needs no polling."""
+        # Untold, every condition counts as unmet, yet a require= job falling due must
+        # still wake the loop: that is when the conditions are first asked for.
+        told = self.conditions is None or self.conditions.told
+        unmet = self._unmet() if told else frozenset()
+        times = [t for t in (None if paused else self.queue.next_wakeup(unmet),
+                             None if paused else self._next_probe(),
+                             self._next_overdue)
+                 if t is not None]
+        return min(times, default=None)
+
+    def _start_conditions_if_waited_on(self) -> None:
+        """The first time a due job waits on a condition, begin what tells them (the
+        system bus): a queue with no require= job never loads it."""
+        if self.conditions is not None and not self.conditions.told \
+                and self.queue.waits_on(self.conditions.unmet()):
+            self.conditions.start_telling()
+
+    def _probe_if_due(self) -> None:
+        """Conditions no service tells of (probes.py) are read again once a minute
+        at most, on passes the loop makes anyway."""
+        if self.conditions is None or not self.conditions.probed:
+            return
+        now = self.queue.clock()
+        if self._probed_at is not None and 0 <= now - self._probed_at < PROBE_EVERY:
+            return
+        self._probed_at = now
+        self.conditions.probe()
+
+    def _next_probe(self) -> float | None:
+        """While a due job waits on a probed condition, the moment to read it again;
+        None otherwise: with nothing waiting, nothing wakes."""
+        if self.conditions is None:
+            return None
+        unmet = self.conditions.probed & self._unmet()
+        if not unmet or not self.queue.waits_on(unmet):
+            return None
+        now = self.queue.clock()
+        # min(): after the wall clock went back, the last reading is not in the future
+        return min(self._probed_at if self._probed_at is not None else now, now) + PROBE_EVERY
+
+    def _read_pause(self) -> bool:
+        """The pause, from the file, once per pass; its changes are said in the log."""
+        paused = self._paused = self.queue.paused()
+        if paused != self._pause_seen:
+            if paused:
+                log.info("paused: no job starts until resumed (`sloth-tray resume`, "
+                         "or Pause in the menu)")
+            elif self._pause_seen is not None:
+                log.info("resumed")
+            self._pause_seen = paused
+        return paused
+
+    def _step(self) -> bool:
+        """Run one job: the one claimed with the last outcome, or one claimed now.
+        False when nothing could be claimed."""
+        job, self._claimed = self._claimed, None
+        if job is None:
+            job = self.queue.claim(self.owner, self._unmet(), procs.new_token())
+        if job is None:
+            return False
+        self._running = RunningJob(job.id, job.name, job.attempts, job.max_attempts,
+                                   self.queue.clock())
+        self._running_job = job
+        # Back to back, a job is shown as running only once it has run a moment:
+        # a burst of tiny jobs would otherwise pay a full snapshot each.
+        running_for = None
+        if time.monotonic() - self._published_at < SHOW_RUNNING_AFTER:
+            running_for = (SHOW_RUNNING_AFTER, self._publish)
+        else:
+            self._publish()
+        if job.options.get("interrupt") and waiting_for(job.options, self._unmet()):
+            # Lost between the claim and now: the change's interrupt may have come
+            # before this job was running.
+            self.runner.interrupt(job, "interrupted: what it requires was lost as it "
+                                  "started")
+        try:
+            attempt = self.runner.run(job, running_for=running_for)
+        except DatabaseProblem:
+            # The database's trouble: the runner has stopped the child; the loop
+            # reports it and waits, and the job's lease lapses into a reclaim.
+            self._running = None
+            raise
+        except Exception as exc:  # a bug of ours must not take the daemon down
+            log.exception("running %s (%s) failed", job.name, job.id)
+            attempt = Attempt.failed(Reason.INTERNAL_ERROR, f"sloth-tray could not run it: {exc}")
+        try:
+            result = self._record(job, attempt)
+        finally:
+            self._running = None
+            self._running_job = None
+        log.info("%s %s (%s)%s", result.outcome, job.name, job.id,
+                 f": {result.detail}" if result.detail else "")
+        for listener in self._result_listeners:
+            listener(job, result)
+        if self._claimed is None:
+            self._publish()
+        # else the next job, claimed with this outcome, is published as it starts:
+        # one snapshot between two jobs, not two (a burst of tiny jobs pays for each)
+        return True
+
+    def _record(self, job: Job, attempt: Attempt) -> Result:
+        """The attempt is over: its outcome must reach the queue, or the job would
+        run again. While the database is locked, wait and try again.
+
+        The next job is claimed in the same commit: back to back, a job costs two
+        commits (this one, and the runner's `started`) where it cost four."""
+        self._probe_if_due()  # outside the transaction: it may read the machine
+        while True:
+            try:
+                with self.queue.batch():
+                    result = record(self.queue, self.owner, job, attempt)
+                    self._claim_next()
+                return result
+            except DatabaseProblem as exc:
+                self._claimed = None  # rolled back with the outcome
+                if self._stopping:
+                    raise
+                log.warning("could not record the outcome of %s yet: %s", job.name, exc)
+                self.alarm.wait(self.queue.clock() + RECORD_RETRY)
+
+    def _claim_next(self) -> None:
+        """Inside the outcome's transaction: the job to run next, unless stopping or
+        paused. A claim that fails is undone alone (the outcome still commits), and
+        the loop claims again the usual way, which reports what is wrong."""
+        if self._stopping:
+            return
+        try:
+            with self.queue.savepoint():
+                if not self.queue.paused():
+                    self._claimed = self.queue.claim(self.owner, self._unmet(),
+                                                     procs.new_token())
+        except Exception as exc:  # the loop's own claim says what is wrong
+            log.debug("claiming the next job with the outcome failed: %s", exc)
+            self._claimed = None
+
+    def _report(self, exc: SlothError) -> None:
+        if str(exc) != self._problem:
+            log.error("%s", exc)
+        self._problem = str(exc)
+        self._publish()
+
+    def _publish(self, *, stopped: bool = False) -> None:
+        # One publisher at a time, from reading the queue to telling the
+        # listeners: the engine and the action threads both publish, and a
+        # snapshot read earlier must never land after a later one (the tray
+        # would show the older state until the next change).
+        with self._publishing:
+            self._published_at = time.monotonic()
+            try:
+                snapshot = self._read(stopped)
+            except SlothError as exc:
+                snapshot = Snapshot(running=self._running, paused=self._paused,
+                                    problem=str(exc), stopped=stopped)
+            if snapshot == self._last:
+                return
+            self._last = snapshot
+            for listener in self._listeners:
+                try:
+                    listener(snapshot)
+                except Exception:  # a listener's bug is its own
+                    log.exception("snapshot listener failed")
+
+    def _read(self, stopped: bool) -> Snapshot:
+        counts = self.queue.summary()
+        self._paused = bool(counts["paused"])
+        runs = self.queue.failed_by_series(SHOWN_FAILED, SHOWN_RUNS_PER_SERIES)
+        failed = tuple(FailedJob(j.id, j.name, j.last_error or "", j.updated_at,
+                                 refused=j.reason == Reason.REFUSED, series=series,
+                                 reason=j.reason, script=j.script)
+                       for j, series, _, _ in runs)
+        failing_series = {series: FailedSeries(series, j.name, failures, since)
+                          for j, series, failures, since in runs if series}
+        unmet = self._unmet()
+        waiting = tuple(WaitingJob(j.id, j.name, j.not_before,
+                                   waiting_for(j.options, unmet))
+                        for j in self.queue.upcoming(SHOWN_WAITING))
+        verdict = self.queue.overdue(paused=bool(counts["paused"]))
+        self._next_overdue = verdict.next_change
+        return Snapshot(
+            pending=counts["pending"], done=counts["done"], failed_count=counts["failed"],
+            due_now=counts["due_now"], running=self._running, failed_jobs=failed,
+            failed_series=tuple(failing_series.values()),
+            waiting=waiting,
+            next_wakeup=self.queue.next_wakeup(unmet), paused=bool(counts["paused"]),
+            problem=self._problem,
+            stopped=stopped, overdue=verdict.overdue,
+        )

@@ -1,0 +1,264 @@
+"""The jobs folder as an inbox: each whole file dropped in becomes exactly one job.
+
+watchdog events are only hints. A file is taken when it is complete: on
+close-after-write where the platform says so (Linux inotify), at once when it
+was renamed in (a rename is atomic), and otherwise once its size and mtime have
+held still for a settle time. Taking it moves it into the spool and then
+pushes it (see spool.py for why that order survives a crash).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import os
+import stat
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from watchdog.events import (
+    FileClosedEvent,
+    FileClosedNoWriteEvent,
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileOpenedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers.api import BaseObserver
+
+from sloth_tray.daemon.watch import FolderChange, KeptFolder
+from sloth_tray.errors import SlothError
+from sloth_tray.paths import Home
+from sloth_tray.store import spool
+from sloth_tray.store.queue import Queue, new_job_id
+
+log = logging.getLogger("sloth_tray")
+
+SETTLE = 0.5
+# What the inbox acts on where the platform tells a writer's close (Linux). Not
+# "modified": a drop written in a thousand pieces would wake three of watchdog's
+# threads and the inbox a thousand times, for a file taken at its close anyway.
+CLOSE_TOLD_EVENTS: list[type[FileSystemEvent]] = [
+    FileCreatedEvent, FileMovedEvent, FileOpenedEvent, FileClosedEvent, FileClosedNoWriteEvent]
+IGNORED_ENDINGS = ("~", ".swp", ".tmp", ".part", ".partial", ".crdownload")
+
+
+def ignored(name: str) -> bool:
+    """Dotfiles and the temporary files of editors, downloads and copies."""
+    return name.startswith(".") or name.lower().endswith(IGNORED_ENDINGS)
+
+
+class Inbox(FileSystemEventHandler):
+    def __init__(self, home: Home, queue: Queue, on_push: Callable[[], None], *,
+                 settle: float = SETTLE, close_events: bool = sys.platform.startswith("linux"),
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.home = home
+        # The folder itself, not a symbolic link to it: inotify watches the link
+        # otherwise, and drops into the folder it names would never be seen.
+        self.folder = home.jobs.resolve()
+        self.queue = queue
+        self.on_push = on_push
+        self.settle = settle
+        self.close_events = close_events  # the platform says when a writer closes
+        self.monotonic = monotonic
+        self._lock = threading.Lock()  # one take at a time
+        self._stuck: dict[str, tuple] = {}  # path -> how its last take failed
+        self._open: set[str] = set()  # opened and not yet closed (inotify only)
+        self._settling: dict[str, tuple[int, int]] = {}  # path -> (size, mtime_ns)
+        self._due: list[tuple[float, str]] = []  # heap of settle deadlines
+        self._wake = threading.Condition()
+        self._stopping = False
+        self._settler = threading.Thread(target=self._settle_loop, name="inbox-settle",
+                                         daemon=True)
+        self._kept: KeptFolder | None = None  # the watch that outlives the folder's removal
+
+    # -- life -------------------------------------------------------------------
+
+    def start(self, observer: BaseObserver) -> None:
+        """Watch the folder, then take what was dropped while the app was off."""
+        self._settler.start()
+        self._kept = KeptFolder(observer, self.folder, self, self._folder_changed,
+                                events=CLOSE_TOLD_EVENTS if self.close_events else None)
+        self._kept.start()
+        self.scan()
+
+    def stop(self) -> None:
+        if self._kept is not None:
+            self._kept.stop()
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+
+    def scan(self) -> None:
+        try:
+            entries = sorted(self.folder.iterdir())
+        except (FileNotFoundError, NotADirectoryError):
+            return  # gone again: the kept watch says so and waits for it
+        for entry in entries:
+            self._consider(str(entry), settle=True)
+
+    def _folder_changed(self, change: FolderChange) -> None:
+        """The folder was removed, renamed or replaced while the app ran (the
+        PathWatch thread tells). Files dropped into a new one before its watch
+        began raise no event: the scan takes them."""
+        if change is FolderChange.GONE:
+            log.warning("the jobs folder %s was removed; waiting for it to come back",
+                        self.folder)
+            return
+        if change is FolderChange.BACK:
+            log.info("the jobs folder %s is back; watching it again", self.folder)
+        else:
+            log.info("the jobs folder %s was replaced by another folder; watching that one",
+                     self.folder)
+        self.scan()
+
+    # -- watchdog's thread: events are hints ---------------------------------------
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        try:  # an exception here would kill watchdog's dispatch thread
+            self._hint(event)
+        except Exception:
+            log.exception("the jobs folder watcher stumbled on %s", event)
+
+    def _hint(self, event: FileSystemEvent) -> None:
+        if event.is_directory:
+            return
+        if isinstance(event, FileMovedEvent):
+            self._open.discard(event.src_path)
+            if os.path.dirname(event.dest_path) == str(self.folder):
+                self._consider(event.dest_path, settle=False)  # a rename is atomic
+            return
+        path = event.src_path
+        if os.path.dirname(path) != str(self.folder):
+            return
+        if not self.close_events:
+            self._consider(path, settle=True)
+        elif isinstance(event, FileOpenedEvent):
+            self._open.add(path)  # a writer (or a reader) has it open: wait for the close
+        elif isinstance(event, FileClosedEvent):
+            self._open.discard(path)
+            self._consider(path, settle=False)
+        elif isinstance(event, FileClosedNoWriteEvent):
+            self._open.discard(path)
+        elif isinstance(event, FileCreatedEvent | FileModifiedEvent):
+            if path not in self._open:  # a hard link or a rename in: no close will come
+                self._consider(path, settle=True)
+
+    # -- deciding -----------------------------------------------------------------------
+
+    def _consider(self, path: str, *, settle: bool) -> None:
+        name = os.path.basename(path)
+        if ignored(name):
+            return
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            return  # already taken, or gone again
+        if stat.S_ISDIR(info.st_mode):
+            return
+        if settle and stat.S_ISREG(info.st_mode):
+            self._arm(path, info)
+        else:
+            self._take(path)
+
+    def _arm(self, path: str, info: os.stat_result) -> None:
+        with self._wake:
+            self._settling[path] = (info.st_size, info.st_mtime_ns)
+            heapq.heappush(self._due, (self.monotonic() + self.settle, path))
+            self._wake.notify()
+
+    def _settle_loop(self) -> None:
+        """Take each settling file once it has held still for `settle` seconds.
+
+        Sleeps with no timeout while nothing is settling: no idle cost.
+        """
+        while True:
+            with self._wake:
+                while not self._stopping and (
+                        not self._due or self._due[0][0] > self.monotonic()):
+                    self._wake.wait(self._due[0][0] - self.monotonic() if self._due else None)
+                if self._stopping:
+                    return
+                _, path = heapq.heappop(self._due)
+                seen = self._settling.pop(path, None)
+            if seen is None:
+                continue  # taken meanwhile
+            try:
+                info = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if (info.st_size, info.st_mtime_ns) == seen and path not in self._open:
+                self._take(path)
+            else:
+                self._arm(path, info)  # still changing: give it another settle time
+
+    # -- taking -------------------------------------------------------------------------
+
+    def _take(self, path: str) -> None:
+        with self._lock:
+            placed = self._place(path)
+            if placed is None:
+                return
+            source, (target, job_id, info) = Path(path), placed
+            refusal = spool.refusal(info, self.folder)
+            try:
+                spool.push(self.queue, target, job_id, refused=refusal)
+            except SlothError as exc:
+                # The queue is locked or unwell: give the file back to the inbox
+                # and try again after a settle time, rather than strand it.
+                log.warning("could not queue %s yet: %s", source.name, exc)
+                spool.unplace(target, source)
+                self._arm(path, os.lstat(source))
+                return
+            with self._wake:
+                self._settling.pop(path, None)
+        log.info("queued %s as %s%s", source.name, job_id, f" ({refusal})" if refusal else "")
+        self.on_push()
+
+    def _place(self, path: str) -> tuple[Path, str, os.stat_result] | None:
+        """Move the drop into the spool: (where it is now, its job id, the lstat of
+        what was moved), or None when there is nothing to take now."""
+        source = Path(path)
+        while True:
+            try:
+                info = os.lstat(source)
+            except FileNotFoundError:
+                return None
+            if stat.S_ISDIR(info.st_mode):
+                return None
+            job_id = new_job_id()
+            try:
+                # Moved only while it is still the entry `info` describes: the
+                # refusal is decided from `info`, so that must be what gets queued.
+                target = spool.place(self.home, source, job_id, move=True, seen=info)
+            except spool.Replaced:
+                continue  # another entry was renamed over it meanwhile: judge that one
+            except OSError as exc:
+                # Once more after a settle time; failing the same way twice, it
+                # waits for a change to the file instead of retrying forever.
+                failure = (info.st_size, info.st_mtime_ns, info.st_mode, exc.errno)
+                if self._stuck.get(path) == failure:
+                    log.warning("cannot take %s (%s); it stays in the jobs folder until "
+                                "it changes", source.name, exc.strerror)
+                    return None
+                self._stuck[path] = failure
+                log.warning("could not take %s yet (%s); will try again", source.name,
+                            exc.strerror)
+                self._arm(path, info)
+                return None
+            self._stuck.pop(path, None)
+            return target, job_id, info
+
+
+def start_inbox(home: Home, queue: Queue, observer: BaseObserver,
+                on_push: Callable[[], None]) -> Inbox:
+    """Reconcile the spool, then watch the jobs folder and scan it."""
+    spool.reconcile(home, queue)
+    inbox = Inbox(home, queue, on_push)
+    inbox.start(observer)
+    return inbox

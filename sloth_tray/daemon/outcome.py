@@ -1,0 +1,106 @@
+"""An attempt's outcome: what the runner saw, and the one place that records it.
+
+The runner only runs: it writes `started` and heartbeats, and returns an
+Attempt saying how the run ended. `record` is the only code that turns an
+attempt into `complete`, `fail` or `release`, so every ending, including one
+caused by a bug of ours, is written the same way, owner-checked, with its
+Reason as a column (as pueue keeps a task's status apart from its result).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from sloth_tray.errors import UnknownJob
+from sloth_tray.store.queue import Job, Queue
+from sloth_tray.store.states import Reason, State
+
+
+class Ending(StrEnum):
+    """How one run of a job's script ended, as the runner saw it."""
+
+    SUCCEEDED = "succeeded"  # exit 0; detail is the last line of its output
+    FAILED = "failed"  # detail says why; reason says what kind of failure
+    LATER = "later"  # exit 75 (EX_TEMPFAIL): run it again later; the attempt does not count
+    LEASE_LOST = "lease_lost"  # cancelled, or another worker holds it: nothing to record
+    STOPPED = "stopped"  # the app is quitting: the lease goes back, the attempt uncounted
+    INTERRUPTED = "interrupted"  # a condition it requires was lost: back, uncounted
+
+
+@dataclass(frozen=True)
+class Attempt:
+    ending: Ending
+    detail: str = ""
+    reason: Reason | None = None  # for FAILED
+    code: int | None = None  # the exit code (negative: the signal), when it exited
+
+    @classmethod
+    def failed(cls, reason: Reason, detail: str, code: int | None = None) -> Attempt:
+        return cls(Ending.FAILED, detail, reason, code)
+
+
+class Outcome(StrEnum):
+    """What recording an attempt did to the job."""
+
+    DONE = "done"  # completed
+    RETRYING = "retrying"  # failed; the queue will try again later
+    FAILED = "failed"  # failed for good
+    LOST = "lost"  # no longer ours (cancelled, taken over, removed): we recorded nothing
+    RELEASED = "released"  # stopped for a clean quit; due again at the next start
+    LATER = "later"  # the script asked to be run later; due again after a backoff
+
+
+@dataclass(frozen=True)
+class Result:
+    outcome: Outcome
+    detail: str
+
+
+def lost(queue: Queue, job: Job) -> Result:
+    """The job is no longer ours to record: say what became of it, as the queue has it
+    now (the user cancelled it, another worker took it over, it was pruned...)."""
+    try:
+        now = queue.get(job.id)
+    except UnknownJob:
+        return Result(Outcome.LOST, "it was removed from the queue while it ran")
+    if now.state == State.CANCELLED:
+        return Result(Outcome.LOST, "it was cancelled while it ran")
+    if now.state == State.RUNNING and now.lease_owner:
+        return Result(Outcome.LOST, f"another worker holds it now ({now.lease_owner})")
+    return Result(Outcome.LOST, f"it was changed elsewhere while it ran (now {now.state})")
+
+
+def record(queue: Queue, owner: str, job: Job, attempt: Attempt) -> Result:
+    """Write the attempt's outcome, owner-checked: complete, fail or release.
+
+    Raises DatabaseProblem when the queue cannot take it now (the caller
+    decides whether to wait and try again).
+    """
+    if attempt.ending == Ending.SUCCEEDED:
+        if queue.complete(job.id, owner, attempt.detail):
+            return Result(Outcome.DONE, attempt.detail)
+        return lost(queue, job)
+    if attempt.ending == Ending.STOPPED:
+        if queue.release(job.id, owner):
+            return Result(Outcome.RELEASED, "stopped for quit; due again at the next start")
+        return lost(queue, job)
+    if attempt.ending == Ending.INTERRUPTED:
+        if queue.release(job.id, owner, attempt.detail):
+            return Result(Outcome.RELEASED, attempt.detail)
+        return lost(queue, job)
+    if attempt.ending == Ending.LATER:
+        state = queue.later(job.id, owner, attempt.detail)
+        if state is None:
+            return lost(queue, job)
+        if state == State.FAILED:
+            return Result(Outcome.FAILED, queue.get(job.id).last_error or attempt.detail)
+        return Result(Outcome.LATER, attempt.detail)
+    if attempt.ending == Ending.LEASE_LOST:
+        return lost(queue, job)
+    reason = attempt.reason or Reason.INTERNAL_ERROR
+    state = queue.fail(job.id, owner, attempt.detail, reason)
+    if state is None:
+        return lost(queue, job)
+    outcome = Outcome.FAILED if state == State.FAILED else Outcome.RETRYING
+    return Result(outcome, attempt.detail)

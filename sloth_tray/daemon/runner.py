@@ -1,0 +1,336 @@
+"""Run ONE claimed job: a child process in its own group, its output in a capped
+log, heartbeats while it lives, a timeout, and a kill the moment the lease is lost.
+
+The runner writes only `started` and heartbeats, and returns an Attempt saying
+how the run ended; outcome.record writes the ending (complete / fail / release).
+Whenever `run` returns or raises, the child's group and every stray carrying
+its run token are gone: no path leaves a child unsupervised, so no later
+reclaim can overlap it.
+
+The runner never blocks on a timer tick: it waits on one Alarm that the child's
+exit, a stop request or a nudge rings, until the next thing it has to do (renew
+the lease, or end a timed-out attempt). The Alarm keeps wall-clock time, so the
+first heartbeat after a suspend or a SIGSTOP happens at once. (A plain timed
+Event.wait was seen to hang far past its timeout after SIGSTOP/SIGCONT here.)
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from sloth_tray.daemon import procs
+from sloth_tray.daemon.alarm import Alarm, make_alarm
+from sloth_tray.daemon.capture import CappedLog, LastLine, pump, watch_child
+from sloth_tray.daemon.outcome import Attempt, Ending
+from sloth_tray.errors import DatabaseProblem
+from sloth_tray.jobs.header import BadJobFile, NotAFile, command_for, read_head
+from sloth_tray.paths import Home
+from sloth_tray.store.queue import Job, Queue
+from sloth_tray.store.states import Reason
+from sloth_tray.timefmt import format_duration
+
+LOG_CAP = 10 * 1024 * 1024
+EX_TEMPFAIL = 75  # sysexits.h: "try again later"; the attempt does not count
+SLEEP_THRESHOLD = 5.0  # wall time running this far ahead of monotonic time = a suspend
+log = logging.getLogger("sloth_tray")
+TAKEN = "the job was cancelled, or another worker holds it now"
+
+
+# A run shorter than this cannot have seen the pids wrap around twice (where pid_max is
+# at least 32,768: procs.kill_strays looks at every process otherwise): its strays are
+# among the pids handed out since it was spawned.
+SHORT_RUN = 1.0
+
+
+class Runner:
+    """Runs claimed jobs for one owner, one at a time."""
+
+    def __init__(
+        self,
+        queue: Queue,
+        home: Home,
+        owner: str,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        log_cap: int = LOG_CAP,
+        grace: float = 5.0,
+        alarm: Alarm | None = None,
+        default_timeout: float | None = None,
+    ) -> None:
+        self.queue = queue
+        self.home = home
+        self.owner = owner
+        self.monotonic = monotonic
+        self.log_cap = log_cap
+        self.grace = grace
+        self.default_timeout = default_timeout
+        self.alarm = alarm or make_alarm(queue.clock)
+        self._stopping = False
+        self._nudges = 0  # the queue changed this often: check the lease before the beat
+        self._spawned_at = 0.0  # monotonic time of the current run's spawn
+        self._interrupted: tuple[str, int, str] | None = None  # (job id, run, why)
+
+    # -- called from other threads -----------------------------------------
+
+    def stop(self) -> None:
+        """Clean quit: end the running attempt and give its lease back."""
+        self._stopping = True
+        self.alarm.ring()
+
+    def interrupt(self, job: Job, why: str) -> None:
+        """Stop this run of `job` and give it back, uncounted: a condition it
+        requires was lost (interrupt=yes). Meant for that very run (its id and run
+        number): a run that has ended, or a later one, is never touched by it."""
+        self._interrupted = (job.id, job.runs, why)
+        self.alarm.ring()
+
+    def nudge(self) -> None:
+        """Check the lease now (the queue changed: the job may have been cancelled)."""
+        self._nudges += 1  # a count, not a flag: one that lands while read is never lost
+        self.alarm.ring()
+
+    # -- the work -------------------------------------------------------------
+
+    def run(self, job: Job, *, running_for: tuple[float, Callable[[], None]] | None = None
+            ) -> Attempt:
+        """Run one claimed job and say how it ended. `running_for` (seconds, call):
+        call once the job has run that long (the engine shows it as running then)."""
+        sleep_watch = SleepWatch(self.queue.clock, self.monotonic)  # from the claim on
+        if not job.script:  # pushed by a program with nothing to run
+            return Attempt.failed(Reason.UNRUNNABLE, "the job has no script to run")
+        script = Path(job.script)
+        try:
+            # The file placed in the spool, never a link put in its place since: its
+            # target is not what was queued.
+            command = command_for(script, read_head(script, follow=False))
+        except NotAFile as exc:
+            return Attempt.failed(Reason.REFUSED, str(exc))
+        except BadJobFile as exc:
+            return Attempt.failed(Reason.UNRUNNABLE, str(exc))
+        workdir = Path.home()
+        if not workdir.is_dir():
+            return Attempt.failed(Reason.COULD_NOT_START,
+                                  f"cannot start the job: its working folder {workdir} (the "
+                                  "home folder, $HOME) does not exist")
+        # The run's token must be in the queue before the spawn, so that a crash
+        # right after it still leaves a way to find the orphan: the engine's claim
+        # wrote it already; otherwise it is written here.
+        token = (job.child or {}).get("token")
+        if not token:
+            token = procs.new_token()
+            if not self.queue.started(job.id, self.owner, {"token": token}):
+                return Attempt(Ending.LEASE_LOST, TAKEN)
+        env = procs.job_environment(os.environ) | {
+            "SLOTH_JOB_ID": job.id, "SLOTH_JOB_NAME": job.name,
+            "SLOTH_ATTEMPT": str(job.attempts), "SLOTH_HOME": str(self.home.root),
+            procs.RUN_TOKEN_ENV: token,
+        }
+        # One log per run, numbered across retries: two runs never share a file.
+        run_log = CappedLog(self.home.job_logs(job.id) / f"{max(job.runs, 1)}.log",
+                            self.log_cap)
+        try:
+            self._spawned_at = self.monotonic()
+            child = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, cwd=workdir, env=env, **procs.spawn_options())
+        except OSError as exc:
+            run_log.close()
+            return Attempt.failed(Reason.COULD_NOT_START, spawn_error(command[0], exc))
+        readers: list[threading.Thread] = []
+        try:
+            return self._supervise(job, child, run_log, token, sleep_watch, readers, running_for)
+        except BaseException:
+            # Whatever went wrong (the database, a bug), the child must not run on
+            # unsupervised: its lease would expire and a second copy would start.
+            self._reap_group(child, readers, token)
+            raise
+        finally:
+            run_log.close()
+
+    def _supervise(self, job: Job, child: subprocess.Popen, run_log: CappedLog, token: str,
+                   sleep_watch: SleepWatch, readers: list[threading.Thread],
+                   running_for: tuple[float, Callable[[], None]] | None) -> Attempt:
+        if not self.queue.started(job.id, self.owner, procs.describe(child, token)):
+            self._reap_group(child, readers, token)
+            return Attempt(Ending.LEASE_LOST, TAKEN)
+        out, err = LastLine(), LastLine()
+        readers += self._start_watching(child, out, err, run_log)
+
+        lease = job.lease_seconds or self.queue.lease_seconds
+        beat_every = lease / 3
+        timeout = job.options.get("timeout", self.default_timeout)
+        started = self.monotonic()  # the timeout counts time awake, not time asleep
+        lease_until = job.lease_until  # as claimed; tracked to notice a lapse
+        next_beat = self.queue.clock() + beat_every
+        seen_nudges = self._nudges
+        # When to call running_for's call: monotonic, like the timeout.
+        show_at, show = (None, None) if running_for is None else \
+            (started + running_for[0], running_for[1])
+        while child.returncode is None:
+            deadline = next_beat
+            for at in (show_at, None if timeout is None else started + timeout):
+                if at is not None:
+                    deadline = min(deadline, self.queue.clock() + at - self.monotonic())
+            self.alarm.wait(deadline)
+            # Its own end first, before a stop or a timeout, even if the watcher has not
+            # reaped it yet: a job that ran to its end is recorded as it ended, never
+            # given back to run a second time.
+            if child.poll() is not None:
+                break
+            if show is not None and show_at is not None and self.monotonic() >= show_at:
+                show_at = None
+                show()
+            if self._stopping:
+                self._end(child, readers, token)
+                return Attempt(Ending.STOPPED)
+            if self._interrupted is not None and self._interrupted[:2] == (job.id, job.runs):
+                self._end(child, readers, token)
+                return Attempt(Ending.INTERRUPTED, self._interrupted[2])
+            now = self.monotonic()
+            if timeout is not None and now >= started + timeout:
+                self._end(child, readers, token)
+                return Attempt.failed(Reason.TIMED_OUT,
+                                      f"timed out after {format_duration(timeout)}")
+            nudges = self._nudges
+            if nudges == seen_nudges and self.queue.clock() < next_beat:
+                continue  # woken early by a ring meant for an earlier run: nothing to do
+            seen_nudges = nudges
+            slept = sleep_watch.gap()
+            try:
+                still_ours = self.queue.heartbeat(job.id, self.owner, lease)
+            except DatabaseProblem as exc:
+                # Locked for longer than the busy timeout: the work goes on and the
+                # next beat tries again. Nobody else can take the job meanwhile,
+                # since this process holds the home's instance lock.
+                log.warning("could not renew the lease of %s: %s", job.name, exc)
+                next_beat = self.queue.clock() + beat_every
+                continue
+            if not still_ours:
+                self._reap_group(child, readers, token)  # strays that left the group too
+                return Attempt(Ending.LEASE_LOST, TAKEN)
+            renewed_at = self.queue.clock()  # after any wait for the lock or a freeze
+            lapsed, lease_until = renewed_at - lease_until, renewed_at + lease
+            if slept or lapsed > 0:
+                self._note_renewal(job, slept, lapsed)
+            next_beat = self.queue.clock() + beat_every
+
+        self._reap_group(child, readers, token)
+        if child.returncode == 0:
+            result = out.text()
+            if run_log.error:
+                result = f"{result} ({run_log.error})".strip()
+            return Attempt(Ending.SUCCEEDED, result, code=0)
+        error = err.text() or out.text() or exit_description(child.returncode)
+        if run_log.error:
+            error = f"{error} ({run_log.error})"
+        if child.returncode == EX_TEMPFAIL:
+            return Attempt(Ending.LATER, error, code=child.returncode)
+        reason = Reason.KILLED if child.returncode < 0 else Reason.EXIT_CODE
+        return Attempt.failed(reason, error, child.returncode)
+
+    def _note_renewal(self, job: Job, slept: float, lapsed: float) -> None:
+        """The history's note of a nap: worth having, never worth the job."""
+        renewed = "nobody took the job meanwhile, so its lease was renewed"
+        try:
+            if slept:
+                self.queue.note(job.id, "slept", f"the computer slept about "
+                                f"{format_duration(round(slept))}; {renewed}")
+            else:
+                self.queue.note(job.id, "renewed",
+                                f"the lease had lapsed {format_duration(lapsed)} ago; {renewed}")
+        except DatabaseProblem as exc:
+            log.warning("could not note the renewal of %s: %s", job.name, exc)
+
+    def _start_watching(self, child: subprocess.Popen, out: LastLine, err: LastLine,
+                        run_log: CappedLog) -> list[threading.Thread]:
+        """The threads that copy the child's output and ring when it exits: one on
+        Linux (a pidfd beside the two pipes), else a reader per pipe and a waiter.
+        Returns those to join once the run is over."""
+        try:
+            pidfd = os.pidfd_open(child.pid)
+        except (AttributeError, OSError):  # not Linux, or a kernel before 5.3
+            pidfd = None
+        if pidfd is not None:
+            watch = threading.Thread(target=watch_child, daemon=True,
+                                     args=(child, pidfd, out, err, run_log, self.alarm.ring))
+            watch.start()
+            return [watch]
+        readers = [threading.Thread(target=pump, args=(child.stdout, out, run_log), daemon=True),
+                   threading.Thread(target=pump, args=(child.stderr, err, run_log), daemon=True)]
+        waiter = threading.Thread(target=self._wait_for_exit, args=(child,), daemon=True)
+        for thread in (*readers, waiter):
+            thread.start()
+        return readers
+
+    def _wait_for_exit(self, child: subprocess.Popen) -> None:
+        child.wait()  # a blocking waitpid: no polling
+        self.alarm.ring()
+
+    def _end(self, child: subprocess.Popen, readers: list[threading.Thread], token: str) -> None:
+        """SIGTERM to the group, a grace period, then SIGKILL."""
+        procs.terminate_group(child)
+        try:
+            child.wait(timeout=self.grace)
+        except subprocess.TimeoutExpired:
+            pass
+        self._reap_group(child, readers, token)
+
+    def _reap_group(self, child: subprocess.Popen, readers: list[threading.Thread],
+                    token: str) -> None:
+        """The main process is done: whatever it left behind goes too (like
+        systemd's control-group kill), and the output pipes are drained."""
+        procs.kill_group(child)
+        child.wait()
+        # Strays that left the group (Linux). After a short run only the pids handed
+        # out since the spawn can be one: a sweep of a few, not of every process.
+        short = self.monotonic() - self._spawned_at < SHORT_RUN
+        procs.kill_strays(token, since=child.pid if short else None)
+        for reader in readers:
+            reader.join(timeout=self.grace)
+
+
+class SleepWatch:
+    """Notices a suspend: wall time that ran ahead of monotonic time.
+
+    Linux and macOS stop the monotonic clock while the machine sleeps; the
+    wall clock keeps counting. The difference between the two is the nap.
+    """
+
+    def __init__(self, wall: Callable[[], float], monotonic: Callable[[], float]) -> None:
+        self.wall = wall
+        self.monotonic = monotonic
+        self._offset = wall() - monotonic()
+
+    def gap(self) -> float:
+        """Seconds slept since the last call (0.0 if none)."""
+        offset = self.wall() - self.monotonic()
+        gap, self._offset = offset - self._offset, offset
+        return gap if gap > SLEEP_THRESHOLD else 0.0
+
+
+def exit_description(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+def spawn_error(program: str, exc: OSError) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return f"cannot start the job: {program} was not found (is it installed?)"
+    if isinstance(exc, PermissionError):
+        return f"cannot start the job: permission denied running {program}"
+    if exc.errno == errno.ENOEXEC:
+        return f"cannot start the job: {program} is not a program this system can run"
+    return f"cannot start the job: {exc.strerror or exc}"
+

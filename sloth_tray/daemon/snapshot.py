@@ -1,0 +1,73 @@
+"""What the tray is shown: an immutable Snapshot of the queue and the engine.
+
+The engine publishes one after every change; the tray, its presenter, its surfaces
+and the notifications read them. A module of its own, below both: the tray's code
+needs these values, never the engine that makes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sloth_tray.jobs.overdue import OverdueJob
+from sloth_tray.store.states import Reason
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    id: str
+    name: str
+    attempt: int
+    max_attempts: int
+    started_at: float
+
+
+@dataclass(frozen=True)
+class FailedJob:
+    id: str
+    name: str
+    error: str
+    at: float  # when it failed: a new failure of the same job is a new event
+    refused: bool = False  # a refused drop: never retried, only removed
+    series: str = ""  # the series it is a run of (FailedSeries.key); "" if it does not repeat
+    reason: Reason | None = None  # why it failed: what its notification offers to do
+    script: str | None = None  # its copy in the spool, shown when the script is at fault
+
+
+@dataclass(frozen=True)
+class FailedSeries:
+    """A recurring series with failed runs: each run fails on its own, and the
+    series goes on, so a series failing daily holds a failed run per day."""
+
+    key: str  # what tells the series apart: its script (one per drop), else its name
+    name: str
+    failures: int  # its failed runs, all of them (a snapshot carries the newest few)
+    since: float  # when the oldest of them failed
+
+
+@dataclass(frozen=True)
+class WaitingJob:
+    id: str
+    name: str
+    due: float
+    waiting_for: str | None = None  # an unmet condition it needs ("AC power"), if any
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the engine looks like right now. Listeners may keep it: it never changes."""
+
+    pending: int = 0
+    done: int = 0
+    failed_count: int = 0
+    due_now: int = 0
+    running: RunningJob | None = None
+    # The newest engine.SHOWN_FAILED of failed_count, at most SHOWN_RUNS_PER_SERIES a series
+    failed_jobs: tuple[FailedJob, ...] = ()
+    failed_series: tuple[FailedSeries, ...] = ()  # the series of the runs in failed_jobs
+    waiting: tuple[WaitingJob, ...] = ()  # the next engine.SHOWN_WAITING of pending
+    next_wakeup: float | None = None
+    paused: bool = False
+    problem: str | None = None  # a sentence for the user: the database is locked, ...
+    stopped: bool = False
+    overdue: tuple[OverdueJob, ...] = ()  # recurring series with no success for too long

@@ -1,0 +1,1151 @@
+"""The lease queue: one SQLite file, and the only module that writes SQL.
+
+A running job is a lease, not a flag. `claim` hands a job out until
+`lease_until`; the owner keeps it alive with `heartbeat`; `complete` and
+`fail` only count when they come from the current owner (the owner is in the
+WHERE clause). A worker that dies or sleeps simply stops renewing, and the
+next `claim` after `lease_until` takes the job back. Nothing needs a reaper.
+
+Each public method is one statement or one short transaction. A job's history
+lives in its own row, appended by the same UPDATE that changes its state, so a
+transition and its event can never part. Wall time comes from the injected
+`clock`, so tests move time instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, tzinfo
+from pathlib import Path
+from typing import Any
+
+from sloth_tray import limits
+from sloth_tray.errors import SlothError, UnknownJob
+from sloth_tray.jobs import overdue, schedule, series
+from sloth_tray.jobs.header import OPTIONS as JOB_OPTIONS
+from sloth_tray.jobs.header import WORD_OPTIONS
+from sloth_tray.store import reads
+from sloth_tray.store.schema import connect, translated_errors
+from sloth_tray.store.states import PERMANENT, Reason, State
+from sloth_tray.timefmt import format_duration
+
+Clock = Callable[[], float]
+
+ERROR_LIMIT = 2000  # characters of an error message kept in the row
+LATER_FOR_AT_MOST = 86400.0  # seconds of nothing but "try again later" before giving up
+# Events that end a run of "later"s: a run that ended otherwise, or the user's retry.
+# A quit (`released`), a crash (`reclaimed`) or a sleep between two "later"s does not:
+# a laptop shut down daily must not try for ever.
+_ENDS_LATERS = frozenset({"completed", "backoff", "failed", "retried"})
+
+
+class Refused(SlothError):
+    """A refused drop was asked to run: it never may."""
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    name: str
+    state: State
+    attempts: int
+    max_attempts: int
+    not_before: float
+    lease_owner: str | None
+    lease_until: float | None
+    last_error: str | None
+    result: str | None
+    script: str | None
+    options: dict[str, Any] = field(hash=False)
+    created_at: float
+    updated_at: float
+    # The running attempt's process (pid, pgid, start time, run token), so a
+    # later start-up can stop an orphan without ever killing a reused pid.
+    child: dict[str, Any] | None = field(default=None, hash=False)
+    reason: Reason | None = None  # why the last attempt failed (see Reason)
+    runs: int = 0  # runs ever started, across retries; names the log of each
+
+    @property
+    def lease_seconds(self) -> float | None:
+        """The job's own lease (its `lease=` option), if it has one."""
+        lease = self.options.get("lease")
+        return float(lease) if lease else None
+
+    def as_dict(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        data["state"] = self.state.value
+        data["reason"] = self.reason.value if self.reason else None
+        return data
+
+
+@dataclass(frozen=True)
+class Event:
+    at: float
+    kind: str
+    detail: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"at": self.at, "kind": self.kind, "detail": self.detail}
+
+
+PARTIAL_INDEX = {State.PENDING: "jobs_due", State.RUNNING: "jobs_leased",
+                 State.FAILED: "jobs_failed"}
+
+JOB_COLUMNS = (
+    "id, name, state, attempts, max_attempts, not_before, lease_owner, lease_until, "
+    "last_error, result, script, options, created_at, updated_at, child, reason, runs"
+)
+
+
+def _job(row: tuple) -> Job:
+    (id_, name, state, attempts, max_attempts, not_before, lease_owner, lease_until,
+     last_error, result, script, options, created_at, updated_at, child, reason, runs) = row
+    return Job(
+        id=id_, name=name, state=State(state), attempts=attempts, max_attempts=max_attempts,
+        not_before=not_before, lease_owner=lease_owner, lease_until=lease_until,
+        last_error=last_error, result=result, script=script, options=json.loads(options),
+        created_at=created_at, updated_at=updated_at,
+        child=json.loads(child) if child else None,
+        reason=Reason(reason) if reason else None, runs=runs,
+    )
+
+
+def _history(*events: tuple[str, str]) -> tuple[str, dict[str, str]]:
+    """An assignment that appends (kind, detail) events, stamped :now, to `history`,
+    and the parameters it binds."""
+    parts, params = [], {}
+    for i, (kind, detail) in enumerate(events):
+        parts.append(f"'$[#]', json_array(:now, :kind{i}, :detail{i})")
+        params[f"kind{i}"], params[f"detail{i}"] = kind, detail
+    return f"history = json_insert(history, {', '.join(parts)})", params
+
+
+def _trailing_laters(history: list) -> list[float]:
+    """When each "later" of the unbroken run of them that ends the history came."""
+    laters: list[float] = []
+    for at, kind, _detail in reversed(history):
+        if kind == "later":
+            laters.append(at)
+        elif kind in _ENDS_LATERS:
+            break
+    return laters[::-1]
+
+
+def _last_claim(history: list, default: float) -> float:
+    """When the last attempt in this history was claimed."""
+    for at, kind, _detail in reversed(history):
+        if kind == "claimed":
+            return float(at)
+    return default
+
+
+def _never_started(child: str | None) -> bool:
+    """A run whose token was written at the claim, and whose process never was: the
+    claim committed with the last job's outcome, and the daemon died before the spawn."""
+    if not child:
+        return False
+    known = json.loads(child)
+    return isinstance(known, dict) and "token" in known and "pid" not in known
+
+
+VALID_ID = re.compile(r"[0-9a-f]{12}")
+
+
+def new_job_id() -> str:
+    return os.urandom(6).hex()
+
+
+class Queue:
+    """A SQLite lease queue. Safe to share between threads; one file, many processes."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        clock: Clock = time.time,
+        lease_seconds: float = 60.0,
+        max_attempts: int = 5,
+        backoff_cap: float = 3600.0,
+        synchronous: str = "FULL",
+        busy_timeout: float = 5.0,
+        tz: tzinfo | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.clock = clock
+        self._tz = tz  # calendar jobs' zone; None: this machine's, read when first needed
+        self.lease_seconds = float(limits.LEASE.check(lease_seconds))
+        self.max_attempts = int(limits.ATTEMPTS.check(max_attempts))
+        self.backoff_cap = float(backoff_cap)
+        self.busy_timeout = float(busy_timeout)
+        self._lock = threading.RLock()  # re-entered by the writes inside a batch()
+        self._in_transaction = False  # ours, open (under the lock): a batch's writes join it
+        self._synchronous = synchronous
+        # (wall, monotonic) at the last look: a wall clock that went back against the
+        # monotonic one was set back, and waiting jobs count their waits again.
+        self._clock_seen: tuple[float, float] | None = None
+        # Made, identified, in WAL and migrated (schema.connect); autocommit: we say
+        # BEGIN and COMMIT ourselves. Shared between threads, guarded by self._lock.
+        self._db = connect(self.path, self.busy_timeout, synchronous=synchronous,
+                           check_same_thread=False)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing ----------------------------------------------------------
+
+    def _translated_errors(self) -> contextlib.AbstractContextManager[None]:
+        return translated_errors(self.path, self.busy_timeout)
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """The writes made inside, on this thread, as one transaction: one commit,
+        one fsync where each would have had its own. All or none of them land.
+
+        The daemon's loop records an attempt's outcome and claims the next job in
+        one (outcome.record + claim): two commits per job where there were four.
+        """
+        with self._transaction():
+            yield
+
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Inside a batch: what is written in here is undone alone if it raises,
+        and the batch's other writes still commit."""
+        with self._lock, self._translated_errors():
+            self._db.execute("SAVEPOINT part")
+            try:
+                yield
+            except BaseException:
+                self._db.execute("ROLLBACK TO part")
+                self._db.execute("RELEASE part")
+                raise
+            self._db.execute("RELEASE part")
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT: take the write lock before reading. Inside one
+        already open on this connection (a batch), that one is the transaction."""
+        with self._lock, self._translated_errors():
+            if self._in_transaction:
+                yield self._db
+                return
+            self._db.execute("BEGIN IMMEDIATE")
+            self._in_transaction = True
+            try:
+                yield self._db
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._roll_back()
+                raise
+            finally:
+                self._in_transaction = False
+
+    def _roll_back(self) -> None:
+        """After a failure inside a transaction, or of its COMMIT (a full disk): never
+        leave the connection inside one, holding the write lock with nothing to end it.
+        SQLite may have rolled it back itself already."""
+        if self._db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):  # the first failure is the one to say
+                self._db.execute("ROLLBACK")
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """Reads, or one write statement in autocommit: a single statement is its
+        own transaction, so a lone UPDATE needs no BEGIN/COMMIT round trips."""
+        with self._lock, self._translated_errors():
+            yield self._db
+
+    _writing = _reading
+
+    # -- writes --------------------------------------------------------------
+
+    def push(
+        self,
+        name: str,
+        *,
+        script: str | None = None,
+        delay: float = 0.0,
+        max_attempts: int | None = None,
+        options: dict[str, Any] | None = None,
+        job_id: str | None = None,
+        error: str | None = None,
+        reason: Reason = Reason.REFUSED,
+    ) -> str:
+        """Add a pending job due `delay` seconds from now; returns its 12-hex id.
+
+        `job_id` (from new_job_id()) lets a caller name the job's spool folder
+        before the job exists, so a crash in between can be reconciled.
+        `error` makes the job born failed, for `reason` (a refused drop, a bad
+        header): the user sees it with the failures, and it never runs.
+        """
+        attempts_allowed = (self.max_attempts if max_attempts is None
+                            else int(limits.ATTEMPTS.check(max_attempts)))
+        delay = limits.DELAY.check(delay)
+        if job_id is not None and not VALID_ID.fullmatch(job_id):
+            raise SlothError(f"{job_id!r} is not a job id (12 lowercase hex characters)")
+        now = self.clock()
+        options = dict(options or {})
+        for key in options.keys() & JOB_OPTIONS.keys():  # a value no claim could use: refused
+            options[key] = JOB_OPTIONS[key].check(options[key], "the job's options")
+        for key in options.keys() & WORD_OPTIONS.keys():  # as a header's words are read
+            read, accepted = WORD_OPTIONS[key]
+            try:
+                options[key] = read(options[key])
+            except (ValueError, TypeError):
+                raise SlothError(f"the job's options: bad value {limits.shown(options[key])} "
+                                 f"for {key}: use {accepted}") from None
+        if options.get("every"):
+            options.setdefault("scheduled", now + delay)  # the series' clock
+        not_before = self._first_calendar_time(options, now + delay)
+        if not_before is None:
+            not_before = now + delay
+        else:
+            delay = not_before - now
+        events = [[now, "pushed", f"due in {format_duration(delay)}" if delay else ""]]
+        if error is not None:
+            events.append([now, "failed", error])
+        while True:
+            chosen = job_id or new_job_id()
+            try:
+                with self._writing() as db:
+                    db.execute(
+                        "INSERT INTO jobs(id, name, state, max_attempts, not_before, script, "
+                        "options, created_at, updated_at, history, last_error, reason) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (chosen, name, "pending" if error is None else "failed",
+                         attempts_allowed, not_before, script,
+                         json.dumps(options, sort_keys=True, allow_nan=False), now, now,
+                         json.dumps(events),
+                         error, None if error is None else Reason(reason).value),
+                    )
+                return chosen
+            except sqlite3.IntegrityError:
+                if job_id:
+                    raise SlothError(f"there is already a job with id {job_id}") from None
+                # else: 1 in 2**48; draw again
+
+    def claim(self, owner: str, unmet: frozenset[str] = frozenset(),
+              token: str | None = None) -> Job | None:
+        """Lease the oldest due job to `owner`, or return None when nothing is due.
+
+        Due means pending with not_before <= now, or running with an expired
+        lease (its worker is gone). An expired lease at max_attempts ends the
+        job as failed instead of handing it out again. A pending job that
+        requires a condition in `unmet` waits: it is passed over, untouched.
+        `token`, when given, is the coming run's token, kept as its `child` from
+        the claim on (what `started` would otherwise write before the spawn).
+        """
+        child = json.dumps({"token": token}) if token else None
+        now = self.clock()
+        waits, waits_params = reads.not_waiting(unmet)
+        self._mind_the_clock(now)
+        self._settle_missed_calendar_runs(now, unmet)
+        with self._reading() as db:
+            expired = db.execute(
+                "SELECT 1 FROM jobs WHERE state = 'running' AND lease_until <= ? LIMIT 1", (now,)
+            ).fetchone()
+        if expired is None:
+            return self._claim_pending(owner, now, unmet, child)
+        with self._transaction() as db:
+            while True:
+                # Cheap look-ups on the partial indexes; the full row comes
+                # back from the UPDATE itself.
+                pending = db.execute(
+                    "SELECT id, not_before, attempts, max_attempts FROM jobs "
+                    f"WHERE state = 'pending' AND not_before <= :now{waits} "
+                    "ORDER BY not_before, rowid LIMIT 1",
+                    {"now": now, **waits_params},
+                ).fetchone()
+                expired = db.execute(
+                    "SELECT id, lease_until, attempts, max_attempts FROM jobs "
+                    "WHERE state = 'running' "
+                    "AND lease_until <= ? ORDER BY lease_until, rowid LIMIT 1",
+                    (now,),
+                ).fetchone()
+                if pending is None and expired is None:
+                    return None
+                events: list[tuple[str, str]] = []
+                if expired is not None and (pending is None or expired[1] <= pending[1]):
+                    job_id, _, attempts, max_attempts = expired
+                    reclaimed = self._reclaim(db, job_id, now)
+                    if reclaimed is None:
+                        continue  # that used its last attempt; look again
+                    events.append(("reclaimed", reclaimed))
+                else:
+                    job_id, _, attempts, max_attempts = pending
+                events.append(("claimed", f"attempt {attempts + 1} of {max_attempts} by {owner}"))
+                history, params = _history(*events)
+                row = db.execute(
+                    "UPDATE jobs SET state = 'running', lease_owner = :owner, "
+                    "lease_until = :now + coalesce(json_extract(options, '$.lease'), :lease), "
+                    f"attempts = attempts + 1, runs = runs + 1, updated_at = :now, "
+                    f"child = :child, {history} "
+                    f"WHERE id = :id RETURNING {JOB_COLUMNS}",
+                    {"owner": owner, "now": now, "lease": self.lease_seconds, "id": job_id,
+                     "child": child, **params},
+                ).fetchone()
+                return _job(row)
+
+    def _claim_pending(self, owner: str, now: float, unmet: frozenset[str] = frozenset(),
+                       child: str | None = None) -> Job | None:
+        """The usual claim, when no lease has expired: one UPDATE picks the oldest
+        due pending job and leases it. A single statement is atomic on its own
+        (SQLite takes the write lock before it reads), so no BEGIN is needed."""
+        waits, waits_params = reads.not_waiting(unmet)
+        with self._writing() as db:
+            rows = db.execute(
+                "UPDATE jobs SET state = 'running', lease_owner = :owner, "
+                "lease_until = :now + coalesce(json_extract(options, '$.lease'), :lease), "
+                "attempts = attempts + 1, runs = runs + 1, updated_at = :now, child = :child, "
+                "history = json_insert(history, '$[#]', json_array(:now, 'claimed', "
+                "'attempt ' || (attempts + 1) || ' of ' || max_attempts || ' by ' || :owner)) "
+                "WHERE id = (SELECT id FROM jobs WHERE state = 'pending' AND not_before <= :now"
+                f"{waits} ORDER BY not_before, rowid LIMIT 1) RETURNING {JOB_COLUMNS}",
+                {"owner": owner, "now": now, "lease": self.lease_seconds, "child": child,
+                 **waits_params},
+            ).fetchall()  # all: the statement must run to its end to commit
+        return _job(rows[0]) if rows else None
+
+    def _reclaim(self, db: sqlite3.Connection, job_id: str, now: float) -> str | None:
+        """Take back an expired lease: the `reclaimed` event's detail, or None when the
+        job is not to be handed out as it is: its run never started (then it is given
+        back, its attempt not counted), or that was its last attempt (then it is
+        failed for good)."""
+        attempts, max_attempts, owner, lease_until, history, child = db.execute(
+            "SELECT attempts, max_attempts, lease_owner, lease_until, history, child "
+            "FROM jobs WHERE id = ?",
+            (job_id,),
+        ).fetchone()
+        if _never_started(child):
+            given_back, params = _history(("released", f"its run never started: the lease "
+                                                       f"of {owner} ran out before its script "
+                                                       "was started"))
+            db.execute("UPDATE jobs SET state = 'pending', not_before = :now, "
+                       "attempts = max(attempts - 1, 0), lease_owner = NULL, "
+                       f"lease_until = NULL, updated_at = :now, {given_back} WHERE id = :id",
+                       {"now": now, "id": job_id, **params})
+            return None
+        if attempts < max_attempts:
+            return f"lease of {owner} expired {format_duration(now - lease_until)} ago"
+        expiries = 1 + sum(1 for _, kind, _ in json.loads(history) if kind == "reclaimed")
+        error = (
+            f"its lease expired {expiries} time{'s' if expiries > 1 else ''} without it "
+            f"finishing (last holder {owner}); gave up after {attempts} attempts"
+        )
+        self._finish(db, job_id, now, "failed", ("failed", error), last_error=error,
+                     reason=Reason.LEASE_EXPIRED.value)
+        return None
+
+    def _finish(self, db: sqlite3.Connection, job_id: str, now: float, state: str,
+                event: tuple[str, str], *, owner: str | None = None, follow: bool = False,
+                **columns: Any) -> bool:
+        """Move a job out of running and record why: only if `owner` holds it, when
+        given (else the caller checked). False when it was not moved.
+
+        A run of a series that ends (done, or failed for good, or stopped: `follow`)
+        is followed by its next run in this same transaction: a crash can never end a
+        series.
+        """
+        history, params = _history(event)
+        sets = "".join(f", {name} = :{name}" for name in columns)
+        held = " AND state = 'running' AND lease_owner = :owner" if owner is not None else ""
+        rows = db.execute(
+            "UPDATE jobs SET state = :state, lease_owner = NULL, lease_until = NULL, "
+            f"updated_at = :now{sets}, {history} WHERE id = :id{held} "
+            "RETURNING name, script, max_attempts, options, followed, history",
+            {"state": state, "now": now, "id": job_id, "owner": owner, **columns, **params},
+        ).fetchall()  # all: the statement runs to its end
+        if not rows:
+            return False
+        if follow or state in (State.DONE, State.FAILED):
+            self._follow_series_run(db, job_id, now, *rows[0])
+        return True
+
+    def heartbeat(self, job_id: str, owner: str, lease: float | None = None) -> bool:
+        """Extend the lease; False means `owner` no longer holds it (stop the work).
+
+        `lease` is the job's own lease length, when it has one. Not an event:
+        it would flood the history.
+        """
+        with self._transaction() as db:
+            # The clock is read once the write lock is held: a heartbeat that
+            # waited on a busy database must not write a lease already past.
+            changed = db.execute(
+                "UPDATE jobs SET lease_until = ? "
+                "WHERE id = ? AND state = 'running' AND lease_owner = ?",
+                (self.clock() + (lease or self.lease_seconds), job_id, owner),
+            ).rowcount
+        return changed == 1
+
+    def _owned_update(self, job_id: str, owner: str, assignments: str,
+                      event: tuple[str, str] | None, **params: Any) -> bool:
+        """One owner-checked UPDATE that also records `event` (if any)."""
+        if event:
+            history, event_params = _history(event)
+            assignments += f", {history}"
+        else:
+            event_params = {}
+        with self._writing() as db:
+            changed = db.execute(
+                f"UPDATE jobs SET {assignments} "
+                "WHERE id = :id AND state = 'running' AND lease_owner = :owner",
+                {"id": job_id, "owner": owner, "now": self.clock(), **params, **event_params},
+            ).rowcount
+        return changed == 1
+
+    def complete(self, job_id: str, owner: str, result: str = "") -> bool:
+        now = self.clock()
+        with self._transaction() as db:
+            return self._finish(db, job_id, now, "done", ("completed", result), owner=owner,
+                                result=result)
+
+    def started(self, job_id: str, owner: str, child: dict[str, Any]) -> bool:
+        """Remember the attempt's process; owner-checked like a heartbeat.
+
+        Before the spawn with the run's token only, unless the claim stored it
+        already (so a crash right after the spawn still leaves a way to find the
+        orphan); then with its pid, which is the `started` event.
+        """
+        event = ("started", f"pid {child['pid']}") if "pid" in child else None
+        if event is None:  # the token before a spawn: on disk before the process exists
+            return self._owned_update(job_id, owner, "child = :child", None,
+                                      child=json.dumps(child))
+        with self._without_own_fsync():
+            return self._owned_update(job_id, owner, "child = :child", event,
+                                      child=json.dumps(child))
+
+    @contextlib.contextmanager
+    def _without_own_fsync(self) -> Iterator[None]:
+        """A write committed without waiting for the disk (synchronous=NORMAL, in WAL
+        mode): a crash of this process loses nothing (the system holds the WAL), and
+        the next full commit makes it durable with its own fsync, the WAL being
+        written in order. Only a power cut before that can lose it: fit for notes
+        like `started`, whose token the claim already made durable. Back to back, a
+        job then waits for the disk twice (push; outcome + next claim), not three."""
+        if self._synchronous.upper() != "FULL" or self._db.in_transaction:
+            yield  # the level cannot change inside a transaction: it commits as it is
+            return
+        with self._lock, self._translated_errors():
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            try:
+                yield
+            finally:
+                self._db.execute(f"PRAGMA synchronous = {self._synchronous}")
+
+    def release(self, job_id: str, owner: str, why: str | None = None) -> bool:
+        """Give the lease back (a clean quit, or `why`); the attempt does not count."""
+        return self._owned_update(
+            job_id, owner, "state = 'pending', not_before = :now, "
+            "attempts = max(attempts - 1, 0), lease_owner = NULL, lease_until = NULL, "
+            "updated_at = :now", ("released", why or f"by {owner}"))
+
+    def later(self, job_id: str, owner: str, detail: str) -> State | None:
+        """The script asked to be run again later (exit 75, EX_TEMPFAIL): back off
+        as after a failure, but the attempt does not count. After LATER_FOR_AT_MOST
+        of nothing but "later" the job fails for good (LATER_TOO_LONG). Returns
+        the new state, or None when `owner` does not hold the lease."""
+        now = self.clock()
+        detail = detail[:ERROR_LIMIT]
+        with self._transaction() as db:
+            row = db.execute(
+                "SELECT history, attempts FROM jobs WHERE id = ? AND state = 'running' "
+                "AND lease_owner = ?", (job_id, owner)).fetchone()
+            if row is None:
+                return None
+            history, attempts = row
+            earlier = _trailing_laters(json.loads(history))
+            since = earlier[0] if earlier else now
+            if now - since >= LATER_FOR_AT_MOST:
+                error = (f"it asked to run later for {format_duration(now - since)} "
+                         f"({len(earlier) + 1} times); gave up. Last: {detail}")[:ERROR_LIMIT]
+                self._finish(db, job_id, now, "failed", ("failed", error), last_error=error,
+                             reason=Reason.LATER_TOO_LONG.value)
+                return State.FAILED
+            delay = min(2.0 ** (len(earlier) + 1), self.backoff_cap)
+            self._finish(db, job_id, now, "pending",
+                         ("later", f"{detail}; asked to run later: next try in "
+                                   f"{format_duration(delay)}"),
+                         last_error=detail, not_before=now + delay,
+                         attempts=max(attempts - 1, 0))  # this attempt does not count
+            return State.PENDING
+
+    def fail(self, job_id: str, owner: str, error: str,
+             reason: Reason = Reason.EXIT_CODE) -> State | None:
+        """Record a failed attempt: back off and retry, or give up at max_attempts.
+
+        A PERMANENT reason gives up at once: trying again cannot help (a script
+        nothing knows how to run, a bad header). Returns the new state
+        ('pending' or 'failed'), or None when `owner` does not hold the lease
+        (then nothing changes).
+        """
+        now = self.clock()
+        error = error[:ERROR_LIMIT]
+        with self._transaction() as db:
+            row = db.execute(
+                "SELECT attempts, max_attempts FROM jobs "
+                "WHERE id = ? AND state = 'running' AND lease_owner = ?",
+                (job_id, owner),
+            ).fetchone()
+            if row is None:
+                return None
+            attempts, max_attempts = row
+            reason = Reason(reason)
+            if attempts >= max_attempts or reason in PERMANENT:
+                self._finish(db, job_id, now, "failed", ("failed", error), last_error=error,
+                             reason=reason.value)
+                return State.FAILED
+            delay = min(2.0**attempts, self.backoff_cap)
+            self._finish(db, job_id, now, "pending",
+                         ("backoff", f"attempt {attempts} of {max_attempts} failed: {error}; "
+                                     f"next try in {format_duration(delay)}"),
+                         last_error=error, reason=reason.value, not_before=now + delay)
+            return State.PENDING
+
+    def refuse(self, job_id: str, error: str, reason: Reason = Reason.SCRIPT_GONE) -> bool:
+        """A pending or failed job that cannot run as it is (its script vanished,
+        its header is still wrong) -> failed, with that sentence."""
+        return self._change(job_id, ("pending", "failed"), "failed",
+                            "state = 'failed', last_error = :error, reason = :reason",
+                            error=error, reason=Reason(reason).value)
+
+    def note(self, job_id: str, kind: str, detail: str) -> None:
+        """Add an event to a job's history (e.g. 'slept': the computer was suspended)."""
+        history, params = _history((kind, detail))
+        with self._writing() as db:
+            changed = db.execute(f"UPDATE jobs SET {history} WHERE id = :id",
+                                 {"id": job_id, "now": self.clock(), **params}).rowcount
+        if not changed:
+            raise UnknownJob(job_id)
+
+    def expire_leases(self) -> int:
+        """End every running lease now, so the next claims reclaim those jobs.
+
+        Only for the one process that holds the home's instance lock: it
+        knows any job still marked running was left by a process that died.
+        """
+        now = self.clock()
+        with self._writing() as db:
+            return db.execute(
+                "UPDATE jobs SET lease_until = ? WHERE state = 'running' AND lease_until > ?",
+                (now, now),
+            ).rowcount
+
+    def retry(self, job_id: str, *, options: dict[str, Any] | None = None,
+              max_attempts: int | None = None) -> bool:
+        """A failed or cancelled job becomes due now, with a fresh set of attempts.
+
+        `options` (and `max_attempts`) replace the job's own when its header was
+        read again. A refused job is never revived: it raises Refused.
+
+        A run of a series that was followed (its next run was queued when it
+        ended) runs once more, and the series is left as it is. A run that never
+        was (the series' waiting run, cancelled; a first run born failed) starts
+        the series again: one run now, the next at the series' next time.
+        """
+        with self._transaction() as db:
+            row = db.execute("SELECT options, followed FROM jobs WHERE id = ?",
+                             (job_id,)).fetchone()
+            if row is None:
+                raise UnknownJob(job_id)
+            own, followed = json.loads(row[0]), row[1]
+            new = dict(own if options is None else options)
+            if series.repeats(new):
+                self._restart_series(new, own, followed)
+            assignments = ("state = 'pending', not_before = :now, attempts = 0, "
+                           "last_error = NULL, reason = NULL, options = :options")
+            params: dict[str, Any] = {"options": json.dumps(new, sort_keys=True)}
+            if max_attempts is not None:
+                assignments += ", max_attempts = :max_attempts"
+                params["max_attempts"] = int(max_attempts)
+            return self._change(job_id, ("failed", "cancelled"), "retried", assignments,
+                                refuse_refused=True, **params)
+
+    def _restart_series(self, options: dict[str, Any], own: dict[str, Any],
+                        followed: int) -> None:
+        """The series' clock of a retried run, in `options`: kept for a run that was
+        followed (it queues no next run), or the series' next time after now."""
+        now = self.clock()
+        if followed:
+            options["scheduled"] = own.get("scheduled", now)
+            return
+        try:
+            options["scheduled"] = series.next_time_after(options, now, self._tz_of(options))
+        except schedule.BadSchedule:  # said when it ends (see _follow_series_run)
+            options["scheduled"] = now
+
+    def run_now(self, job_id: str) -> bool:
+        """A pending job becomes due now (the tray's `Run now`)."""
+        return self._change(job_id, ("pending",), "hurried", "not_before = :now")
+
+    def cancel(self, job_id: str) -> bool:
+        """Pending, failed or running -> cancelled.
+
+        Cancelling a running job takes its lease away: the worker's next
+        heartbeat returns False and it stops the work.
+        """
+        return self._change(job_id, ("pending", "failed", "running"), "cancelled",
+                            "state = 'cancelled', lease_owner = NULL, lease_until = NULL")
+
+    def stop(self, job_id: str) -> bool:
+        """Running -> cancelled: the tray's Stop. The run is given up, not its series:
+        a repeating job's next run is queued in the same transaction, as after any run
+        that ends (`cancel` of a series' run ends the series). The lease goes with the
+        state, so the worker's next heartbeat stops the work. False when the job was
+        not running (it ended meanwhile)."""
+        now = self.clock()
+        with self._transaction() as db:
+            row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise UnknownJob(job_id)
+            if row[0] != "running":
+                return False
+            return self._finish(db, job_id, now, "cancelled", ("cancelled", "stopped"),
+                                follow=True)
+
+    def _change(
+        self, job_id: str, from_states: tuple[str, ...], kind: str, assignments: str,
+        error: str | None = None, *, refuse_refused: bool = False, **values: Any,
+    ) -> bool:
+        now = self.clock()
+        with self._transaction() as db:
+            row = db.execute("SELECT state, reason, name, last_error FROM jobs WHERE id = ?",
+                             (job_id,)).fetchone()
+            if row is None:
+                raise UnknownJob(job_id)
+            state, reason, name, last_error = row
+            if refuse_refused and reason == Reason.REFUSED.value:
+                raise Refused(f"{name} ({job_id}) was {last_error}; a refused job never "
+                              f"runs (`sloth-tray cancel {job_id}` removes it)")
+            if state not in from_states:
+                return False
+            history, params = _history((kind, error or f"was {state}"))
+            db.execute(f"UPDATE jobs SET {assignments}, updated_at = :now, {history} "
+                       "WHERE id = :id",
+                       {"now": now, "id": job_id, "error": error, **values, **params})
+        return True
+
+    def prune(self, before: float) -> list[tuple[str, str | None]]:
+        """Delete done and cancelled jobs that ended before `before`, with their
+        history; returns their (id, script) pairs: their files are the
+        caller's to remove (spool.prune), after the rows are gone."""
+        with self._writing() as db:
+            return db.execute(
+                "DELETE FROM jobs WHERE state IN ('done', 'cancelled') AND updated_at < ? "
+                "RETURNING id, script",
+                (before,),
+            ).fetchall()
+
+    def prunable_scripts(self, before: float) -> list[str]:
+        """The scripts of the jobs prune(before) would delete now."""
+        with self._reading() as db:
+            return [row[0] for row in db.execute(
+                "SELECT script FROM jobs WHERE state IN ('done', 'cancelled') "
+                "AND updated_at < ? AND script IS NOT NULL", (before,))]
+
+    def folders_in_use(self, folders: list[str], spool: str) -> set[str]:
+        """Which of these spool folders (`spool`/<12-hex id>) still hold some job's
+        script: a recurring job's later runs share the first run's folder.
+        One pass over the table, however many folders are asked about."""
+        if not folders:
+            return set()
+        length = len(spool) + 1 + 12
+        with self._reading() as db:
+            return {row[0] for row in db.execute(
+                "SELECT DISTINCT substr(script, 1, :n) FROM jobs "
+                "WHERE substr(script, 1, :n) IN (SELECT value FROM json_each(:folders))",
+                {"n": length, "folders": json.dumps(folders)},
+            )}
+
+    def exists(self, job_id: str) -> bool:
+        with self._reading() as db:
+            return db.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is not None
+
+    # -- calendar jobs (at=, cron=) ----------------------------------------------
+
+    @property
+    def tz(self) -> tzinfo:
+        """The zone calendar times are read in: the injected one, else this machine's."""
+        if self._tz is None:
+            self._tz = schedule.local_zone()
+        return self._tz
+
+    def _first_calendar_time(self, options: dict[str, Any], earliest: float) -> float | None:
+        """A calendar job's first run: its first calendar time after `earliest` (the
+        push, plus any delay=); None for any other job."""
+        calendar = schedule.calendar_of(options)
+        if calendar is None:
+            return None
+        if options.get("every"):
+            raise SlothError("the job's options: every, at and cron each say when the job "
+                             "repeats: use one of them")
+        first = schedule.next_time(calendar, earliest, self.tz)
+        options["scheduled"] = first  # the series' clock, as for every=
+        return first
+
+    def _settle_missed_calendar_runs(self, now: float,
+                                     unmet: frozenset[str] = frozenset()) -> None:
+        """Before a claim: when the job next in line is a calendar run whose time was
+        missed (the machine slept or was off), apply its catchup= and window=.
+
+        Only the head of the line is looked at, on the partial index: a run is
+        judged at the moment it would start, and a claim pays one cheap read.
+        A run already judged (or made due by hand: run-now, retry) has a
+        not_before other than its scheduled time, and is left as it is.
+        """
+        waits, waits_params = reads.not_waiting(unmet)  # a waiting run is judged when it may start
+        for _ in range(100):  # each pass moves one run away from the head
+            with self._reading() as db:
+                row = db.execute(
+                    "SELECT id FROM jobs WHERE id = (SELECT id FROM jobs "
+                    f"WHERE state = 'pending' AND not_before <= :now{waits} "
+                    "ORDER BY not_before, rowid LIMIT 1) "
+                    "AND not_before < :late AND json_extract(options, '$.scheduled') = not_before "
+                    "AND (json_type(options, '$.at') IS NOT NULL "
+                    "OR json_type(options, '$.cron') IS NOT NULL)",
+                    {"now": now, "late": now - schedule.GRACE, **waits_params},
+                ).fetchone()
+            if row is None or not self._settle_missed_run(row[0], now):
+                return
+
+    def _settle_missed_run(self, job_id: str, now: float) -> bool:
+        """One late calendar run: it runs now for the times it stands for, or it
+        moves to its next calendar time; every dropped time is told in a
+        `skipped` event. False when there was nothing to do after all."""
+        with self._transaction() as db:
+            row = db.execute("SELECT not_before, options FROM jobs "
+                             "WHERE id = ? AND state = 'pending'", (job_id,)).fetchone()
+            if row is None:
+                return False
+            not_before, options = row[0], json.loads(row[1])
+            calendar = self._calendar_or_none(db, job_id, options, now)
+            if calendar is None or options.get("scheduled") != not_before \
+                    or not schedule.is_late(not_before, now):
+                return False
+            plan = schedule.catch_up(calendar, not_before, now, self.tz,
+                                     catchup=options.get("catchup", "once"),
+                                     window=options.get("window"))
+            events: list[tuple[str, str]] = []
+            if plan.dropped:
+                events.append(("skipped", f"missed {self._times(plan.dropped, plan.dropped_more)}"
+                                          f" while nothing could run it; dropped: {plan.reason}"))
+            if plan.run_now:
+                options["scheduled"], due = plan.latest, now
+                events.append(("caught_up", "one run now for the missed "
+                                            f"{self._times(plan.kept, plan.kept_more)}"))
+            else:
+                options["scheduled"] = due = plan.next_due
+            history, params = _history(*events)
+            db.execute(f"UPDATE jobs SET not_before = :due, options = :options, "
+                       f"updated_at = :now, {history} WHERE id = :id",
+                       {"due": due, "options": json.dumps(options, sort_keys=True),
+                        "now": now, "id": job_id, **params})
+        return True
+
+    def _times(self, times: tuple[float, ...], more: bool) -> str:
+        return schedule.describe(times, more, self.tz)
+
+    def _calendar_or_none(self, db: sqlite3.Connection, job_id: str,
+                          options: dict[str, Any], now: float) -> schedule.Calendar | None:
+        """The job's calendar. One that cannot be read (the file was edited by hand)
+        is said in the job's history rather than raised in the daemon's face."""
+        try:
+            return schedule.calendar_of(options)
+        except schedule.BadSchedule as exc:
+            self._note_unreadable_schedule(db, job_id, now, exc)
+            return None
+
+    @staticmethod
+    def _note_unreadable_schedule(db: sqlite3.Connection, job_id: str, now: float,
+                                  exc: schedule.BadSchedule) -> None:
+        history, params = _history(("note", f"its schedule cannot be read ({exc}); "
+                                             "no further run is queued"))
+        db.execute(f"UPDATE jobs SET {history} WHERE id = :id",
+                   {"id": job_id, "now": now, **params})
+
+    def _tz_of(self, options: dict[str, Any]) -> tzinfo:
+        """The zone a job's times are read in: only a calendar needs this machine's."""
+        return UTC if options.get("every") else self.tz
+
+    def _follow_series_run(self, db: sqlite3.Connection, job_id: str, now: float,
+                           name: str, script: str | None, max_attempts: int,
+                           options_text: str, followed: int, history_text: str) -> None:
+        """Queue a series' next run, inside the transaction that ended this one: a
+        crash can never end a series. When it is due is series.next_due's rule; a
+        calendar time that has passed by then is judged at the claim (catchup=).
+
+        A run is followed once (`followed`): a retried old run, whose next run was
+        queued when it first ended, adds none.
+        """
+        options = json.loads(options_text)
+        if followed or not series.repeats(options):
+            return
+        started = _last_claim(json.loads(history_text), now)
+        try:
+            due = series.next_due(options, started, now, self._tz_of(options))
+        except schedule.BadSchedule as exc:  # the file was edited by hand
+            self._note_unreadable_schedule(db, job_id, now, exc)
+            return
+        options["scheduled"] = due
+        history = json.dumps([[now, "pushed", f"the next run after {job_id}"]])
+        while True:
+            try:
+                db.execute(
+                    "INSERT INTO jobs(id, name, state, max_attempts, not_before, script, "
+                    "options, created_at, updated_at, history) "
+                    "VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)",
+                    (new_job_id(), name, max_attempts, due, script,
+                     json.dumps(options, sort_keys=True), now, now, history))
+                break
+            except sqlite3.IntegrityError:
+                continue  # an id drawn twice, 1 in 2**48: draw again
+        db.execute("UPDATE jobs SET followed = 1 WHERE id = ?", (job_id,))
+
+    # -- a clock set back ----------------------------------------------------------
+
+    def _mind_the_clock(self, now: float) -> None:
+        """Before a claim: if the wall clock went back since the last look (against the
+        monotonic one; at the first look of this process, against the file), waiting
+        jobs count their waits again from the corrected clock. Claims come back to back
+        in a burst: they pay this only when the clock moved back; next_wakeup, the
+        look before each sleep, always looks at the file."""
+        monotonic = time.monotonic()
+        seen, self._clock_seen = self._clock_seen, (now, monotonic)
+        if seen is not None and now >= seen[0] + (monotonic - seen[1]) - series.CLOCK_SLACK:
+            return
+        self._reanchor(now)
+
+    def _reanchor(self, now: float) -> int:
+        """Every waiting job last changed after `now` (by a clock that was ahead) waits
+        what it had left to wait when it changed, counted from now (series.reanchored),
+        with a `reanchored` event; the log says so once. Returns how many moved."""
+        ahead = ("SELECT id, not_before, updated_at, options FROM jobs INDEXED BY jobs_due "
+                 "WHERE state = 'pending' AND updated_at > ?")
+        with self._reading() as db:  # most looks find none: no write lock for them
+            if not db.execute(ahead, (now + series.CLOCK_SLACK,)).fetchone():
+                return 0
+        moved = 0
+        with self._transaction() as db:
+            rows = db.execute(ahead, (now + series.CLOCK_SLACK,)).fetchall()
+            for job_id, not_before, changed, options_text in rows:
+                options = json.loads(options_text)
+                try:
+                    due = series.reanchored(options, not_before, changed, now,
+                                            self._tz_of(options))
+                except schedule.BadSchedule:
+                    due = now + max(not_before - changed, 0.0)
+                due = min(due, not_before)
+                if "scheduled" in options:  # the series' clock moves with its run
+                    options["scheduled"] = (due if options["scheduled"] == not_before
+                                            else options["scheduled"] - (not_before - due))
+                history, params = _history((
+                    "reanchored",
+                    f"the clock was set back {format_duration(changed - now)}: due in "
+                    f"{format_duration(due - now)}, not in {format_duration(not_before - now)}"))
+                db.execute(f"UPDATE jobs SET not_before = :due, options = :options, "
+                           f"updated_at = :now, {history} WHERE id = :id",
+                           {"due": due, "options": json.dumps(options, sort_keys=True),
+                            "now": now, "id": job_id, **params})
+                moved += 1
+        if moved:
+            import logging  # here: a queue opened only to read (`status`) never loads it
+
+            logging.getLogger("sloth_tray").info(
+                "the clock was set back: %d waiting job(s) count their wait from the "
+                "corrected clock", moved)
+        return moved
+
+    # -- reads ---------------------------------------------------------------
+
+    def get(self, job_id: str) -> Job:
+        with self._reading() as db:
+            row = db.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise UnknownJob(job_id)
+        return _job(row)
+
+    def resolve(self, prefix: str) -> str:
+        """The full id of the one job whose id starts with `prefix`."""
+        prefix = prefix.strip().lower()
+        if not prefix or any(c not in "0123456789abcdef" for c in prefix):
+            raise UnknownJob(prefix, f"no job with id {prefix!r} (ids are 12 hex characters)")
+        with self._reading() as db:
+            rows = db.execute(
+                "SELECT id FROM jobs WHERE id >= ? AND id < ? ORDER BY id LIMIT 2",
+                (prefix, prefix + "g"),
+            ).fetchall()
+        if not rows:
+            raise UnknownJob(prefix)
+        if len(rows) > 1:
+            raise UnknownJob(prefix, f"{prefix!r} matches more than one job; give more of the id")
+        return rows[0][0]
+
+    def shortest_unique_prefix(self, job_id: str, minimum: int = 6) -> str:
+        """The shortest prefix (at least `minimum` long) that names only this job."""
+        with self._reading() as db:
+            for length in range(minimum, len(job_id)):
+                prefix = job_id[:length]
+                n = db.execute(
+                    "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE id >= ? AND id < ? LIMIT 2)",
+                    (prefix, prefix + "g"),
+                ).fetchone()[0]
+                if n == 1:
+                    return prefix
+        return job_id
+
+    def jobs(self, state: State | str | None = None, limit: int | None = None,
+             reason: Reason | str | None = None) -> list[Job]:
+        """Jobs, newest first; only those in `state`, and failed for `reason`, if given."""
+        sql = f"SELECT {JOB_COLUMNS} FROM jobs"
+        params: list[Any] = []
+        where = []
+        if state is not None:
+            state = State(state)
+            # The few waiting, leased or failed rows sit in a partial index; left
+            # alone, the planner would walk the whole table in rowid order.
+            if state in PARTIAL_INDEX:
+                sql += f" INDEXED BY {PARTIAL_INDEX[state]}"
+            where.append(f"state = '{state.value}'")  # a literal: State() vetted it
+        if reason is not None:
+            where.append("reason = ?")
+            params.append(Reason(reason).value)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY rowid DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        with self._reading() as db:
+            return [_job(row) for row in db.execute(sql, params)]
+
+    def failed_by_series(self, limit: int | None = None, per_series: int | None = None
+                         ) -> list[tuple[Job, str, int, float]]:
+        """Failed jobs, newest first, at most `limit`, and of a recurring series only
+        its newest `per_series` runs (a series failing daily would fill any list).
+        Each comes with its series' key (its script, one per drop, else its name; ""
+        for a job that does not repeat), how many runs of the series failed in all,
+        and when the first of them did (for a job alone: 1, and its own failure)."""
+        repeats = ("(json_extract(options, '$.every') > 0 "
+                   "OR json_type(options, '$.at') IS NOT NULL "
+                   "OR json_type(options, '$.cron') IS NOT NULL)")
+        sql = (
+            f"SELECT {JOB_COLUMNS}, series, failures, since FROM ("
+            "SELECT *, row_number() OVER (PARTITION BY grp ORDER BY rid DESC) AS nth, "
+            "count(*) OVER (PARTITION BY grp) AS failures, "
+            "min(updated_at) OVER (PARTITION BY grp) AS since FROM ("
+            f"SELECT *, rowid AS rid, CASE WHEN {repeats} THEN coalesce(script, name) "
+            "ELSE '' END AS series, "
+            f"CASE WHEN {repeats} THEN 's' || coalesce(script, name) ELSE 'j' || id END "
+            "AS grp FROM jobs INDEXED BY jobs_failed WHERE state = 'failed')) "
+            "WHERE nth <= coalesce(:per_series, nth) ORDER BY rid DESC LIMIT :limit")
+        with self._reading() as db:
+            rows = db.execute(sql, {"per_series": per_series,
+                                    "limit": -1 if limit is None else limit}).fetchall()
+        return [(_job(row[:-3]), *row[-3:]) for row in rows]
+
+    def upcoming(self, limit: int) -> list[Job]:
+        """Pending jobs, soonest due first."""
+        with self._reading() as db:
+            rows = db.execute(
+                f"SELECT {JOB_COLUMNS} FROM jobs WHERE state = 'pending' "
+                "ORDER BY not_before, rowid LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [_job(row) for row in rows]
+
+    def history(self, job_id: str) -> list[Event]:
+        """The job's events, oldest first."""
+        with self._reading() as db:
+            row = db.execute("SELECT history FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise UnknownJob(job_id)
+        return [Event(at, kind, detail) for at, kind, detail in json.loads(row[0])]
+
+    def status(self) -> dict[str, int]:
+        with self._reading() as db:
+            return reads.counts(db, self.clock())
+
+    def summary(self) -> dict[str, Any]:
+        """status(), and whether the queue is paused (reads.summary)."""
+        with self._reading() as db:
+            return reads.summary(db, self.clock())
+
+    def waits_on(self, unmet: frozenset[str]) -> bool:
+        """Whether some due job waits on a condition in `unmet`."""
+        if not unmet:
+            return False
+        waits, params = reads.not_waiting(unmet)
+        with self._reading() as db:
+            return db.execute(
+                "SELECT 1 FROM jobs WHERE state = 'pending' AND not_before <= :now "
+                f"AND NOT (1{waits}) LIMIT 1", {"now": self.clock(), **params}
+            ).fetchone() is not None
+
+    def overdue(self, *, paused: bool) -> overdue.Verdict:
+        """Which recurring series are overdue now, and when the next one will be. The
+        machine's time zone is read only when there is a series to judge."""
+        series = self.recurring_series()
+        return overdue.find(series, self.clock(), self.tz if series else UTC,
+                            paused=paused)
+
+    def recurring_series(self) -> list[overdue.Series]:
+        """Each live recurring series, with its last success (reads.recurring_series)."""
+        with self._reading() as db:
+            return [overdue.Series(*row) for row in reads.recurring_series(db)]
+
+    # -- the pause -------------------------------------------------------------
+
+    def set_paused(self, paused: bool) -> None:
+        """Start no new job (a running one finishes) until set_paused(False). Kept
+        in the file: every process and every later start sees the same pause."""
+        with self._writing() as db:
+            db.execute("INSERT INTO flags(name, value) VALUES ('paused', ?) "
+                       "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                       (int(bool(paused)),))
+
+    def paused(self) -> bool:
+        with self._reading() as db:
+            return reads.paused(db)
+
+    def next_wakeup(self, unmet: frozenset[str] = frozenset()) -> float | None:
+        """The earliest wall time at which claim() could return a job; None if never.
+        Jobs waiting on a condition in `unmet` do not count: the change of that
+        condition, not the clock, is what lets them start."""
+        waits, waits_params = reads.not_waiting(unmet)
+        # The look before the daemon sleeps: whatever the clock did since any earlier
+        # look (or while the machine slept), no wait is computed from a future time.
+        self._reanchor(self.clock())
+        with self._reading() as db:
+            return db.execute(
+                "SELECT min(t) FROM ("
+                f" SELECT min(not_before) AS t FROM jobs WHERE state = 'pending'{waits}"
+                " UNION ALL SELECT min(lease_until) FROM jobs WHERE state = 'running')",
+                waits_params,
+            ).fetchone()[0]
+
+    def set_unmet(self, unmet: Iterable[str]) -> None:
+        """Keep the running app's unmet conditions in the file, for `status` and `list`
+        (other processes) to tell which jobs wait and why."""
+        with self._writing() as db:
+            db.execute("INSERT INTO flags(name, value) VALUES ('unmet', ?) "
+                       "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                       (",".join(sorted(set(unmet))),))
+
+    def unmet(self) -> frozenset[str]:
+        """The conditions the running app last said do not hold."""
+        with self._reading() as db:
+            return reads.unmet(db)

@@ -1,0 +1,196 @@
+"""The numbers a glance at the queue needs: how many jobs are in each state, how
+many are due, whether the queue is paused, which conditions hold due jobs back,
+and the recurring series to judge for lateness.
+
+Reads of a connection, nothing else. Queue answers with them, and
+`sloth-tray status` calls them on a connection of its own (`read`), so that the
+command loads neither the queue's writing code nor the calendar: it must answer
+about as fast as an interpreter that opens SQLite (tests/bench/compare.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import time
+from collections.abc import Callable
+
+from sloth_tray.paths import Home
+from sloth_tray.store.schema import connect, translated_errors
+from sloth_tray.store.states import State
+
+TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
+if TYPE_CHECKING:
+    from typing import Any
+
+    # What a series is read as, in overdue.Series' order.
+    SeriesRow = tuple[str, str | None, dict[str, Any], float | None, float, str | None]
+
+BUSY_TIMEOUT = 5.0  # seconds a read waits for a writer, as the queue's own connection does
+# A recurring run's first event names the run it follows; how far back a series is walked.
+_FOLLOWS = re.compile(r"the next run after ([0-9a-f]{12})")
+SERIES_WALK_LIMIT = 1000
+
+
+def counts(db: sqlite3.Connection, now: float) -> dict[str, int]:
+    """Jobs per state, and how many could be claimed at `now` (due, or with a lapsed
+    lease). Done and cancelled come from the trigger-kept `counts` table: those pile
+    up by the million; the others are few and counted on their partial indexes."""
+    found = dict(db.execute("SELECT state, n FROM counts"))
+    found.update(db.execute(
+        "SELECT 'pending', count(*) FROM jobs WHERE state = 'pending' UNION ALL "
+        "SELECT 'running', count(*) FROM jobs WHERE state = 'running' UNION ALL "
+        "SELECT 'failed', count(*) FROM jobs WHERE state = 'failed'"))
+    due_now = db.execute(
+        "SELECT (SELECT count(*) FROM jobs WHERE state = 'pending' AND not_before <= :now)"
+        " + (SELECT count(*) FROM jobs WHERE state = 'running' AND lease_until <= :now)",
+        {"now": now},
+    ).fetchone()[0]
+    return {state.value: found.get(state.value, 0) for state in State} | {"due_now": due_now}
+
+
+def paused(db: sqlite3.Connection) -> bool:
+    """One primary-key read: cheap enough for every pass of the daemon's loop."""
+    row = db.execute("SELECT value FROM flags WHERE name = 'paused'").fetchone()
+    return bool(row and row[0])
+
+
+def unmet(db: sqlite3.Connection) -> frozenset[str]:
+    """The conditions the running app last said do not hold."""
+    row = db.execute("SELECT value FROM flags WHERE name = 'unmet'").fetchone()
+    return frozenset(filter(None, str(row[0]).split(","))) if row else frozenset()
+
+
+def not_waiting(unmet: frozenset[str] | set[str]) -> tuple[str, dict[str, str]]:
+    """A WHERE clause's tail that leaves out jobs whose require= names a condition in
+    `unmet`, and its parameters. Nothing at all when every condition holds: the usual
+    claim stays the statement it always was."""
+    if not unmet:
+        return "", {}
+    names = sorted(unmet)
+    # require= is stored canonical ("ac,network"): a ",ac," inside ",ac,network,".
+    tests = " OR ".join(f"instr(',' || json_extract(options, '$.require') || ',', :unmet{i})"
+                        for i in range(len(names)))
+    return (f" AND NOT coalesce({tests}, 0)",
+            {f"unmet{i}": f",{name}," for i, name in enumerate(names)})
+
+
+def waiting_on(db: sqlite3.Connection, now: float, unmet: frozenset[str]) -> dict[str, int]:
+    """Due jobs that wait, per unmet condition (only those some job waits on),
+    and "any": how many wait at all. Empty when every condition holds."""
+    if not unmet:
+        return {}
+    waits, params = not_waiting(unmet)
+    found: dict[str, int] = {}
+    for name in sorted(unmet):
+        n = db.execute(
+            "SELECT count(*) FROM jobs WHERE state = 'pending' AND not_before <= :now "
+            "AND instr(',' || json_extract(options, '$.require') || ',', :name)",
+            {"now": now, "name": f",{name},"}).fetchone()[0]
+        if n:
+            found[name] = n
+    if found:
+        found["any"] = db.execute(
+            "SELECT count(*) FROM jobs WHERE state = 'pending' AND not_before <= :now "
+            f"AND NOT (1{waits})", {"now": now, **params}).fetchone()[0]
+    return found
+
+
+def summary(db: sqlite3.Connection, now: float) -> dict[str, Any]:
+    """counts(), and whether the queue is paused. While it is, nothing is due now,
+    whatever the clock says: nothing will start. Jobs waiting for a condition are
+    not due either; "waiting_on" says how many wait for which."""
+    found: dict[str, Any] = counts(db, now)
+    is_paused = paused(db)
+    waits = waiting_on(db, now, unmet(db))
+    waiting = waits.pop("any", 0)  # a count to subtract, not a condition to show
+    found["due_now"] = 0 if is_paused else max(0, found["due_now"] - waiting)
+    return found | {"paused": is_paused} | ({"waiting_on": waits} if waits else {})
+
+
+def recurring_series(db: sqlite3.Connection) -> list[SeriesRow]:
+    """Each live recurring series (one with a waiting or running run), with its last
+    success: the fields of an overdue.Series.
+
+    Cheap however many finished jobs pile up: the heads come from the partial
+    indexes, and each run names the run it follows in its first event (`the
+    next run after <id>`), so the walk back to the newest done run is a
+    primary-key read per run that did not succeed. A run that was pruned was
+    done (prune deletes only done and cancelled runs): its successor's
+    creation, the moment it ended, stands for its success.
+    """
+    series: dict[tuple[str, str | None], SeriesRow] = {}
+    heads = db.execute(
+        "SELECT name, script, options, created_at, last_error, "
+        "json_extract(history, '$[0][2]') FROM jobs INDEXED BY jobs_due "
+        "WHERE state = 'pending' AND (json_extract(options, '$.every') > 0 "
+        "OR json_type(options, '$.at') IS NOT NULL "
+        "OR json_type(options, '$.cron') IS NOT NULL) UNION ALL "
+        "SELECT name, script, options, created_at, last_error, "
+        "json_extract(history, '$[0][2]') FROM jobs INDEXED BY jobs_leased "
+        "WHERE state = 'running' AND (json_extract(options, '$.every') > 0 "
+        "OR json_type(options, '$.at') IS NOT NULL "
+        "OR json_type(options, '$.cron') IS NOT NULL)").fetchall()
+    for name, script, options, created_at, last_error, first_event in heads:
+        last_success, first_created, error = _walk_back(db, created_at, last_error, first_event)
+        known = series.get((name, script))
+        if known is None or (last_success or 0) > (known[3] or 0):
+            series[(name, script)] = (name, script, json.loads(options), last_success,
+                                      first_created, error)
+    return list(series.values())
+
+
+def _walk_back(db: sqlite3.Connection, created_at: float, last_error: str | None,
+               first_event: str | None) -> tuple[float | None, float, str | None]:
+    """(last success, first creation, the last run's error) for the run so made."""
+    error = last_error  # the head's own failed attempt (it waits for a retry)
+    for _ in range(SERIES_WALK_LIMIT):
+        match = _FOLLOWS.fullmatch(first_event or "")
+        if match is None:
+            return None, created_at, error  # the series' first run: it never succeeded
+        row = db.execute("SELECT state, updated_at, created_at, last_error, "
+                         "json_extract(history, '$[0][2]') FROM jobs WHERE id = ?",
+                         (match.group(1),)).fetchone()
+        if row is None:
+            return created_at, created_at, error  # pruned, so it was done
+        state, updated_at, created_at, run_error, first_event = row
+        if state == State.DONE:
+            return updated_at, created_at, error
+        if error is None and state == State.FAILED:
+            error = run_error
+    return None, created_at, error  # failing for longer than anyone looks back
+
+
+def overdue_count(db: sqlite3.Connection, now: float, *, is_paused: bool) -> int:
+    """How many recurring series are overdue at `now`. Only a queue that has some
+    loads the code that judges them (and a calendar series, the machine's time zone)."""
+    rows = recurring_series(db)
+    if not rows:
+        return 0
+    from sloth_tray.jobs import overdue
+
+    series = [overdue.Series(*row) for row in rows]
+    return len(overdue.find(series, now, None, paused=is_paused).overdue)
+
+
+# -- `sloth-tray status` ---------------------------------------------------------------
+
+
+def read(home: Home, clock: Callable[[], float] = time.time) -> dict[str, Any]:
+    """summary() and the overdue count, as `sloth-tray status` shows them, read in one
+    snapshot of the file. The home is vetted first, as for every command; a new file
+    gets the schema, an older one is migrated (schema.connect), and the connection
+    read through cannot write (query_only)."""
+    home.ensure()
+    db = connect(home.db, BUSY_TIMEOUT, query_only=True)
+    try:
+        with translated_errors(home.db, BUSY_TIMEOUT):
+            db.execute("BEGIN")  # one read transaction: every number from the same moment
+            now = clock()
+            found = summary(db, now)
+            found["overdue"] = overdue_count(db, now, is_paused=found["paused"])
+            db.execute("COMMIT")
+    finally:
+        db.close()
+    return found

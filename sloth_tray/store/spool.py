@@ -1,0 +1,410 @@
+"""The spool: the app's own copy of each job's script, in spool/<job-id>/<name>.
+
+A queued job must not change under the daemon when the user edits or deletes
+the original, so every script is first moved (from the jobs folder) or copied
+(by `sloth-tray add`) into its spool folder, and only then pushed. Once the
+push has committed, a marker file in the folder says so. Start-up reconciles
+what a crash interrupted, by these rules:
+
+- a folder with a job: the job's (its marker is restored if a crash lost it);
+- a folder with no job and no marker: a drop that was never pushed: push it;
+- a folder with no job but a marker: the queue held that job once and no
+  longer does (pruned, or the database was replaced): it is never pushed
+  again; it is set aside in recovered/, unless a later run of a recurring
+  job still uses it.
+
+So the file is never lost, never becomes two jobs, and a finished job never
+comes back.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+import stat
+import time
+from pathlib import Path
+
+from sloth_tray.errors import SlothError
+from sloth_tray.jobs.header import BadJobFile, job_name, open_file, parse_options, read_head
+from sloth_tray.paths import Home
+from sloth_tray.store.queue import VALID_ID, Queue, new_job_id
+from sloth_tray.store.states import Reason, State
+
+log = logging.getLogger("sloth_tray")
+
+PARTIAL = ".partial"  # a copy still being written into the spool
+QUEUED = ".queued"  # in spool/<id>/: the push of <id> has committed
+STAGING = ".add-"  # spool/.add-<id>/: `sloth-tray add`'s copy, before its push commits
+STALE_STAGING = 600.0  # seconds after which a staging folder is a crashed add's
+POSIX = os.name == "posix"
+
+
+def safe_name(name: str) -> str:
+    """A file name SQLite and every tool can hold: undecodable bytes become U+FFFD."""
+    return os.fsencode(name).decode("utf-8", "replace")
+
+
+def refusal(info: os.stat_result, folder: Path | None = None) -> str | None:
+    """Why a dropped file must never run, or None. `folder` is the jobs folder it
+    was dropped into, when known."""
+    if stat.S_ISLNK(info.st_mode):
+        return "refused: it is a symbolic link; drop the script itself"
+    if not stat.S_ISREG(info.st_mode):
+        return "refused: it is not a regular file"
+    if POSIX and info.st_uid != os.getuid():
+        return "refused: not owned by you"
+    if POSIX and folder is not None and \
+            os.stat(folder).st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return "refused: the jobs folder is writable by other users"
+    return None
+
+
+# -- placing a file in the spool ---------------------------------------------------------
+
+
+class Replaced(OSError):
+    """The entry at a drop's path is no longer the one that was looked at: another
+    was renamed over it meanwhile. Nothing was placed; look at it again."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(errno.EAGAIN, "it was replaced while being taken", str(path))
+
+
+def _entry(info: os.stat_result) -> tuple[int, int, int]:
+    """Which file a stat is of: its kind, device and inode."""
+    return stat.S_IFMT(info.st_mode), info.st_dev, info.st_ino
+
+
+def place(home: Home, source: Path, job_id: str, *, move: bool,
+          seen: os.stat_result | None = None) -> Path:
+    """Move or copy `source` to spool/<job_id>/<name>; returns the new path.
+
+    A move is a hard link into the spool, then an unlink of the original, not a
+    rename: inotify reports a rename out of a watched folder as a lone "moved
+    from", which watchdog holds back half a second waiting for its pair, and
+    every later drop would wait behind it. A crash between the link and the
+    unlink leaves twins, which reconcile() resolves.
+
+    `seen` is the stat the caller judged the drop by: what is placed is that very
+    file (kind and inode), or Replaced is raised and nothing is placed.
+    """
+    folder = home.spool / job_id
+    folder.mkdir(mode=0o700, parents=True)
+    try:
+        return _place_in(folder, source, move=move, seen=seen)
+    except OSError:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
+def _place_in(folder: Path, source: Path, *, move: bool,
+              seen: os.stat_result | None = None) -> Path:
+    target = folder / safe_name(source.name)
+    # A move takes the dropped entry itself, even a link; a copy (`add PATH`)
+    # takes what PATH names, as cp does.
+    info = seen if seen is not None else os.lstat(source) if move else os.stat(source)
+    if move and info.st_nlink == 1:
+        try:
+            os.link(source, target, follow_symlinks=False)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.ENOTSUP):
+                raise
+        else:
+            placed = os.lstat(target)
+            if _entry(placed) != _entry(info):  # not what was looked at: a link, say
+                raise Replaced(source)
+            if placed.st_nlink == 2:  # nobody linked it elsewhere meanwhile
+                os.unlink(source)
+                return target
+            os.unlink(target)
+    # Another file system, a copy was asked for, or the file has other names
+    # (a hard link to a file elsewhere): the spool gets a copy of its own, so a
+    # queued job is frozen as it was when dropped.
+    if stat.S_ISREG(info.st_mode):
+        partial = target.with_name(target.name + PARTIAL)
+        _copy(source, partial, info, follow=not move)
+        os.replace(partial, target)
+    else:
+        _stand_in(source, target, info)
+    if move:
+        os.unlink(source)
+    return target
+
+
+def _copy(source: Path, partial: Path, info: os.stat_result, *, follow: bool) -> None:
+    """Copy the very file `info` describes: opened once (a link is not followed
+    unless asked) and checked by its inode, so that a file renamed over it since
+    is never what gets copied."""
+    try:
+        original = open_file(source, follow=follow)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow:  # a link now, where a file was seen
+            raise Replaced(source) from None
+        raise
+    with original:
+        opened = os.fstat(original.fileno())
+        if _entry(opened) != _entry(info):
+            raise Replaced(source)
+        with open(partial, "wb") as copy:
+            shutil.copyfileobj(original, copy)
+    os.chmod(partial, stat.S_IMODE(opened.st_mode))
+
+
+def _stand_in(source: Path, target: Path, info: os.stat_result) -> None:
+    """A non-regular drop (a link, a FIFO, ...) that cannot be linked across file
+    systems: what stands for it in the spool is of the same kind, so it is
+    refused for what it is, and its target is never read."""
+    if stat.S_ISLNK(info.st_mode):
+        os.symlink(os.readlink(source), target)
+    else:
+        os.mkfifo(target, 0o600)
+
+
+def unplace(target: Path, source: Path) -> None:
+    """Undo place() for a move: the file goes back where it was dropped."""
+    try:
+        os.link(target, source, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.ENOTSUP):
+            raise
+        # The jobs folder is on another file system: copy back under a name the
+        # inbox ignores, then rename, so it never sees half a file.
+        partial = source.with_name(f".{source.name}{PARTIAL}")
+        info = os.lstat(target)
+        if stat.S_ISREG(info.st_mode):
+            shutil.copyfile(target, partial, follow_symlinks=False)
+            shutil.copymode(target, partial, follow_symlinks=False)
+        else:
+            _stand_in(target, partial, info)
+        os.replace(partial, source)
+    shutil.rmtree(target.parent)
+
+
+def _mark_queued(folder: Path) -> None:
+    try:
+        (folder / QUEUED).touch(mode=0o600)
+    except OSError as exc:  # the job is queued all the same; reconcile marks it later
+        log.warning("could not mark %s as queued: %s", folder, exc.strerror)
+
+
+def _scripts(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.name != QUEUED)
+
+
+# -- queueing -------------------------------------------------------------------------------
+
+
+def push(queue: Queue, script: Path, job_id: str, *, name: str | None = None,
+         delay: float | None = None, max_attempts: int | None = None,
+         refused: str | None = None, final: Path | None = None) -> str:
+    """Queue a script already in the spool, with the options of its header.
+
+    A bad header or a refusal makes a job born failed with that sentence: the
+    user sees why in the failed list, and nothing runs. `final` is where the
+    script will live, when it is still being staged elsewhere (`add`).
+    """
+    options: dict = {}
+    error, reason = refused, Reason.REFUSED
+    if error is None and script.is_file() and not script.is_symlink():
+        try:
+            options = parse_options(read_head(script), script.name)
+        except BadJobFile as exc:
+            error, reason = str(exc), Reason.BAD_HEADER
+    name = name or job_name(script)
+    pushed = queue.push(
+        name, script=str(final or script), job_id=job_id,
+        delay=delay if delay is not None else options.get("delay", 0.0),
+        max_attempts=max_attempts if max_attempts is not None else options.get("max_attempts"),
+        options=options, error=error, reason=reason)
+    _mark_queued(script.parent)
+    if error is not None and reason is Reason.BAD_HEADER:  # a refusal is said by the caller
+        log.warning("failed %s (%s): %s", name, pushed, error)
+    return pushed
+
+
+def add(home: Home, source: Path, *, name: str | None = None, delay: float | None = None,
+        max_attempts: int | None = None) -> str:
+    """`sloth-tray add`: copy `source` into the spool and queue it; returns the job id.
+
+    Here a bad header is the caller's mistake, said at once: nothing is queued.
+    The copy waits in a staging folder that start-up never queues, and moves
+    into place only once the push has committed: an add that fails, or is
+    interrupted (Ctrl-C, kill), leaves nothing that a later start would run.
+    """
+    if not source.is_file():
+        raise SlothError(f"{source} is not a file")
+    try:
+        parse_options(read_head(source), source.name)
+    except BadJobFile as exc:
+        raise SlothError(f"{exc}; nothing was queued") from None
+    job_id = new_job_id()
+    staging = home.spool / f"{STAGING}{job_id}"
+    final = home.spool / job_id
+    try:
+        staging.mkdir(mode=0o700)
+        copy = _place_in(staging, source, move=False)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise SlothError(f"cannot copy {source} into the spool: {exc.strerror}") from None
+    try:
+        with Queue(home.db) as queue:
+            push(queue, copy, job_id, name=name, delay=delay, max_attempts=max_attempts,
+                 final=final / copy.name)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)  # told "failed": it must stay so
+        raise
+    try:
+        os.rename(staging, final)
+    except OSError as exc:  # queued all the same: start-up finishes the move
+        log.warning("could not move %s into place yet: %s", staging, exc.strerror)
+    return job_id
+
+
+def retry(queue: Queue, job_id: str) -> bool:
+    """Put a failed or cancelled job back in line, due now, with fresh attempts.
+
+    The script's header is read again, so a fixed header counts and a bad one
+    fails again with its sentence (BadJobFile). A refused job raises Refused.
+    False when the job is in no state to retry.
+    """
+    job = queue.get(job_id)
+    options, max_attempts = None, None
+    script = Path(job.script) if job.script else None
+    if job.reason != Reason.REFUSED and job.state in (State.FAILED, State.CANCELLED) \
+            and script is not None and script.is_file() and not script.is_symlink():
+        try:
+            options = parse_options(read_head(script), script.name)
+        except BadJobFile as exc:
+            queue.refuse(job.id, str(exc), Reason.BAD_HEADER)
+            raise BadJobFile(f"{job.name} ({job.id}) still cannot run: {exc}") from None
+        max_attempts = options.get("max_attempts")
+    return queue.retry(job.id, options=options, max_attempts=max_attempts)
+
+
+def retry_all_failed(queue: Queue) -> tuple[int, int]:
+    """Retry every failed job but the refused ones: (how many retried, how many
+    refused were skipped). A job whose header is still bad stays failed."""
+    retried = refused = 0
+    for job in queue.jobs(State.FAILED):
+        if job.reason == Reason.REFUSED:
+            refused += 1
+            continue
+        try:
+            retried += retry(queue, job.id)
+        except SlothError as exc:
+            log.warning("%s", exc)
+    return retried, refused
+
+
+def prune(home: Home, queue: Queue, before: float) -> int:
+    """Delete done and cancelled jobs older than `before`, then their logs and
+    spool folders. Rows go first: a job retried meanwhile is not pruned and
+    keeps its files, and a crash halfway leaves only folders that reconcile
+    sets aside (their marker says the queue once held them)."""
+    # Marked first: a crash between a push and its marker leaves a folder that
+    # only start-up would mark, and a prune cut short before then must not leave
+    # it looking like a drop that never reached the queue.
+    for script in queue.prunable_scripts(before):
+        folder = Path(script).parent
+        if _in_spool(home, folder) and folder.is_dir():
+            _mark_queued(folder)
+    pruned = queue.prune(before)
+    for job_id, _ in pruned:
+        shutil.rmtree(home.job_logs(job_id), ignore_errors=True)
+    folders = sorted({str(Path(script).parent) for _, script in pruned
+                      if script and _in_spool(home, Path(script).parent)})
+    in_use = queue.folders_in_use(folders, str(home.spool))
+    for folder in folders:
+        if folder not in in_use:
+            shutil.rmtree(folder, ignore_errors=True)
+    return len(pruned)
+
+
+def _in_spool(home: Home, folder: Path) -> bool:
+    return folder.parent == home.spool and bool(VALID_ID.fullmatch(folder.name))
+
+
+# -- start-up ------------------------------------------------------------------------------
+
+
+def reconcile(home: Home, queue: Queue, *, clock=time.time) -> None:
+    """Start-up, under the instance lock: finish what a crash interrupted."""
+    once_held = []
+    for folder in sorted(home.spool.iterdir()):
+        if folder.name.startswith(STAGING) and folder.is_dir():
+            _finish_add(home, queue, folder, clock())
+            continue
+        if not folder.is_dir() or not VALID_ID.fullmatch(folder.name):
+            continue
+        for partial in folder.glob(f"*{PARTIAL}"):
+            partial.unlink()
+        if queue.exists(folder.name):
+            if not (folder / QUEUED).exists():
+                _mark_queued(folder)
+            continue
+        scripts = _scripts(folder)
+        if not scripts:
+            shutil.rmtree(folder)
+        elif (folder / QUEUED).exists():
+            once_held.append(str(folder))
+        else:
+            _finish_move(home, scripts[0])
+            log.info("queueing %s: it reached the spool but was not queued before a stop",
+                     scripts[0].name)
+            push(queue, scripts[0], folder.name, refused=refusal(os.lstat(scripts[0])))
+    _set_aside(home, queue, once_held)
+    for job in queue.jobs(State.PENDING):
+        if job.script and not os.path.lexists(job.script):
+            queue.refuse(job.id, f"its script is gone from the spool ({job.script}); "
+                                 "drop it into the jobs folder again")
+
+
+def _finish_add(home: Home, queue: Queue, staging: Path, now: float) -> None:
+    """An add whose push committed but whose copy was not moved into place yet
+    is finished; a stale one that never committed is removed."""
+    job_id = staging.name.removeprefix(STAGING)
+    if VALID_ID.fullmatch(job_id) and queue.exists(job_id):
+        if not (home.spool / job_id).exists():
+            os.rename(staging, home.spool / job_id)
+    elif now - staging.stat().st_mtime > STALE_STAGING:  # else: an add still at work
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _set_aside(home: Home, queue: Queue, folders: list[str]) -> None:
+    """Folders of jobs the queue no longer holds: kept out of the way in
+    recovered/, never queued again; a recurring job's shared folder stays."""
+    in_use = queue.folders_in_use(folders, str(home.spool))
+    moved = 0
+    for folder in folders:
+        if folder in in_use:
+            continue
+        recovered = home.root / "recovered"
+        recovered.mkdir(mode=0o700, exist_ok=True)
+        os.replace(folder, recovered / Path(folder).name)
+        moved += 1
+    if moved:
+        log.info("set aside %d spool folder(s) of jobs this queue no longer holds in %s; "
+                 "none of them was run", moved, home.root / "recovered")
+
+
+def _finish_move(home: Home, spooled: Path) -> None:
+    """A crash between the spool's copy and the unlink of the original leaves the
+    original in the jobs folder: remove it, or it would become a second job."""
+    twin = home.jobs / spooled.name
+    try:
+        here, there = os.lstat(spooled), os.lstat(twin)
+    except FileNotFoundError:
+        return
+    same_file = (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+    if same_file or (stat.S_ISREG(there.st_mode) and _same_bytes(spooled, twin)):
+        twin.unlink()
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    try:
+        return a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False

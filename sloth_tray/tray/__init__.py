@@ -1,0 +1,1 @@
+"""The icon and its menu: the presenter, the surfaces, notifications, opening files."""

@@ -1,0 +1,197 @@
+"""Which desktop notifications the Snapshots call for (pure).
+
+A failure is news once, and old failures at start-up are none. A burst of failures
+(each less than BURST_GAP after the one before, while their notification is still
+up) is ONE notification, updated in place with a count, not one each: sixty bad
+drops, or one "Retry all failed" that fails again, must not bury the desktop.
+A notification is withdrawn once nothing it tells of is failed any longer (retried,
+cancelled, removed), and shrinks while some of it still is. Its buttons fit the
+failure: a script the queue cannot run (a bad header, a refused drop, ...) fails
+again on every retry, so it offers the script, never Retry.
+
+The tray keeps one Announcer, touched on one thread, and hands what it returns to
+the notifier: a Notice is shown, or updated in place when its key is still up; a
+Withdraw closes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from sloth_tray.daemon.snapshot import FailedJob, Snapshot
+from sloth_tray.jobs.overdue import OverdueJob
+from sloth_tray.store.states import PERMANENT
+from sloth_tray.text import printable
+from sloth_tray.tray.presenter import short
+
+# A failure this soon after the last one a notification told of joins it. Long
+# enough for a queue of failing jobs to fail one after another (a Retry all), short
+# enough that a failure an hour later pops up anew rather than change a stale text.
+BURST_GAP = 60.0
+NAMES_SHOWN = 3  # a burst's body names this many, then says how many more
+BODY_CHARS = 200  # a single failure's "name: error"; Show log has the rest
+
+Actions = tuple[tuple[str, str], ...]  # (key, label); the key comes back when clicked
+
+# One job. Its script is at fault: show it (to fix the header, or see what was
+# dropped) or remove the job. Otherwise: run it again, or read what it said.
+RETRY, SHOW_LOG = ("retry", "Retry"), ("log", "Show log")
+SHOW_SCRIPT, REMOVE = ("show-script", "Show script"), ("remove", "Remove")
+# A burst: retry those that a retry can help; the folder that says more.
+RETRY_ALL, SHOW_LOGS, SHOW_SCRIPTS = (("retry-all", "Retry all"), ("show-logs", "Show logs"),
+                                      ("show-scripts", "Show scripts"))
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A notification as it should read now; `key` names it for its whole life."""
+
+    key: str
+    title: str
+    body: str
+    actions: Actions
+    jobs: tuple[FailedJob, ...]  # what it tells of, in the order they failed
+    first: bool = True  # shown anew; False: an update of what is up under `key`
+
+
+@dataclass(frozen=True)
+class Withdraw:
+    """Close the notification `key`: nothing it told of is failed any longer."""
+
+    key: str
+
+
+def script_at_fault(job: FailedJob) -> bool:
+    """Whether only a change to the script (or removing it) can help: a retry alone
+    fails the same way again."""
+    return job.refused or job.reason in PERMANENT
+
+
+def retryable(jobs: Iterable[FailedJob]) -> list[FailedJob]:
+    return [job for job in jobs if not script_at_fault(job)]
+
+
+@dataclass
+class _Up:
+    """A notification on screen (as far as anyone told us) and the jobs it tells of."""
+
+    key: str
+    jobs: dict[str, FailedJob] = field(default_factory=dict)  # by id, as they failed
+    last_failure: float = 0.0
+    said: Notice | None = None
+
+
+class Announcer:
+    """Failures -> Notices and Withdraws, Snapshot by Snapshot. `now` is any clock
+    that only moves forward (the tray's is time.monotonic)."""
+
+    def __init__(self, gap: float = BURST_GAP) -> None:
+        self._gap = gap
+        self._up: list[_Up] = []  # oldest first
+        self._made = 0
+
+    def failures(self, before: Snapshot | None, after: Snapshot,
+                 now: float) -> list[Notice | Withdraw]:
+        self._follow(after)
+        for job in reversed(failures_to_announce(before, after)):  # oldest first
+            if not any(job.id in up.jobs for up in self._up):  # else followed just now
+                up = self._burst(now)
+                up.jobs[job.id] = job
+                up.last_failure = now
+        changes: list[Notice | Withdraw] = []
+        for up in list(self._up):
+            if not up.jobs:
+                self._up.remove(up)
+                if up.said is not None:
+                    changes.append(Withdraw(up.key))
+                continue
+            notice = _notice(up.key, tuple(up.jobs.values()), first=up.said is None)
+            if up.said is None or _reads(notice) != _reads(up.said):
+                changes.append(notice)
+            up.said = notice
+        return changes
+
+    def closed(self, key: str) -> None:
+        """The user (or the server) closed notification `key`: what fails next is news
+        of its own, and its jobs are no longer followed."""
+        self._up = [up for up in self._up if up.key != key]
+
+    def _follow(self, after: Snapshot) -> None:
+        """Bring each notification's jobs up to date: gone from the failed list means
+        retried, cancelled or removed; a new failure time means failed again. While the
+        snapshot carries only some of the failed jobs, one it leaves out may still be
+        failed, so it is kept."""
+        failed = {job.id: job for job in after.failed_jobs}
+        whole = len(after.failed_jobs) >= after.failed_count
+        for up in self._up:
+            for job_id in list(up.jobs):
+                current = failed.get(job_id)
+                if current is None and whole:
+                    del up.jobs[job_id]
+                elif current is not None and current.at != up.jobs[job_id].at:
+                    up.jobs[job_id] = current
+
+    def _burst(self, now: float) -> _Up:
+        """The newest notification still taking failures, or a new one."""
+        if self._up and now - self._up[-1].last_failure < self._gap:
+            return self._up[-1]
+        self._made += 1
+        up = _Up(f"failed-{self._made}")
+        self._up.append(up)
+        return up
+
+
+def _reads(notice: Notice) -> tuple:
+    """What a user sees and what the buttons act on: another failure time of the same
+    job changes neither, so it sends nothing."""
+    return notice.title, notice.body, notice.actions, tuple(job.id for job in notice.jobs)
+
+
+def _notice(key: str, jobs: tuple[FailedJob, ...], *, first: bool) -> Notice:
+    if len(jobs) == 1:
+        [job] = jobs
+        body = short(f"{job.name}: {job.error}" if job.error.strip() else job.name,
+                     BODY_CHARS)
+        actions = (SHOW_SCRIPT, REMOVE) if script_at_fault(job) else (RETRY, SHOW_LOG)
+        return Notice(key, "sloth-tray: a job failed", body, actions, jobs, first)
+    actions = (RETRY_ALL, SHOW_LOGS) if retryable(jobs) else (SHOW_SCRIPTS,)
+    return Notice(key, f"sloth-tray: {len(jobs)} jobs failed", names(jobs), actions, jobs,
+                  first)
+
+
+def names(jobs: Iterable[FailedJob]) -> str:
+    """`tidy, backup (3), sync and 57 more`: each name once, with its count when a
+    job of that name (a recurring series, say) failed more than once."""
+    counts: dict[str, int] = {}
+    for job in jobs:
+        name = printable(job.name)
+        counts[name] = counts.get(name, 0) + 1
+    shown = [name if count == 1 else f"{name} ({count})"
+             for name, count in list(counts.items())[:NAMES_SHOWN]]
+    more = len(counts) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more else "")
+
+
+def failures_to_announce(before: Snapshot | None, after: Snapshot) -> list[FailedJob]:
+    """Jobs that failed since `before` (newest first): each failure is news once.
+    Nothing is news in the first snapshot (old failures are not), nor is a job
+    that only came into view: when `before` carried only some of the failed jobs, one
+    that failed no later than the newest it carried was there already, unseen."""
+    if before is None:
+        return []
+    seen = {(job.id, job.at) for job in before.failed_jobs}
+    partial = len(before.failed_jobs) < before.failed_count
+    newest = max((job.at for job in before.failed_jobs), default=float("-inf"))
+    return [job for job in after.failed_jobs
+            if (job.id, job.at) not in seen and not (partial and job.at <= newest)]
+
+
+def overdue_to_announce(before: Snapshot | None, after: Snapshot) -> list[OverdueJob]:
+    """Series that became overdue since `before`: one notification each. A series
+    stays the same overdue one (same name, same last success) until it succeeds;
+    nothing is announced for the first snapshot (old news, as for failures)."""
+    if before is None:
+        return []
+    seen = {(job.name, job.since) for job in before.overdue}
+    return [job for job in after.overdue if (job.name, job.since) not in seen]

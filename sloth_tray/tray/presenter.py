@@ -1,0 +1,352 @@
+"""What the tray shows for a Snapshot: the icon's look, the title, the menu.
+
+Pure functions over immutable values, so every label, every enabled flag and
+the default action are tested without a display; the surfaces only translate the
+result into their toolkit's objects (pystray_surface.py, desktop/dbusmenu.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, tzinfo
+from functools import reduce
+from operator import or_
+from typing import Protocol
+
+from sloth_tray.daemon.snapshot import FailedJob, FailedSeries, Snapshot, WaitingJob
+from sloth_tray.jobs.overdue import OverdueJob
+from sloth_tray.text import printable
+from sloth_tray.timefmt import format_duration
+from sloth_tray.tray.icons import Look
+
+# A failed job's label: its name whole, then as much of the error as fits in the
+# rest of FAILED_LABEL_CHARS, but never less than ERROR_CHARS_AT_LEAST of it.
+FAILED_LABEL_CHARS = 48
+ERROR_CHARS_AT_LEAST = 16
+ERROR_ROW_CHARS = 120  # the error's own row, first in the job's submenu
+REFRESH_SECONDS = 1.0  # how often an open menu's times move (a running job's)
+WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")  # English, as every label is
+MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+class Controls(Protocol):
+    """What the menu's items do; the tray wires these to the engine and the desktop."""
+
+    def retry(self, job_id: str) -> None: ...
+    def retry_all_failed(self) -> None: ...
+    def cancel(self, job_id: str) -> None: ...
+    def cancel_failed_runs(self, series: str) -> None: ...  # every failed run of a series
+    def stop(self, job_id: str) -> None: ...  # the running job
+    def run_now(self, job_id: str) -> None: ...
+    def show_log(self, job_id: str) -> None: ...
+    def toggle_pause(self) -> None: ...
+    def open_jobs(self) -> None: ...
+    def open_logs(self) -> None: ...
+    def toggle_autostart(self) -> None: ...
+    def quit(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Item:
+    label: str
+    action: Callable[[], None] | None = None
+    enabled: bool = True
+    checked: bool | None = None  # None: not a check item
+    default: bool = False  # the icon's left-click action
+    submenu: tuple[Item, ...] = ()
+    # What the row is, unique among its siblings: a role ("retry-all") or a job's id.
+    # A host keeps a row by its id, so the row keeps its id while its label changes.
+    # A row that changes kind (plain <-> submenu, check <-> plain) changes key too
+    # ("failed-none" -> "failed"): a host may keep a row's kind with its id. Left out
+    # of ==, so `item == SEPARATOR` tells a separator whatever its key.
+    key: str = field(default="", compare=False)
+
+
+SEPARATOR = Item("-")
+
+
+def separator(key: str) -> Item:
+    """A separator with a key of its own ("sep-1", "sep-2": by position)."""
+    return Item("-", key=key)
+
+
+def look(snapshot: Snapshot) -> Look:
+    """Every state that holds, each a badge: a paused queue with a failure shows both.
+    Which badge leads is icons.BADGE_ORDER's (failed, running, overdue, paused)."""
+    holds = {
+        Look.FAILED: bool(snapshot.failed_count or snapshot.problem),
+        Look.RUNNING: snapshot.running is not None,
+        Look.OVERDUE: bool(snapshot.overdue),
+        Look.PAUSED: snapshot.paused,
+    }
+    return reduce(or_, (state for state, held in holds.items() if held), Look.IDLE)
+
+
+def title(snapshot: Snapshot, now: float) -> str:
+    """One line, e.g. `sloth: running tidy_downloads · 2 waiting · 1 failed`."""
+    if snapshot.problem:
+        return f"sloth: {snapshot.problem}"
+    if snapshot.running:
+        parts = [f"running {printable(snapshot.running.name)}"]
+    elif snapshot.paused:
+        parts = ["paused"]
+    else:
+        parts = ["idle"]
+    if snapshot.pending:
+        parts.append(f"{snapshot.pending} waiting")
+    if snapshot.failed_count:
+        parts.append(f"{snapshot.failed_count} failed")
+    if snapshot.overdue:
+        parts.append(f"{len(snapshot.overdue)} overdue")
+    return "sloth: " + " · ".join(parts)
+
+
+def status_line(snapshot: Snapshot, now: float, jobs_folder: str = "") -> str:
+    """The menu's first row. Every time in it is counted from `now`, the moment the
+    menu is built: a snapshot can be minutes old when the menu opens."""
+    if snapshot.problem:
+        return snapshot.problem
+    if snapshot.running:
+        job = snapshot.running
+        return (f"Running {printable(job.name)} "
+                f"(attempt {job.attempt}, {clock(now - job.started_at)})")
+    if snapshot.paused:
+        return "Paused"
+    never_used = not (snapshot.pending or snapshot.done or snapshot.failed_count)
+    if never_used and jobs_folder:
+        return f"Idle — drop scripts into {jobs_folder}"
+    if snapshot.next_wakeup is None:
+        return "Idle — nothing waiting"
+    return f"Idle — next job {due_in(snapshot.next_wakeup, now)}"
+
+
+def due_in(due: float, now: float) -> str:
+    """`due now` once the time has come (never `in 1 s` for a job already late)."""
+    return "due now" if due <= now else "in " + in_words(due - now)
+
+
+def clock(seconds: float) -> str:
+    """0:42, 12:05, 1:02:03."""
+    seconds = max(0, int(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02}:{secs:02}" if hours else f"{minutes}:{secs:02}"
+
+
+def in_words(seconds: float) -> str:
+    if seconds < 60:
+        return f"{max(1, int(seconds))} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min"
+    return format_duration(seconds)
+
+
+def short(text: str, limit: int = ERROR_ROW_CHARS) -> str:
+    """One line, at most `limit` characters; control characters shown, never obeyed
+    (a name or an error comes from a file anyone can write)."""
+    text = printable(" ".join(text.split()))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def failed_label(job: FailedJob) -> str:
+    """`nightly-backup-of-photos — rsync: connection re…`: the name is what tells
+    the jobs apart, so it is never cut; the error gets what room is left."""
+    name = printable(job.name)
+    room = max(ERROR_CHARS_AT_LEAST, FAILED_LABEL_CHARS - len(name) - len(" — "))
+    return f"{name} — {short(job.error, room) or 'failed'}"
+
+
+def overdue_label(job: OverdueJob, now: float) -> str:
+    """`backup — last success 2d ago (failing: rsync: connection refused)`."""
+    ago = in_words(now - job.since) + " ago"
+    when = f"last success {ago}" if job.ever_succeeded else f"never succeeded, queued {ago}"
+    label = f"{printable(job.name)} — {when}"
+    if not job.reason:
+        return label
+    return f"{label} ({short(job.reason, max(ERROR_CHARS_AT_LEAST, ERROR_ROW_CHARS - len(label)))})"
+
+
+def waiting_label(job: WaitingJob, now: float) -> str:
+    """When a waiting job starts: `due in 5m`, or, once due, what it still waits for
+    (`Waiting for AC power`)."""
+    if job.waiting_for and job.due <= now:
+        return f"Waiting for {job.waiting_for}"
+    return due_in(job.due, now)
+
+
+def failed_submenu(job: FailedJob, controls: Controls) -> tuple[Item, ...]:
+    """The whole error first (as much as a menu row holds; Show log has the rest),
+    then what can be done: a refused drop never runs, it can only be removed."""
+    error = (Item(short(job.error, ERROR_ROW_CHARS), enabled=False, key="error"),
+             separator("sep-1")) if job.error.strip() else ()
+    if job.refused:
+        return (*error, Item("Remove", lambda: controls.cancel(job.id), key="remove"))
+    return (*error,
+            Item("Retry", lambda: controls.retry(job.id), key="retry"),
+            Item("Show log", lambda: controls.show_log(job.id), key="show-log"),
+            Item("Cancel", lambda: controls.cancel(job.id), key="cancel"))
+
+
+def failed_row(job: FailedJob, controls: Controls) -> Item:
+    return Item(failed_label(job), submenu=failed_submenu(job, controls), key=job.id)
+
+
+def day_of(moment: float, now: float, tz: tzinfo | None) -> str:
+    """`today`, a weekday in the six days before, else a date (with its year when
+    not this one): what tells days apart in a menu read this week."""
+    then, today = datetime.fromtimestamp(moment, tz), datetime.fromtimestamp(now, tz)
+    days = (today.date() - then.date()).days
+    if days == 0:
+        return "today"
+    if 0 < days < 7:
+        return WEEKDAYS[then.weekday()]
+    date = f"{then.day} {MONTHS[then.month - 1]}"
+    return date if then.year == today.year else f"{date} {then.year}"
+
+
+def since(moment: float, now: float, tz: tzinfo | None) -> str:
+    """`since 02:00` today, `since Mon` this week, `since 20 Feb` before."""
+    day = day_of(moment, now, tz)
+    return f"since {datetime.fromtimestamp(moment, tz):%H:%M}" if day == "today" \
+        else f"since {day}"
+
+
+def when(moment: float, now: float, tz: tzinfo | None) -> str:
+    """`today 09:00`, `Tue 09:00`, `20 Feb 09:00`."""
+    return f"{day_of(moment, now, tz)} {datetime.fromtimestamp(moment, tz):%H:%M}"
+
+
+def series_row(series: FailedSeries, runs: list[FailedJob], controls: Controls,
+               now: float, tz: tzinfo | None) -> Item:
+    """`tidy — failed 5 times since Mon`: a series goes on after each failed run, so
+    its runs are one row, whose submenu acts on them all or lists them, newest first
+    (a run's time tells it apart: they share a name)."""
+    latest = runs[0]
+    rows = tuple(run_row(job, controls, now, tz) for job in runs)
+    older = series.failures - len(runs)
+    not_shown = (Item(f"{older} older failed run{'s' if older > 1 else ''} not shown",
+                      enabled=False, key="older"),) if older > 0 else ()
+    return Item(
+        f"{printable(series.name)} — failed {series.failures} times "
+        f"{since(series.since, now, tz)}",
+        key=f"series:{printable(series.key)}",
+        submenu=(Item("Retry latest", lambda: controls.retry(latest.id),
+                      enabled=not latest.refused, key="retry-latest"),
+                 Item(f"Cancel all {series.failures}",
+                      lambda: controls.cancel_failed_runs(series.key), key="cancel-all"),
+                 separator("sep-1"), *rows, *not_shown))
+
+
+def run_row(job: FailedJob, controls: Controls, now: float, tz: tzinfo | None) -> Item:
+    """`Tue 09:00 — exit status 1`: one failed run of a series, by its time."""
+    moment = when(job.at, now, tz)
+    room = max(ERROR_CHARS_AT_LEAST, FAILED_LABEL_CHARS - len(moment) - len(" — "))
+    return Item(f"{moment} — {short(job.error, room) or 'failed'}", key=job.id,
+                submenu=failed_submenu(job, controls))
+
+
+def failed_rows(snapshot: Snapshot, controls: Controls, now: float,
+                tz: tzinfo | None) -> tuple[Item, ...]:
+    """A row per failed job, except that the failed runs of one series make one row
+    (with one failed run, it is that run's row), in the order of their newest run."""
+    summaries = {series.key: series for series in snapshot.failed_series}
+    groups: dict[tuple[str, str], list[FailedJob]] = {}
+    for job in snapshot.failed_jobs:
+        groups.setdefault(("series", job.series) if job.series else ("job", job.id),
+                          []).append(job)
+    rows = []
+    for (kind, key), runs in groups.items():
+        if kind == "series":
+            summary = summaries.get(key) or FailedSeries(key, runs[0].name, len(runs),
+                                                         min(job.at for job in runs))
+            if summary.failures > 1:
+                rows.append(series_row(summary, runs, controls, now, tz))
+                continue
+        rows.append(failed_row(runs[0], controls))
+    return tuple(rows)
+
+
+def waiting_rows(snapshot: Snapshot, controls: Controls, now: float) -> tuple[Item, ...]:
+    return tuple(
+        Item(f"{printable(job.name)} — {waiting_label(job, now)}", key=job.id, submenu=(
+            Item("Run now", lambda job_id=job.id: controls.run_now(job_id), key="run-now"),
+            Item("Cancel", lambda job_id=job.id: controls.cancel(job_id), key="cancel")))
+        for job in snapshot.waiting
+    )
+
+
+def status_row(snapshot: Snapshot, controls: Controls, now: float,
+               jobs_folder: str) -> Item:
+    """The status line; while a job runs, the job's row, which can stop it."""
+    line = status_line(snapshot, now, jobs_folder)
+    job = snapshot.running
+    if job is None or snapshot.problem:
+        return Item(line, enabled=False, key="status")
+    return Item(line, key=job.id, submenu=(
+        Item("Stop", lambda: controls.stop(job.id), key="stop"),
+        Item("Show log", lambda: controls.show_log(job.id), key="show-log")))
+
+
+def quit_label(snapshot: Snapshot) -> str:
+    """Quit stops a running job and gives its lease back: it is due again at the
+    next start, or once resumed if the queue is paused (the pause outlives a quit)."""
+    job = snapshot.running
+    if job is None:
+        return "Quit"
+    again = "once resumed" if snapshot.paused else "at the next start"
+    return f"Quit (stops {printable(job.name)}; it runs again {again})"
+
+
+def menu(snapshot: Snapshot, controls: Controls, now: float, *,
+         has_default_action: bool = True, starts_at_login: bool = False,
+         jobs_folder: str = "", tz: tzinfo | None = None) -> tuple[Item, ...]:
+    """The menu for `snapshot`, its times counted from `now` and read in `tz` (this
+    machine's zone when None). Every row has a key (see Item)."""
+    retryable = any(not job.refused for job in snapshot.failed_jobs)
+    failed = failed_rows(snapshot, controls, now, tz)
+    waiting = waiting_rows(snapshot, controls, now)
+    return (
+        status_row(snapshot, controls, now, jobs_folder),
+        separator("sep-1"),
+        Item(f"Failed jobs ({snapshot.failed_count})", enabled=bool(failed),
+             submenu=failed, key="failed" if failed else "failed-none"),
+        Item("Retry all failed", controls.retry_all_failed, enabled=retryable,
+             default=retryable and has_default_action, key="retry-all"),
+        *overdue_section(snapshot, now),
+        Item(f"Waiting ({snapshot.pending})", enabled=bool(waiting), submenu=waiting,
+             key="waiting" if waiting else "waiting-none"),
+        separator("sep-2"),
+        Item("Pause", controls.toggle_pause, checked=snapshot.paused, key="pause"),
+        Item("Open jobs folder", controls.open_jobs,
+             default=not retryable and has_default_action, key="open-jobs"),
+        Item("Open logs", controls.open_logs, key="open-logs"),
+        Item("Start at login", controls.toggle_autostart, checked=starts_at_login,
+             key="autostart"),
+        separator("sep-3"),
+        Item(quit_label(snapshot), controls.quit, key="quit"),
+    )
+
+
+def overdue_section(snapshot: Snapshot, now: float) -> tuple[Item, ...]:
+    """`Overdue (N)` with a row per late series, only while there is one: nothing to
+    click, each row says how late it is and the likely cause."""
+    if not snapshot.overdue:
+        return ()
+    seen: dict[str, int] = {}
+    rows = []
+    for job in snapshot.overdue:
+        # A series has no id here; its name, and which of that name, tell it apart.
+        nth = seen[job.name] = seen.get(job.name, 0) + 1
+        key = printable(job.name) + (f"#{nth}" if nth > 1 else "")
+        rows.append(Item(overdue_label(job, now), enabled=False, key=f"overdue:{key}"))
+    return (Item(f"Overdue ({len(snapshot.overdue)})", submenu=tuple(rows), key="overdue"),)
+
+
+def tilde(path: str, home: str) -> str:
+    """/home/ann/x -> ~/x: shorter in a menu."""
+    return "~" + path[len(home):] if home and path.startswith(home + "/") else path
+
+
+def default_action(items: tuple[Item, ...]) -> Item | None:
+    return next((item for item in items if item.default), None)

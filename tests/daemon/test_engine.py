@@ -1,0 +1,419 @@
+"""The loop, in-process: snapshots, pause, drain, recovery, trouble with the database."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import sys
+import threading
+
+import pytest
+from conftest import FakeClock, wait_for
+
+from sloth_tray.daemon import engine as engine_module
+from sloth_tray.daemon.engine import Engine
+from sloth_tray.daemon.snapshot import FailedSeries, Snapshot
+from sloth_tray.store.queue import Queue, Reason, State
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /bin/sh")
+
+
+def push_script(queue: Queue, home, name: str, text: str, **push) -> str:
+    path = home.spool / name
+    path.write_text(text)
+    return queue.push(path.stem, script=str(path), **push)
+
+
+def test_owner_is_host_and_pid(home):
+    engine = Engine(Queue(home.db), home)
+    host, pid = engine.owner.rsplit(":", 1)
+    assert host and int(pid) > 0
+
+
+def test_drain_runs_every_due_job_and_publishes_what_happened(home):
+    queue = Queue(home.db, max_attempts=1)
+    ok = push_script(queue, home, "ok.sh", "echo fine")
+    bad = push_script(queue, home, "bad.sh", "echo 'disk check: 82% full' >&2; exit 1")
+    later = push_script(queue, home, "later.sh", "echo later", delay=3600)
+    engine = Engine(queue, home)
+    seen: list[Snapshot] = []
+    results = []
+    engine.subscribe(seen.append)
+    engine.on_result(lambda job, result: results.append((job.name, result.outcome.value)))
+    engine.run(drain=True)
+    assert results == [("ok", "done"), ("bad", "failed")]
+    # The first is shown running; `bad`, right behind it and over at once, need not be.
+    assert "ok" in {s.running.name for s in seen if s.running}
+    final = seen[-1]
+    assert final.stopped and final.running is None
+    assert (final.done, final.failed_count, final.pending) == (1, 1, 1)
+    assert [(f.id, f.error) for f in final.failed_jobs] == [(bad, "disk check: 82% full")]
+    assert [w.id for w in final.waiting] == [later]
+    assert final.next_wakeup == queue.get(later).not_before
+    assert queue.get(ok).state == State.DONE
+
+
+def test_the_log_line_of_a_result_ends_with_what_the_job_said_or_its_name(home, caplog):
+    caplog.set_level("INFO", logger="sloth_tray")
+    queue = Queue(home.db)
+    quiet = push_script(queue, home, "quiet.sh", "true")
+    said = push_script(queue, home, "said.sh", "echo moved 4 files")
+    Engine(queue, home).run(drain=True)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("done ")]
+    assert lines == [f"done quiet ({quiet})", f"done said ({said}): moved 4 files"]
+
+
+def test_back_to_back_a_job_that_runs_a_moment_is_shown_running_while_it_runs(home, tmp_path):
+    """Right behind another job, a job is published as running once it has run
+    SHOW_RUNNING_AFTER: a burst of tiny jobs skips their snapshots, a real one never."""
+    queue = Queue(home.db)
+    go = tmp_path / "go"
+    push_script(queue, home, "tiny.sh", "true")
+    push_script(queue, home, "slow.sh", f"while [ ! -e {go} ]; do sleep 0.01; done")
+    engine = Engine(queue, home)
+    seen: list[Snapshot] = []
+    engine.subscribe(seen.append)
+    thread = threading.Thread(target=engine.run, kwargs={"drain": True})
+    thread.start()
+    try:
+        wait_for(lambda: any(s.running and s.running.name == "slow" for s in seen),
+                 timeout=5, what="the slow job to be shown running")
+    finally:
+        go.touch()
+        thread.join(timeout=10)
+    assert seen[-1].running is None and seen[-1].done == 2
+
+
+class Commits:
+    """Counts the transactions a connection commits: each COMMIT, and each write
+    statement run outside BEGIN ... COMMIT (autocommit: its own transaction)."""
+
+    WRITES = ("UPDATE", "INSERT", "DELETE", "REPLACE")
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self.count = 0
+        self._open = False
+        self._last = ""
+        connection.set_trace_callback(self._saw)
+
+    def _saw(self, statement: str) -> None:
+        # A statement's triggers are traced again under the statement's own text.
+        again, self._last = statement == self._last, statement
+        word = statement.lstrip().split(None, 1)[0].upper()
+        if word == "BEGIN":
+            self._open = True
+        elif word in ("COMMIT", "ROLLBACK"):
+            self.count += word == "COMMIT"
+            self._open = False
+        elif word in self.WRITES and not self._open and not again:
+            self.count += 1
+
+
+def test_back_to_back_a_job_costs_two_commits_in_the_loop(home):
+    """The outcome and the next claim share one commit; the runner's `started` is the
+    other. It was four: claim, started (token), started (pid), outcome."""
+    per_run = []
+    for jobs in (5, 15):
+        queue = Queue(home.root / f"q{jobs}.db")
+        for n in range(jobs):
+            push_script(queue, home, f"j{jobs}-{n}.sh", "true")
+        engine = Engine(queue, home)
+        commits = Commits(queue._db)
+        engine.run(drain=True)
+        assert queue.summary()["done"] == jobs
+        per_run.append(commits.count)
+        queue.close()
+    assert (per_run[1] - per_run[0]) / 10 == 2
+
+
+def test_paused_claims_nothing_and_resume_goes_on(home, tmp_path):
+    queue = Queue(home.db)
+    engine = Engine(queue, home)
+    seen: list[Snapshot] = []
+    engine.subscribe(seen.append)
+    engine.pause()
+    wait_for(lambda: seen and seen[-1].paused, what="the pause to be published")
+    thread = threading.Thread(target=engine.run)
+    thread.start()
+    try:
+        job_id = push_script(queue, home, "a.sh", "echo a")
+        engine.wake()
+        wait_for(lambda: seen[-1].paused and seen[-1].pending == 1,
+                 what="a paused snapshot with the job waiting")
+        assert seen[-1].due_now == 0  # nothing will start while paused
+        assert queue.get(job_id).state == State.PENDING
+        engine.resume()
+        wait_for(lambda: queue.get(job_id).state == State.DONE, what="the job to run")
+    finally:
+        engine.stop()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+
+
+def test_a_pause_is_kept_in_the_queue_where_every_connection_and_restart_sees_it(home):
+    queue = Queue(home.db)
+    other = Queue(home.db)  # another process's, as the command line's
+    engine = Engine(queue, home)
+    engine.pause()
+    wait_for(other.paused, what="the pause to reach the database")
+    assert engine.paused
+    assert Engine(Queue(home.db), home).paused  # a new start is paused too
+    engine.resume()
+    wait_for(lambda: not other.paused(), what="the resume to reach the database")
+    assert not engine.paused
+
+
+def test_a_pause_and_resume_written_elsewhere_hold_and_free_the_running_loop(home):
+    queue = Queue(home.db)
+    other = Queue(home.db)
+    engine = Engine(queue, home)
+    seen: list[Snapshot] = []
+    engine.subscribe(seen.append)
+    thread = threading.Thread(target=engine.run)
+    thread.start()
+    try:
+        wait_for(lambda: seen and not seen[-1].paused, what="the first snapshot")
+        other.set_paused(True)
+        engine.wake()  # the doorbell
+        wait_for(lambda: seen[-1].paused, what="the pause to be seen")
+        job_id = push_script(other, home, "a.sh", "echo a")
+        engine.wake()
+        wait_for(lambda: seen[-1].pending == 1, what="the new job in a snapshot")
+        assert (seen[-1].paused, seen[-1].due_now) == (True, 0)
+        assert queue.get(job_id).state == State.PENDING
+        other.set_paused(False)
+        engine.wake()
+        wait_for(lambda: queue.get(job_id).state == State.DONE, what="the job to run")
+        assert not engine.paused
+    finally:
+        engine.stop()
+        thread.join(timeout=10)
+
+
+def test_a_change_made_elsewhere_while_a_job_runs_is_published_within_a_second(home):
+    queue = Queue(home.db, max_attempts=1)
+    failed = push_script(queue, home, "bad.sh", "exit 1")
+    Engine(queue, home).run(drain=True)
+    later = push_script(queue, home, "later.sh", "echo later", delay=3600)
+    slow = push_script(queue, home, "slow.sh", "sleep 60")
+    engine = Engine(queue, home)
+    seen: list[Snapshot] = []
+    engine.subscribe(seen.append)
+    thread = threading.Thread(target=engine.run)
+    thread.start()
+    try:
+        wait_for(lambda: seen and seen[-1].running, what="the slow job to start")
+        assert (seen[-1].failed_count, seen[-1].pending) == (1, 1)
+        with Queue(home.db) as cli:  # the command line's own connection
+            assert cli.retry(failed) and cli.cancel(later)
+        engine.wake()  # its doorbell
+        wait_for(lambda: seen[-1].failed_count == 0 and seen[-1].waiting[0].id == failed,
+                 timeout=1.0, what="the retry and the cancel in a snapshot")
+        assert seen[-1].running.id == slow and seen[-1].pending == 1
+        assert queue.get(slow).state == State.RUNNING  # the job still runs
+
+        engine.cancel(failed)  # the tray's menu, while the job runs
+        wait_for(lambda: seen[-1].pending == 0, timeout=1.0, what="the tray's cancel shown")
+        assert seen[-1].running.id == slow
+    finally:
+        engine.stop()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+
+
+def test_recover_takes_back_jobs_left_running_at_once(home):
+    queue = Queue(home.db, lease_seconds=3600)
+    job_id = push_script(queue, home, "a.sh", "echo again")
+    queue.claim("dead-host:1")
+    engine = Engine(queue, home)
+    engine.recover()
+    engine.run(drain=True)
+    job = queue.get(job_id)
+    assert (job.state, job.attempts) == (State.DONE, 2)
+    assert "reclaimed" in [e.kind for e in queue.history(job_id)]
+
+
+def test_a_locked_database_is_reported_in_the_snapshot_and_nothing_is_lost(home):
+    queue = Queue(home.db, busy_timeout=0.05)
+    job_id = push_script(queue, home, "a.sh", "echo ok")
+    engine = Engine(queue, home)
+    seen: list[Snapshot] = []
+    engine.subscribe(seen.append)
+    blocker = sqlite3.connect(home.db, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    thread = threading.Thread(target=engine.run)
+    thread.start()
+    try:
+        wait_for(lambda: seen and seen[-1].problem, what="the problem to be published")
+        assert "locked by another program" in seen[-1].problem
+        blocker.execute("ROLLBACK")
+        engine.wake()
+        wait_for(lambda: queue.get(job_id).state == State.DONE, what="the job to run after")
+        wait_for(lambda: seen[-1].problem is None, what="the problem to clear")
+    finally:
+        blocker.close()
+        engine.stop()
+        thread.join(timeout=10)
+
+
+def test_the_trays_retry_all_skips_refused_drops_and_says_how_many(home, caplog):
+    caplog.set_level(logging.INFO, logger="sloth_tray")
+    queue = Queue(home.db, max_attempts=1)
+    refused = push_script(queue, home, "link.sh", "echo never",
+                          error="refused: it is a symbolic link; drop the script itself")
+    flaky = push_script(queue, home, "flaky.sh", "exit 1")
+    Engine(queue, home).run(drain=True)
+    assert queue.get(flaky).state == State.FAILED
+
+    engine = Engine(queue, home)  # a running app's, as the tray's menu reaches it
+    engine.retry_all_failed()
+    wait_for(lambda: queue.get(flaky).state == State.PENDING, what="the retry")
+    engine.retry(refused)  # a per-job retry of a refusal is said, and changes nothing
+    wait_for(lambda: any("never runs" in r.getMessage() for r in caplog.records),
+             what="the refusal to be said")
+    assert queue.get(refused).state == State.FAILED
+    assert "skipped 1 refused" in caplog.text
+
+
+def test_a_pause_that_comes_while_a_job_runs_claims_nothing_with_its_outcome(home, tmp_path):
+    """The next job is claimed in the outcome's commit, unless the queue was paused
+    meanwhile (by the command line, in another process)."""
+    queue, other = Queue(home.db), Queue(home.db)
+    started, go = tmp_path / "started", tmp_path / "go"
+    first = push_script(queue, home, "first.sh",
+                        f"touch {started}; while [ ! -e {go} ]; do sleep 0.02; done")
+    second = push_script(queue, home, "second.sh", "echo second")
+    engine = Engine(queue, home)
+    thread = threading.Thread(target=engine.run)
+    thread.start()
+    try:
+        wait_for(started.exists, what="the first job to start")
+        other.set_paused(True)
+        go.touch()
+        wait_for(lambda: queue.get(first).state == State.DONE, what="the first job to end")
+    finally:
+        engine.stop()
+        thread.join(10)
+    job = queue.get(second)
+    assert (job.state, job.attempts) == (State.PENDING, 0)
+    assert "claimed" not in [event.kind for event in queue.history(second)]
+
+
+def test_a_stop_right_after_an_outcome_gives_back_the_job_claimed_with_it(home):
+    queue = Queue(home.db)
+    first = push_script(queue, home, "first.sh", "echo first")
+    second = push_script(queue, home, "second.sh", "echo second")
+    engine = Engine(queue, home)
+    engine.on_result(lambda job, result: engine.stop())  # after the commit that claimed
+    engine.run()
+    assert queue.get(first).state == State.DONE
+    job = queue.get(second)
+    assert (job.state, job.attempts) == (State.PENDING, 0)
+    assert [event.kind for event in queue.history(second)][-2:] == ["claimed", "released"]
+
+
+# -- failed runs of a series: one series, its newest runs ----------------------------------
+
+
+def failing_runs(queue: Queue, home, name: str, times: int, clock: FakeClock) -> str:
+    """A job that repeats every minute, failed for good on each of `times` runs, a
+    minute apart; the series' key (its script)."""
+    script = home.spool / f"{name}.sh"
+    queue.push(name, script=str(script), options={"every": 60}, max_attempts=1)
+    for _ in range(times):
+        clock.advance(60)
+        job = queue.claim("w")
+        assert job is not None and job.name == name
+        assert queue.fail(job.id, "w", f"{name} failed", Reason.EXIT_CODE) == State.FAILED
+    (waiting,) = queue.jobs(State.PENDING)  # its next run: cancelled, out of the way
+    assert queue.cancel(waiting.id)
+    return str(script)
+
+
+def failing_once(queue: Queue, name: str, clock: FakeClock) -> str:
+    clock.advance(60)
+    job_id = queue.push(name, max_attempts=1)
+    assert queue.claim("w").id == job_id
+    assert queue.fail(job_id, "w", f"{name} failed", Reason.EXIT_CODE) == State.FAILED
+    return job_id
+
+
+def snapshot_of(queue: Queue, home) -> Snapshot:
+    engine = Engine(queue, home)
+    engine.run(drain=True)  # nothing is due: one look, published
+    return engine.snapshot
+
+
+def test_a_failing_series_is_carried_as_its_newest_runs_and_a_count(home, monkeypatch):
+    monkeypatch.setattr(engine_module, "SHOWN_RUNS_PER_SERIES", 3)
+    clock = FakeClock()
+    queue = Queue(home.db, clock=clock)
+    tidy = failing_runs(queue, home, "tidy", 5, clock)
+    first_tidy = clock.now
+    disk = failing_once(queue, "disk_check", clock)
+    backup = failing_runs(queue, home, "backup", 2, clock)
+    snapshot = snapshot_of(queue, home)
+    assert snapshot.failed_count == 8
+    assert [(job.name, job.series) for job in snapshot.failed_jobs] == [
+        ("backup", backup), ("backup", backup), ("disk_check", ""),
+        ("tidy", tidy), ("tidy", tidy), ("tidy", tidy)]
+    assert snapshot.failed_jobs[2].id == disk
+    assert [job.at for job in snapshot.failed_jobs] == sorted(
+        (job.at for job in snapshot.failed_jobs), reverse=True)
+    assert set(snapshot.failed_series) == {
+        FailedSeries(tidy, "tidy", 5, first_tidy - 4 * 60),
+        FailedSeries(backup, "backup", 2, clock.now - 60)}
+
+
+def test_the_failed_runs_carried_stay_bounded(home, monkeypatch):
+    monkeypatch.setattr(engine_module, "SHOWN_FAILED", 4)
+    clock = FakeClock()
+    queue = Queue(home.db, clock=clock)
+    failing_runs(queue, home, "tidy", 6, clock)
+    newest = failing_once(queue, "disk_check", clock)
+    snapshot = snapshot_of(queue, home)
+    assert snapshot.failed_count == 7
+    assert len(snapshot.failed_jobs) == 4 and snapshot.failed_jobs[0].id == newest
+    assert [(s.name, s.failures) for s in snapshot.failed_series] == [("tidy", 6)]
+
+
+def test_cancel_all_cancels_every_failed_run_of_the_series_and_the_series_goes_on(
+        home, monkeypatch):
+    """The menu's `Cancel all N` on a series: the runs not carried in the snapshot too."""
+    monkeypatch.setattr(engine_module, "SHOWN_RUNS_PER_SERIES", 2)
+    clock = FakeClock()
+    queue = Queue(home.db, clock=clock)
+    tidy = failing_runs(queue, home, "tidy", 4, clock)
+    other = failing_once(queue, "disk_check", clock)
+    queue.push("tidy", script=tidy, options={"every": 60}, delay=3600)  # its waiting run
+    engine = Engine(queue, home)
+    engine.cancel_failed_runs(tidy)
+    engine.run(drain=True)  # the action thread's work is done before the loop's end
+    assert [job.id for job in queue.jobs(State.FAILED)] == [other]
+    assert [job.name for job in queue.jobs(State.CANCELLED)].count("tidy") == 5
+    assert [job.name for job in queue.jobs(State.PENDING)] == ["tidy"]
+    assert engine.snapshot.failed_series == ()
+
+
+def test_stopping_a_running_run_of_a_series_lets_the_series_go_on(home, tmp_path):
+    """The menu's Stop on the running job (Engine.cancel, which nudges the runner)."""
+    queue = Queue(home.db)
+    go = tmp_path / "go"
+    job = push_script(queue, home, "tidy.sh", f"while [ ! -e {go} ]; do sleep 0.01; done",
+                      options={"every": 3600})
+    engine = Engine(queue, home)
+    seen: list[Snapshot] = []
+    engine.subscribe(seen.append)
+    thread = threading.Thread(target=engine.run, kwargs={"drain": True})
+    thread.start()
+    try:
+        wait_for(lambda: any(s.running and s.running.id == job for s in seen),
+                 what="the job to be shown running")
+        engine.stop_run(job)
+        wait_for(lambda: not thread.is_alive() or seen[-1].running is None,
+                 what="the run to stop")
+    finally:
+        go.touch()
+        thread.join(15)
+    assert queue.get(job).state == State.CANCELLED
+    assert [j.name for j in queue.jobs(State.PENDING)] == ["tidy"], "the series' next run"

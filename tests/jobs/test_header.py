@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from sloth_tray.jobs.header import BadJobFile, command_for, job_name, parse_options
+
+P = Path("/jobs/report.sh")
+
+
+@pytest.mark.parametrize("head, expected", [
+    (b"#!/bin/bash\necho", ["/bin/bash", str(P)]),
+    (b"#!/usr/bin/env python3\n", ["/usr/bin/env", "python3", str(P)]),
+    (b"#! /usr/bin/env -S deno run\r\n", ["/usr/bin/env", "-S deno run", str(P)]),
+    (b"echo no shebang", ["/bin/sh", str(P)]),
+])
+def test_the_shebang_wins_else_the_extension(head, expected):
+    assert command_for(P, head, windows=False) == expected
+
+
+@pytest.mark.parametrize("name, windows, prefix", [
+    ("tidy.py", False, [sys.executable]),
+    ("TIDY.PY", False, [sys.executable]),
+    ("backup.bash", False, None),
+    ("task.bat", True, ["cmd.exe", "/d", "/c"]),
+    ("task.ps1", True, ["powershell.exe", "-NoProfile", "-ExecutionPolicy", "Bypass", "-File"]),
+])
+def test_extensions(name, windows, prefix):
+    argv = command_for(Path(name), b"", windows=windows)
+    assert argv[-1] == name
+    if prefix:
+        assert argv[:-1] == prefix
+    else:
+        assert argv[0].endswith("bash")
+
+
+@pytest.mark.parametrize("name, windows, message", [
+    ("report.xyz", False, "don't know how to run report.xyz: add a #! line or name it .py or .sh"),
+    ("task.bat", False, "don't know how to run task.bat"),
+    ("Makefile", False, "don't know how to run Makefile"),
+    ("report.xyz", True, "name it .py, .sh, .bash, .bat, .cmd or .ps1"),
+])
+def test_unknown_kinds_say_what_to_do(name, windows, message):
+    with pytest.raises(BadJobFile, match=message.replace(".", r"\.")):
+        command_for(Path(name), b"\x00\x01 binary", windows=windows)
+
+
+def test_an_empty_shebang_is_refused():
+    with pytest.raises(BadJobFile, match="empty #! line"):
+        command_for(P, b"#!\n")
+
+
+def test_the_job_is_named_after_the_files_stem():
+    assert job_name(Path("tidy downloads.sh")) == "tidy downloads"
+    assert job_name(Path("-dash.py")) == "-dash"
+
+
+def test_header_options_with_every_comment_style():
+    assert parse_options(b"#!/bin/sh\n# sloth: max_attempts=3 timeout=10m delay=30s lease=2m "
+                         b"every=1h\necho") == {
+        "max_attempts": 3, "timeout": 600.0, "delay": 30.0, "lease": 120.0, "every": 3600.0}
+    assert parse_options(b"// sloth: timeout=90") == {"timeout": 90.0}
+    assert parse_options(b"@echo off\r\nrem sloth: every=1d\r\n") == {"every": 86400.0}
+    assert parse_options(b"REM Sloth: delay=2h") == {"delay": 7200.0}
+    assert parse_options(b"#!/bin/sh\necho '# sloth: timeout=1'") == {}  # not a comment
+    assert parse_options(b"\n" * 20 + b"# sloth: timeout=1") == {}  # past the first 20 lines
+    assert parse_options(b"no header at all") == {}
+
+
+@pytest.mark.parametrize("line, message", [
+    (b"# sloth: retries=3", "report.sh, line 1: unknown option 'retries' in the sloth: header "
+                            "(known: at, catchup, cron, delay, every, grace, interrupt, lease, "
+                            "max_attempts, require, timeout, window)"),
+    (b"# sloth: timeout=10x", "bad value '10x' for timeout: use a number of seconds, or a "
+                              "number followed by s, m, h or d"),
+    (b"# sloth: max_attempts=0", "bad value '0' for max_attempts: use a whole number between 1 "
+                                 "and 1000"),
+    (b"# sloth: every=0s", "bad value '0s' for every: use a number of seconds, or a number "
+                           "followed by s, m, h or d (90, 90s, 10m, 2h, 1d), between 1s and "
+                           "3650d"),
+    (b"# sloth: timeout", "timeout needs a value"),
+])
+def test_a_bad_header_names_the_key_and_the_accepted_form(line, message):
+    with pytest.raises(BadJobFile) as caught:
+        parse_options(line, "report.sh")
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("line, key, accepted", [
+    (b"# sloth: max_attempts=99999999999999999999", "max_attempts", "between 1 and 1000"),
+    (b"# sloth: max_attempts=1001", "max_attempts", "between 1 and 1000"),
+    (b"# sloth: timeout=" + b"9" * 400, "timeout", "more than 0s and at most 3650d"),
+    (b"# sloth: every=3651d", "every", "between 1s and 3650d"),
+    (b"# sloth: delay=" + b"9" * 30 + b"d", "delay", "between 0s and 3650d"),
+    (b"# sloth: lease=0.001", "lease", "between 1s and 1d"),
+    (b"# sloth: lease=2d", "lease", "between 1s and 1d"),
+    ("# sloth: max_attempts=３".encode(), "max_attempts", "between 1 and 1000"),
+    ("# sloth: timeout=١٢".encode(), "timeout", "more than 0s and at most 3650d"),
+    (b"# sloth: delay=1\0", "delay", "between 0s and 3650d"),
+    (b"# sloth: timeout=inf", "timeout", "more than 0s and at most 3650d"),
+    (b"# sloth: lease=nan", "lease", "between 1s and 1d"),
+    (b"# sloth: delay=-5", "delay", "between 0s and 3650d"),
+])
+def test_a_header_number_out_of_its_range_is_one_sentence_with_the_range(line, key, accepted):
+    with pytest.raises(BadJobFile) as caught:
+        parse_options(line, "report.sh")
+    message = str(caught.value)
+    assert message.startswith("report.sh, line 1: bad value ")
+    assert f" for {key}: use " in message and accepted in message
+    assert "\n" not in message and "\0" not in message
+
+
+def test_header_numbers_at_the_edges_of_their_ranges_are_kept():
+    assert parse_options(b"# sloth: max_attempts=1000 lease=1 timeout=3650d delay=0 "
+                         b"every=1") == {"max_attempts": 1000, "lease": 1.0,
+                                           "timeout": 3650 * 86400.0, "delay": 0.0,
+                                           "every": 1.0}
+    assert parse_options(b"# sloth: lease=1d max_attempts=1") == {"lease": 86400.0,
+                                                                  "max_attempts": 1}

@@ -1,0 +1,592 @@
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import stat
+import subprocess
+import sys
+import threading
+
+import pytest
+from conftest import queue_file_of_schema
+
+from sloth_tray.errors import DatabaseProblem, UnknownJob
+from sloth_tray.store.queue import Queue, Reason, State
+from sloth_tray.store.schema import SCHEMA_VERSION
+
+
+def kinds(queue: Queue, job_id: str) -> list[str]:
+    return [event.kind for event in queue.history(job_id)]
+
+
+def test_push_makes_a_pending_job_with_a_12_hex_id(queue, clock):
+    job_id = queue.push("tidy", script="/tmp/tidy.sh", options={"timeout": 60})
+    assert re.fullmatch(r"[0-9a-f]{12}", job_id)
+    job = queue.get(job_id)
+    assert (job.name, job.state, job.attempts, job.max_attempts) == ("tidy", State.PENDING, 0, 3)
+    assert job.not_before == clock.now
+    assert job.options == {"timeout": 60}
+    assert kinds(queue, job_id) == ["pushed"]
+
+
+def test_a_delayed_job_is_not_claimed_early_and_is_claimed_once_due(queue, clock):
+    job_id = queue.push("later", delay=30)
+    assert queue.claim("w") is None
+    assert queue.next_wakeup() == clock.now + 30
+    clock.advance(29.9)
+    assert queue.claim("w") is None
+    clock.advance(0.1)
+    job = queue.claim("w")
+    assert job is not None and job.id == job_id
+    assert (job.state, job.attempts, job.lease_owner, job.lease_until) == (
+        State.RUNNING, 1, "w", clock.now + 10)
+
+
+def test_claim_takes_the_oldest_due_job_first(queue, clock):
+    first = queue.push("first")
+    clock.advance(1)
+    second = queue.push("second")
+    assert queue.claim("w").id == first
+    assert queue.claim("w").id == second
+    assert queue.claim("w") is None
+
+
+def test_a_dead_workers_lease_is_recovered_by_the_next_claim(queue, clock):
+    job_id = queue.push("job")
+    queue.claim("dead-worker")
+    clock.advance(9.9)
+    assert queue.claim("other") is None  # the lease still holds
+    clock.advance(0.1)
+    job = queue.claim("other")
+    assert job.id == job_id and job.attempts == 2 and job.lease_owner == "other"
+    assert kinds(queue, job_id) == ["pushed", "claimed", "reclaimed", "claimed"]
+    assert not queue.complete(job_id, "dead-worker")  # the old owner is out
+
+
+def test_failure_backs_off_2_4_then_capped_and_lands_in_failed(tmp_path, clock):
+    queue = Queue(tmp_path / "q.db", clock=clock, max_attempts=4, backoff_cap=6)
+    job_id = queue.push("flaky")
+    delays = []
+    for attempt in range(1, 4):
+        job = queue.claim("w")
+        assert job.attempts == attempt
+        assert queue.fail(job_id, "w", f"error {attempt}") == "pending"
+        delay = queue.get(job_id).not_before - clock.now
+        delays.append(delay)
+        clock.advance(delay - 0.01)
+        assert queue.claim("w") is None, "claimed during the backoff"
+        clock.advance(0.01)
+    assert delays == [2, 4, 6]  # 2**1, 2**2, then 2**3 capped at 6
+    queue.claim("w")
+    assert queue.fail(job_id, "w", "the last straw") == "failed"
+    job = queue.get(job_id)
+    assert (job.state, job.last_error, job.attempts) == (State.FAILED, "the last straw", 4)
+    clock.advance(10_000)
+    assert queue.claim("w") is None
+    assert queue.next_wakeup() is None
+    assert kinds(queue, job_id)[-2:] == ["claimed", "failed"]
+    assert "next try in 2s" in queue.history(job_id)[2].detail
+
+
+def test_a_heartbeat_from_a_non_owner_cannot_steal_or_extend_the_lease(queue, clock):
+    job_id = queue.push("job")
+    queue.claim("owner")
+    clock.advance(5)
+    assert not queue.heartbeat(job_id, "intruder")
+    assert queue.get(job_id).lease_until == clock.now + 5  # unchanged
+    assert queue.get(job_id).lease_owner == "owner"
+    assert queue.heartbeat(job_id, "owner")
+    assert queue.get(job_id).lease_until == clock.now + 10
+
+
+def test_a_heartbeat_is_not_an_event(queue):
+    job_id = queue.push("job")
+    queue.claim("w")
+    for _ in range(5):
+        queue.heartbeat(job_id, "w")
+    assert kinds(queue, job_id) == ["pushed", "claimed"]
+
+
+def test_an_owner_whose_lease_lapsed_but_was_not_taken_renews_it(queue, clock):
+    # The laptop slept: the lease ran out but nobody claimed the job meanwhile.
+    job_id = queue.push("job")
+    queue.claim("sleeper")
+    clock.advance(3600)
+    assert queue.heartbeat(job_id, "sleeper")
+    assert queue.complete(job_id, "sleeper")
+
+
+def test_complete_and_fail_from_a_replaced_owner_change_nothing(queue, clock):
+    job_id = queue.push("job")
+    queue.claim("old")
+    clock.advance(10)
+    queue.claim("new")
+    before = queue.get(job_id)
+    events_before = queue.history(job_id)
+    assert queue.complete(job_id, "old", "stale result") is False
+    assert queue.fail(job_id, "old", "stale error") is None
+    assert queue.get(job_id) == before
+    assert queue.history(job_id) == events_before
+    assert queue.complete(job_id, "new", "fresh") is True
+    assert queue.get(job_id).result == "fresh"
+
+
+def test_a_lease_that_expires_on_the_last_attempt_ends_failed(queue, clock):
+    job_id = queue.push("hangs")
+    for _ in range(3):
+        assert queue.claim("w").id == job_id
+        clock.advance(10)
+    assert queue.claim("w") is None
+    job = queue.get(job_id)
+    assert job.state == State.FAILED
+    assert "lease expired 3 times" in job.last_error
+    assert kinds(queue, job_id) == [
+        "pushed", "claimed", "reclaimed", "claimed", "reclaimed", "claimed", "failed"]
+    assert queue.next_wakeup() is None
+
+
+def test_an_expired_last_attempt_does_not_hide_the_next_due_job(queue, clock):
+    hung = queue.push("hung", max_attempts=1)
+    queue.claim("w")
+    clock.advance(10)
+    waiting = queue.push("waiting")
+    assert queue.claim("w").id == waiting
+    assert queue.get(hung).state == State.FAILED
+
+
+def test_retry_makes_a_failed_job_due_now_with_attempts_reset(queue, clock):
+    job_id = queue.push("job", max_attempts=1)
+    queue.claim("w")
+    queue.fail(job_id, "w", "boom")
+    clock.advance(100)
+    assert queue.retry(job_id)
+    job = queue.get(job_id)
+    assert (job.state, job.attempts, job.not_before, job.last_error) == (
+        State.PENDING, 0, clock.now, None)
+    assert queue.claim("w").id == job_id
+    assert kinds(queue, job_id)[-2:] == ["retried", "claimed"]
+
+
+def test_retry_of_a_pending_job_does_nothing_and_an_unknown_id_is_an_error(queue):
+    job_id = queue.push("job")
+    assert queue.retry(job_id) is False
+    with pytest.raises(UnknownJob, match="no job with id 'nosuchjob'"):
+        queue.retry("nosuchjob")
+
+
+def test_release_gives_the_job_back_without_counting_the_attempt(queue, clock):
+    job_id = queue.push("job")
+    queue.claim("w")
+    assert not queue.release(job_id, "someone-else")
+    assert queue.release(job_id, "w")
+    job = queue.get(job_id)
+    assert (job.state, job.attempts, job.lease_owner, job.not_before) == (
+        State.PENDING, 0, None, clock.now)
+    assert queue.claim("w2").attempts == 1
+    assert kinds(queue, job_id) == ["pushed", "claimed", "released", "claimed"]
+
+
+def test_cancel_pending_failed_and_running(queue, clock):
+    pending = queue.push("p")
+    assert queue.cancel(pending) and queue.get(pending).state == State.CANCELLED
+    assert queue.cancel(pending) is False  # already cancelled
+    running = queue.push("r")
+    queue.claim("w")
+    assert queue.cancel(running)
+    assert not queue.heartbeat(running, "w"), "the worker must learn it lost the job"
+    assert queue.complete(running, "w") is False
+    assert queue.retry(running) and queue.get(running).state == State.PENDING
+
+
+def test_status_counts_every_state_and_what_is_due(queue, clock):
+    assert queue.status() == {
+        "pending": 0, "running": 0, "done": 0, "failed": 0, "cancelled": 0, "due_now": 0}
+    a = queue.push("a")
+    queue.push("b", delay=60)
+    c = queue.push("c")
+    queue.claim("w")  # a
+    queue.complete(a, "w")
+    queue.claim("w")  # c
+    assert queue.status() == {
+        "pending": 1, "running": 1, "done": 1, "failed": 0, "cancelled": 0, "due_now": 0}
+    clock.advance(10)  # c's lease expired: due again
+    assert queue.status()["due_now"] == 1
+    assert queue.next_wakeup() == clock.now
+    assert c
+
+
+def test_jobs_lists_newest_first_and_filters_by_state(queue, clock):
+    ids = [queue.push(f"job{i}") for i in range(4)]
+    queue.cancel(ids[1])
+    assert [job.id for job in queue.jobs()] == ids[::-1]
+    assert [job.id for job in queue.jobs(limit=2)] == ids[:1:-1]
+    assert [job.id for job in queue.jobs(State.CANCELLED)] == [ids[1]]
+    assert [job.id for job in queue.jobs("pending")] == [ids[3], ids[2], ids[0]]
+
+
+def test_prune_removes_old_finished_jobs_with_their_events(queue, clock):
+    old = queue.push("old")
+    queue.claim("w")
+    queue.complete(old, "w")
+    failed = queue.push("failed", max_attempts=1)
+    queue.claim("w")
+    queue.fail(failed, "w", "x")
+    clock.advance(100)
+    recent = queue.push("recent")
+    queue.cancel(recent)
+    assert [job_id for job_id, _ in queue.prune(before=clock.now - 50)] == [old]
+    with pytest.raises(UnknownJob):
+        queue.get(old)
+    with pytest.raises(UnknownJob):
+        queue.history(old)
+    assert queue.get(failed).state == State.FAILED  # failures wait for the user
+    assert queue.status()["done"] == 0 and queue.status()["cancelled"] == 1
+
+
+def test_resolve_accepts_a_unique_prefix(queue):
+    job_id = queue.push("job")
+    assert queue.resolve(job_id[:5]) == job_id
+    assert queue.resolve(job_id.upper()) == job_id
+    with pytest.raises(UnknownJob, match="no job with id 'zz-top'"):
+        queue.resolve("zz-top")
+    with pytest.raises(UnknownJob):
+        queue.resolve("0" * 12 if not job_id.startswith("0") else "f" * 12)
+
+
+def test_two_queues_in_many_threads_never_hand_one_job_to_two_owners(tmp_path):
+    path = tmp_path / "shared.db"
+    producer = Queue(path)
+    pushed = {producer.push(f"job{i}") for i in range(300)}
+    queues = [Queue(path), Queue(path)]
+    claimed: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def worker(q: Queue, owner: str) -> None:
+        while (job := q.claim(owner)) is not None:
+            with lock:
+                claimed.append((job.id, owner))
+            assert q.complete(job.id, owner)
+
+    threads = [threading.Thread(target=worker, args=(queues[i % 2], f"worker{i}"))
+               for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads)
+    ids = [job_id for job_id, _ in claimed]
+    assert len(ids) == len(set(ids)) == 300
+    assert set(ids) == pushed
+    assert len({owner for _, owner in claimed}) > 1, "only one worker got work: no contention"
+    assert producer.status()["done"] == 300
+
+
+def test_a_new_file_is_private_and_gets_the_schema_and_reopening_keeps_the_data(tmp_path):
+    path = tmp_path / "q.db"
+    with Queue(path) as q:
+        job_id = q.push("kept")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    with Queue(path) as q:
+        assert q.get(job_id).name == "kept"
+
+
+def test_a_file_from_a_newer_schema_is_refused_not_downgraded(tmp_path):
+    path = tmp_path / "q.db"
+    Queue(path).close()
+    with sqlite3.connect(path) as raw:
+        raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    before = path.read_bytes()
+    with pytest.raises(DatabaseProblem, match="newer sloth-tray"):
+        Queue(path)
+    assert path.read_bytes() == before
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+
+
+def test_a_corrupt_file_is_refused_and_left_untouched(tmp_path):
+    path = tmp_path / "q.db"
+    garbage = b"this is not a database\n" * 300
+    path.write_bytes(garbage)
+    with pytest.raises(DatabaseProblem, match="damaged or is not a sloth-tray queue"):
+        Queue(path)
+    assert path.read_bytes() == garbage
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["q.db"]
+
+
+@pytest.mark.parametrize("content", [b"x", b"\n", b"SQLite format 2\x00" + b"\x00" * 100,
+                                     b"SQLite format 2\x00" + b"\x00" * 1000])
+def test_a_file_too_short_or_wrong_to_be_a_database_is_not_written_over(tmp_path, content):
+    path = tmp_path / "q.db"
+    path.write_bytes(content)
+    with pytest.raises(DatabaseProblem, match="it was left as it is"):
+        Queue(path)
+    assert path.read_bytes() == content
+
+
+def test_someone_elses_sqlite_file_is_refused(tmp_path):
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as raw:
+        raw.execute("CREATE TABLE photos (id INTEGER)")
+    with pytest.raises(DatabaseProblem, match="not a sloth-tray queue"):
+        Queue(path)
+    with sqlite3.connect(path) as raw:
+        tables = [r[0] for r in raw.execute("SELECT name FROM sqlite_master")]
+    assert tables == ["photos"]
+
+
+def test_a_database_locked_past_the_busy_timeout_is_one_sentence(tmp_path):
+    path = tmp_path / "q.db"
+    q = Queue(path, busy_timeout=0.1)
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(DatabaseProblem, match="locked by another program"):
+            q.push("job")
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert q.push("job")  # once the lock is gone, work goes on
+
+
+def test_a_recurring_job_is_followed_by_its_next_run_one_period_after_it_was_due(queue, clock):
+    first = queue.push("hourly", script="/spool/x/hourly.sh", options={"every": 3600})
+    start = clock.now
+    queue.claim("w")
+    clock.advance(30)
+    assert queue.complete(first, "w", "ok")
+    (after,) = queue.jobs(State.PENDING)
+    assert after.not_before == start + 3600  # on the schedule, not 30 s late
+    assert (after.name, after.script, after.options["every"]) == (
+        "hourly", "/spool/x/hourly.sh", 3600)
+    assert queue.history(after.id)[0].detail == f"the next run after {first}"
+
+
+def test_missed_runs_of_a_recurring_job_coalesce_into_one_prompt_run(queue, clock):
+    queue.push("hourly", options={"every": 3600})
+    job = queue.claim("w")
+    queue.complete(job.id, "w")
+    clock.advance(10 * 3600)  # the lid was closed all night
+    due = [j for j in queue.jobs(State.PENDING) if j.not_before <= clock.now]
+    assert len(due) == 1, "one catch-up run, not ten"
+    job = queue.claim("w")
+    assert queue.claim("w") is None
+    started = clock.now
+    clock.advance(5)
+    queue.complete(job.id, "w")
+    (following,) = queue.jobs(State.PENDING)
+    assert following.not_before == started + 3600  # the series goes on from the late run
+    clock.now = following.not_before
+    job = queue.claim("w")
+    queue.complete(job.id, "w")
+    (then,) = queue.jobs(State.PENDING)
+    assert then.not_before == following.not_before + 3600
+
+
+def test_a_recurring_job_that_fails_for_good_still_schedules_the_next_run(queue, clock):
+    job_id = queue.push("flaky", max_attempts=1, options={"every": 60})
+    queue.claim("w")
+    assert queue.fail(job_id, "w", "boom") == "failed"
+    assert len(queue.jobs(State.PENDING)) == 1
+
+
+def test_a_retried_run_of_a_series_whose_next_run_waits_adds_no_second_one(queue, clock):
+    job_id = queue.push("flaky", max_attempts=1, options={"every": 3600})
+    queue.claim("w")
+    queue.fail(job_id, "w", "boom")  # failed for good: the series' next run waits
+    (waiting,) = queue.jobs(State.PENDING)
+    assert queue.retry(job_id)
+    assert queue.claim("w").id == job_id  # the retry is due now, the next run in an hour
+    assert queue.complete(job_id, "w")
+    assert [job.id for job in queue.jobs(State.PENDING)] == [waiting.id]
+
+
+def test_a_retried_run_waiting_again_leaves_the_series_to_its_next_run(queue, clock):
+    """The retried run fails once more and waits for its retry; meanwhile the series'
+    next run runs: the series goes on from that one, whatever becomes of the retry."""
+    job_id = queue.push("flaky", max_attempts=1, options={"every": 3600})
+    queue.claim("w")
+    queue.fail(job_id, "w", "boom")
+    (waiting,) = queue.jobs(State.PENDING)
+    assert queue.retry(job_id, max_attempts=2)
+    queue.claim("w")
+    assert queue.fail(job_id, "w", "boom again") == "pending"  # waits for its backoff
+    assert queue.run_now(waiting.id)
+    clock.advance(1)
+    assert queue.claim("w").id == waiting.id
+    assert queue.complete(waiting.id, "w")
+    assert queue.cancel(job_id)
+    (following,) = queue.jobs(State.PENDING)
+    assert queue.history(following.id)[0].detail == f"the next run after {waiting.id}"
+
+
+def test_a_run_is_followed_once_and_a_cancelled_series_restarts_from_its_waiting_run(
+        queue, clock):
+    job_id = queue.push("flaky", max_attempts=1, options={"every": 3600})
+    queue.claim("w")
+    queue.fail(job_id, "w", "boom")
+    (waiting,) = queue.jobs(State.PENDING)
+    assert queue.cancel(waiting.id)  # the user ended the series
+    assert queue.retry(job_id)  # an old run, once more: it does not restart the series
+    queue.claim("w")
+    assert queue.complete(job_id, "w")
+    assert queue.jobs(State.PENDING) == []
+    assert queue.retry(waiting.id)  # its waiting run, revived: the series goes on
+    clock.advance(1)
+    queue.claim("w")
+    assert queue.complete(waiting.id, "w")
+    (following,) = queue.jobs(State.PENDING)
+    assert queue.history(following.id)[0].detail == f"the next run after {waiting.id}"
+
+
+def test_cancelling_a_recurring_job_ends_the_series(queue, clock):
+    job_id = queue.push("hourly", options={"every": 3600})
+    assert queue.cancel(job_id)
+    assert queue.jobs(State.PENDING) == []
+    job_id = queue.push("hourly", options={"every": 3600})
+    queue.claim("w")
+    queue.cancel(job_id)  # while running: the worker loses its lease, nothing follows
+    assert queue.complete(job_id, "w") is False
+    assert queue.jobs(State.PENDING) == []
+
+
+def test_stopping_a_running_run_gives_up_the_run_not_the_series(queue, clock):
+    """The tray's Stop: the run is cancelled and its worker loses the lease; a
+    repeating job's next run is queued, one period after this run started."""
+    job_id = queue.push("hourly", options={"every": 3600})
+    queue.claim("w")
+    clock.advance(60)
+    assert queue.stop(job_id)
+    assert queue.get(job_id).state == State.CANCELLED
+    assert not queue.heartbeat(job_id, "w") and queue.complete(job_id, "w") is False
+    [following] = queue.jobs(State.PENDING)
+    assert following.name == "hourly" and following.not_before == pytest.approx(
+        clock() - 60 + 3600)
+    assert queue.stop(job_id) is False  # no longer running: nothing to stop
+    assert queue.stop(following.id) is False and queue.get(following.id).state == State.PENDING
+    once = queue.push("once")
+    queue.claim("w")
+    assert queue.stop(once) and len(queue.jobs(State.PENDING)) == 1  # nothing follows
+    with pytest.raises(UnknownJob):
+        queue.stop("nope")
+
+
+def test_a_refused_push_is_born_failed_and_never_claimed(queue):
+    job_id = queue.push("evil", error="refused: not owned by you")
+    job = queue.get(job_id)
+    assert (job.state, job.last_error) == (State.FAILED, "refused: not owned by you")
+    assert kinds(queue, job_id) == ["pushed", "failed"]
+    assert queue.claim("w") is None
+
+
+def test_refuse_fails_a_pending_job_with_the_reason(queue):
+    job_id = queue.push("gone")
+    assert queue.refuse(job_id, "its script is gone")
+    assert queue.get(job_id).last_error == "its script is gone"
+    assert queue.history(job_id)[-1].detail == "its script is gone"
+    assert queue.get(job_id).reason == Reason.SCRIPT_GONE
+    done = queue.push("done")
+    queue.claim("w")
+    queue.complete(done, "w")
+    assert queue.refuse(done, "too late") is False  # a finished job stays finished
+
+
+def test_two_queues_in_one_process_keep_their_locks_so_the_wal_is_never_deleted(tmp_path):
+    # Opening a second Queue must not drop the first one's POSIX locks: another
+    # process closing its connection would then delete the WAL still in use.
+    path = tmp_path / "q.db"
+    first = Queue(path)
+    second = Queue(path)
+    first.push("before")
+    count = [sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+             "print(c.execute('SELECT count(*) FROM jobs').fetchone()[0]); c.close()", str(path)]
+    assert subprocess.run(count, capture_output=True, text=True).stdout.strip() == "1"
+    first.push("after")
+    assert subprocess.run(count, capture_output=True, text=True).stdout.strip() == "2"
+    assert (tmp_path / "q.db-wal").exists()
+    second.close()
+    first.close()
+
+
+def test_a_pause_is_kept_in_the_file_off_until_set_and_seen_by_every_connection(queue, clock):
+    assert not queue.paused()
+    queue.push("due")
+    assert queue.summary() == {"pending": 1, "running": 0, "done": 0, "failed": 0,
+                               "cancelled": 0, "due_now": 1, "paused": False}
+    queue.set_paused(True)
+    queue.set_paused(True)  # twice is the same as once
+    with Queue(queue.path, clock=clock) as other:  # another process, a later start
+        assert other.paused()
+        assert other.summary()["due_now"] == 0, "nothing will start while paused"
+        assert other.summary()["paused"] is True
+        other.set_paused(False)
+    assert not queue.paused()
+    assert queue.summary()["due_now"] == 1
+
+
+def test_a_queue_of_the_previous_schema_is_migrated_in_place_and_is_not_paused(tmp_path):
+    path = tmp_path / "q.db"
+    queue_file_of_schema(path, 2, rows=(("0123456789ab", "old", "pending", 0, None, "{}"),))
+    with Queue(path) as q:
+        assert q.get("0123456789ab").name == "old"
+        assert not q.paused()
+        q.set_paused(True)
+        assert q.paused()
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+
+
+def test_a_series_from_schema_5_is_followed_once_and_not_by_the_old_trigger(tmp_path, clock):
+    """Schema 5 followed every= runs in a trigger; migrated, the queue follows them
+    itself, once: a run that ends queues one next run, not two."""
+    path = tmp_path / "q.db"
+    options = json.dumps({"every": 3600, "scheduled": clock.now})
+    queue_file_of_schema(path, 5, rows=(
+        ("0123456789ab", "hourly", "pending", clock.now, "/spool/x/hourly.sh", options),))
+    with Queue(path, clock=clock) as q:
+        started = clock.now
+        assert q.claim("w").id == "0123456789ab"
+        clock.advance(30)
+        assert q.complete("0123456789ab", "w")
+        (following,) = q.jobs(State.PENDING)
+        assert following.not_before == started + 3600
+
+
+def test_a_series_from_schema_4_keeps_one_waiting_run_once_migrated(tmp_path, clock):
+    """Schema 4's trigger queued a second waiting run when a retried run of a series
+    ended; the migration replaces it."""
+    path = tmp_path / "q.db"
+    options = json.dumps({"every": 3600, "scheduled": clock.now})
+    follows = json.dumps([[0, "pushed", "the next run after 0123456789ab"]])
+    queue_file_of_schema(path, 4, rows=(
+        ("0123456789ab", "hourly", "failed", clock.now, "/spool/x/hourly.sh", options),
+        ("ba9876543210", "hourly", "pending", clock.now + 3600, "/spool/x/hourly.sh", options,
+         follows)))
+    with Queue(path, clock=clock) as q:
+        assert q.retry("0123456789ab")
+        assert q.claim("w").id == "0123456789ab"
+        assert q.complete("0123456789ab", "w")
+        assert [job.id for job in q.jobs(State.PENDING)] == ["ba9876543210"]
+
+
+def test_the_started_note_waits_for_no_fsync_of_its_own_and_the_token_does(queue):
+    """Back to back a job waits for the disk twice (push; outcome + next claim): the
+    `started` note rides on the next full commit. The token before a spawn is on disk
+    before the process exists. Either way the level comes back to FULL."""
+    job_id = queue.push("a")
+    job = queue.claim("me")
+    said: list[str] = []
+    queue._db.set_trace_callback(said.append)
+    assert queue.started(job.id, "me", {"token": "t"})
+    assert not any("NORMAL" in line for line in said)
+    said.clear()
+    assert queue.started(job.id, "me", {"token": "t", "pid": 1, "pgid": 1, "start": "1"})
+    pragmas = [line for line in said if line.startswith("PRAGMA")]
+    assert pragmas == ["PRAGMA synchronous = NORMAL", "PRAGMA synchronous = FULL"]
+    queue._db.set_trace_callback(None)
+    assert queue._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert [e.kind for e in queue.history(job_id)][-1] == "started"

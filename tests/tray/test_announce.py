@@ -1,0 +1,177 @@
+"""Which notifications the Snapshots call for: one per burst of failures, updated in
+place, withdrawn once nothing it tells of is failed, with buttons that fit the failure."""
+
+from __future__ import annotations
+
+from sloth_tray.daemon.snapshot import FailedJob, Snapshot
+from sloth_tray.store.states import Reason
+from sloth_tray.tray.announce import (
+    BURST_GAP,
+    Announcer,
+    Notice,
+    Withdraw,
+    failures_to_announce,
+    names,
+)
+
+NOW = 1_000_000.0
+
+
+def failed(*jobs: FailedJob, count: int | None = None) -> Snapshot:
+    """Newest first, as the engine lists them; `count`: more failed than it carries."""
+    ordered = tuple(sorted(jobs, key=lambda job: job.at, reverse=True))
+    return Snapshot(failed_count=len(jobs) if count is None else count, failed_jobs=ordered)
+
+
+def job(number: int, reason: Reason = Reason.EXIT_CODE, at: float | None = None,
+        **more) -> FailedJob:
+    return FailedJob(f"j{number}", f"job{number}", "exit status 1",
+                     NOW + number if at is None else at, reason=reason, **more)
+
+
+def fail_one_by_one(announcer: Announcer, jobs: list[FailedJob], *, every: float = 0.1,
+                    start: Snapshot | None = None) -> list[Notice | Withdraw]:
+    """Each job fails in a snapshot of its own, `every` seconds apart."""
+    before = start or Snapshot()
+    told: list[Notice | Withdraw] = []
+    for number in range(len(jobs)):
+        after = failed(*before.failed_jobs, jobs[number])
+        told += announcer.failures(before, after, NOW + number * every)
+        before = after
+    return told
+
+
+def test_old_failures_at_start_up_are_not_news():
+    assert Announcer().failures(None, failed(job(1), job(2)), NOW) == []
+
+
+def test_a_single_failure_keeps_its_own_text_and_its_retry_and_show_log():
+    [notice] = Announcer().failures(Snapshot(), failed(job(1)), NOW)
+    assert (notice.title, notice.body) == ("sloth-tray: a job failed", "job1: exit status 1")
+    assert notice.actions == (("retry", "Retry"), ("log", "Show log"))
+    assert notice.first
+
+
+def test_a_burst_of_60_failures_is_one_notification_updated_in_place():
+    told = fail_one_by_one(Announcer(), [job(n) for n in range(60)])
+    assert {notice.key for notice in told} == {told[0].key}
+    assert [notice.first for notice in told] == [True] + [False] * 59
+    last = told[-1]
+    assert last.title == "sloth-tray: 60 jobs failed"
+    assert last.body == "job0, job1, job2 and 57 more"
+    assert last.actions == (("retry-all", "Retry all"), ("show-logs", "Show logs"))
+    assert len(last.jobs) == 60
+
+
+def test_a_burst_past_what_a_snapshot_carries_keeps_the_jobs_it_no_longer_sees():
+    """A snapshot carries the newest 50 failed jobs: the 10 older ones pushed out of
+    it are still failed, and still in the count."""
+    announcer = Announcer()
+    before = Snapshot()
+    for number in range(60):
+        after = failed(*(before.failed_jobs + (job(number),))[-50:], count=number + 1)
+        *_, notice = announcer.failures(before, after, NOW)
+        before = after
+    assert notice.title == "sloth-tray: 60 jobs failed"
+
+
+def test_failures_further_apart_than_the_gap_are_notifications_of_their_own():
+    announcer = Announcer()
+    first = announcer.failures(Snapshot(), failed(job(1)), NOW)
+    second = announcer.failures(failed(job(1)), failed(job(1), job(2)),
+                                NOW + BURST_GAP + 1)
+    assert first[0].key != second[0].key
+    assert second[0].body == "job2: exit status 1"
+
+
+def test_a_burst_grows_while_each_failure_follows_the_last_within_the_gap():
+    told = fail_one_by_one(Announcer(), [job(n) for n in range(5)], every=BURST_GAP - 1)
+    assert len({notice.key for notice in told}) == 1
+
+
+def test_once_its_notification_was_closed_the_next_failure_is_a_new_one():
+    announcer = Announcer()
+    [first] = announcer.failures(Snapshot(), failed(job(1)), NOW)
+    announcer.closed(first.key)
+    [second] = announcer.failures(failed(job(1)), failed(job(1), job(2)), NOW + 1)
+    assert second.key != first.key and second.first
+    assert second.body == "job2: exit status 1"  # not "2 jobs failed": job1 was seen
+
+
+def test_a_bad_header_or_a_refused_drop_offers_its_script_never_retry():
+    for bad in (job(1, Reason.BAD_HEADER), job(1, Reason.UNRUNNABLE),
+                job(1, Reason.REFUSED, refused=True)):
+        [notice] = Announcer().failures(Snapshot(), failed(bad), NOW)
+        assert notice.actions == (("show-script", "Show script"), ("remove", "Remove")), bad
+    burst = fail_one_by_one(Announcer(), [job(n, Reason.BAD_HEADER) for n in range(3)])
+    assert burst[-1].actions == (("show-scripts", "Show scripts"),)
+    mixed = fail_one_by_one(Announcer(), [job(1, Reason.BAD_HEADER), job(2)])
+    assert mixed[-1].actions == (("retry-all", "Retry all"), ("show-logs", "Show logs"))
+
+
+def test_a_notification_is_withdrawn_once_its_job_is_retried_or_cancelled():
+    announcer = Announcer()
+    [notice] = announcer.failures(Snapshot(), failed(job(1)), NOW)
+    assert announcer.failures(failed(job(1)), Snapshot(pending=1), NOW + 1) == \
+        [Withdraw(notice.key)]
+    assert announcer.failures(Snapshot(pending=1), Snapshot(), NOW + 2) == []
+
+
+def test_a_burst_shrinks_as_its_jobs_are_retried_and_goes_with_the_last():
+    announcer = Announcer()
+    told = fail_one_by_one(announcer, [job(1), job(2), job(3)])
+    key = told[0].key
+    [two] = announcer.failures(failed(job(1), job(2), job(3)), failed(job(2), job(3)), NOW + 5)
+    assert (two.key, two.title, two.first) == (key, "sloth-tray: 2 jobs failed", False)
+    [one] = announcer.failures(failed(job(2), job(3)), failed(job(3)), NOW + 6)
+    assert (one.key, one.body, one.actions) == (key, "job3: exit status 1",
+                                                (("retry", "Retry"), ("log", "Show log")))
+    assert announcer.failures(failed(job(3)), Snapshot(), NOW + 7) == [Withdraw(key)]
+
+
+def test_one_retry_all_that_fails_9_again_is_one_new_notification():
+    announcer = Announcer()
+    nine = [job(n) for n in range(9)]
+    first = fail_one_by_one(announcer, nine)
+    retried = announcer.failures(failed(*nine), Snapshot(pending=9), NOW + 10)
+    assert retried == [Withdraw(first[0].key)]
+    again = fail_one_by_one(announcer, [job(n, at=NOW + 100 + n) for n in range(9)],
+                            start=Snapshot(pending=9))
+    assert len({notice.key for notice in again}) == 1
+    assert again[-1].title == "sloth-tray: 9 jobs failed"
+
+
+def test_bad_headers_that_fail_again_on_retry_all_change_nothing_on_screen():
+    """A retry re-reads a bad header and fails the job again at once: the same jobs,
+    a new failure time, the same words."""
+    announcer = Announcer()
+    bad = [job(n, Reason.BAD_HEADER) for n in range(9)]
+    fail_one_by_one(announcer, bad)
+    again = failed(*(job(n, Reason.BAD_HEADER, at=NOW + 100 + n) for n in range(9)))
+    assert announcer.failures(failed(*bad), again, NOW + 10) == []
+
+
+def test_a_job_that_only_came_into_view_is_not_news():
+    """60 failed, 50 carried: when one is retried, an older one comes into view."""
+    carried = [job(n) for n in range(10, 60)]
+    before = failed(*carried, count=60)
+    after = failed(*carried[1:], job(9), count=59)
+    assert failures_to_announce(before, after) == []
+    newer = failed(*carried[1:], job(9), job(70), count=60)
+    assert failures_to_announce(before, newer) == [job(70)]
+
+
+def test_a_failure_is_announced_once_and_again_when_it_fails_again():
+    one = failed(job(1))
+    assert failures_to_announce(None, one) == []
+    assert failures_to_announce(Snapshot(), one) == [job(1)]
+    assert failures_to_announce(one, one) == []
+    again = failed(job(1, at=NOW + 60))
+    assert failures_to_announce(one, again) == [job(1, at=NOW + 60)]
+
+
+def test_names_say_each_name_once_with_its_count():
+    series = [FailedJob(f"b{n}", "backup", "x", NOW + n) for n in range(3)]
+    assert names([job(1), *series]) == "job1, backup (3)"
+    assert names([job(n) for n in range(5)]) == "job0, job1, job2 and 2 more"
+    assert names([FailedJob("e", "evil\x1b[2Jname", "x", NOW)]) == "evil\\x1b[2Jname"
