@@ -85,3 +85,18 @@ def test_the_app_with_no_display_runs_headless_without_loading_the_tray(tmp_path
     wait_for(lambda: app_log.exists() and "running headless" in app_log.read_text(),
              what="the app to say it runs headless")
     assert not mapped(app.pid, "_imaging") and not mapped(app.pid, "pystray")
+
+
+def test_the_queue_scripts_import_is_the_apps_own():
+    """`from sloth_tray.queue import Queue` is the name promised to scripts outside the
+    app: the same class, with the same way in, wherever the app keeps it."""
+    import inspect
+
+    from sloth_tray import queue as public
+    from sloth_tray.store import queue as store
+    from sloth_tray.store import states
+
+    assert public.Queue is store.Queue and public.Job is store.Job
+    assert public.State is states.State and public.Reason is states.Reason
+    assert str(inspect.signature(public.Queue)) == str(inspect.signature(store.Queue))
+    assert "path" in inspect.signature(public.Queue).parameters
