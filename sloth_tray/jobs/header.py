@@ -149,6 +149,23 @@ WORD_OPTIONS: dict[str, tuple[Callable[[str], Any], str]] = {
 SCHEDULES = ("every", "at", "cron")  # each says when a job repeats; one at most
 CALENDARS = ("at", "cron")
 
+
+def checked_options(given: dict[str, Any], where: str = "the job's options") -> dict[str, Any]:
+    """Options given as values (a push's, not a header's words): each known option
+    read as a header's would be, a value no claim could use refused (SlothError)."""
+    options = dict(given)
+    for key in options.keys() & OPTIONS.keys():
+        options[key] = OPTIONS[key].check(options[key], where)
+    for key in options.keys() & WORD_OPTIONS.keys():
+        read, accepted = WORD_OPTIONS[key]
+        try:
+            options[key] = read(options[key])
+        except (ValueError, TypeError):
+            raise SlothError(f"{where}: bad value {limits.shown(options[key])} "
+                             f"for {key}: use {accepted}") from None
+    return options
+
+
 # key=value, where a value in double quotes may hold spaces: at="mon-fri 09:00".
 _ITEM = re.compile(r'([^\s=]*)(=?)(?:"([^"]*)"(?=\s|$)|(\S*))')
 

@@ -1,4 +1,5 @@
-"""The lease queue: one SQLite file, and the only module that writes SQL.
+"""The lease queue: one SQLite file, written here (with a job row's model and its
+one INSERT in rows.py, and a series' follow-ups in calendar.py, both called from here).
 
 A running job is a lease, not a flag. `claim` hands a job out until
 `lease_until`; the owner keeps it alive with `heartbeat`; `complete` and
@@ -17,12 +18,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, tzinfo
 from pathlib import Path
 from typing import Any
@@ -30,9 +29,11 @@ from typing import Any
 from sloth_tray import limits
 from sloth_tray.errors import SlothError, UnknownJob
 from sloth_tray.jobs import overdue, schedule, series
-from sloth_tray.jobs.header import OPTIONS as JOB_OPTIONS
-from sloth_tray.jobs.header import WORD_OPTIONS
-from sloth_tray.store import reads
+from sloth_tray.jobs.header import checked_options
+from sloth_tray.store import calendar, reads, rows
+from sloth_tray.store.rows import JOB_COLUMNS, Event, Job
+from sloth_tray.store.rows import VALID_ID as VALID_ID
+from sloth_tray.store.rows import new_job_id as new_job_id
 from sloth_tray.store.schema import connect, translated_errors
 from sloth_tray.store.states import PERMANENT, Reason, State
 from sloth_tray.timefmt import format_duration
@@ -51,81 +52,14 @@ class Refused(SlothError):
     """A refused drop was asked to run: it never may."""
 
 
-@dataclass(frozen=True)
-class Job:
-    id: str
-    name: str
-    state: State
-    attempts: int
-    max_attempts: int
-    not_before: float
-    lease_owner: str | None
-    lease_until: float | None
-    last_error: str | None
-    result: str | None
-    script: str | None
-    options: dict[str, Any] = field(hash=False)
-    created_at: float
-    updated_at: float
-    # The running attempt's process (pid, pgid, start time, run token), so a
-    # later start-up can stop an orphan without ever killing a reused pid.
-    child: dict[str, Any] | None = field(default=None, hash=False)
-    reason: Reason | None = None  # why the last attempt failed (see Reason)
-    runs: int = 0  # runs ever started, across retries; names the log of each
-
-    @property
-    def lease_seconds(self) -> float | None:
-        """The job's own lease (its `lease=` option), if it has one."""
-        lease = self.options.get("lease")
-        return float(lease) if lease else None
-
-    def as_dict(self) -> dict[str, Any]:
-        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
-        data["state"] = self.state.value
-        data["reason"] = self.reason.value if self.reason else None
-        return data
-
-
-@dataclass(frozen=True)
-class Event:
-    at: float
-    kind: str
-    detail: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"at": self.at, "kind": self.kind, "detail": self.detail}
-
-
 PARTIAL_INDEX = {State.PENDING: "jobs_due", State.RUNNING: "jobs_leased",
                  State.FAILED: "jobs_failed"}
 
-JOB_COLUMNS = (
-    "id, name, state, attempts, max_attempts, not_before, lease_owner, lease_until, "
-    "last_error, result, script, options, created_at, updated_at, child, reason, runs"
-)
-
-
-def _job(row: tuple) -> Job:
-    (id_, name, state, attempts, max_attempts, not_before, lease_owner, lease_until,
-     last_error, result, script, options, created_at, updated_at, child, reason, runs) = row
-    return Job(
-        id=id_, name=name, state=State(state), attempts=attempts, max_attempts=max_attempts,
-        not_before=not_before, lease_owner=lease_owner, lease_until=lease_until,
-        last_error=last_error, result=result, script=script, options=json.loads(options),
-        created_at=created_at, updated_at=updated_at,
-        child=json.loads(child) if child else None,
-        reason=Reason(reason) if reason else None, runs=runs,
-    )
-
-
-def _history(*events: tuple[str, str]) -> tuple[str, dict[str, str]]:
-    """An assignment that appends (kind, detail) events, stamped :now, to `history`,
-    and the parameters it binds."""
-    parts, params = [], {}
-    for i, (kind, detail) in enumerate(events):
-        parts.append(f"'$[#]', json_array(:now, :kind{i}, :detail{i})")
-        params[f"kind{i}"], params[f"detail{i}"] = kind, detail
-    return f"history = json_insert(history, {', '.join(parts)})", params
+# A claim's lease, given to :owner at :now for the job's own lease= or :lease seconds;
+# the run's token (:child) is kept from the claim on.
+_LEASE = ("state = 'running', lease_owner = :owner, "
+          "lease_until = :now + coalesce(json_extract(options, '$.lease'), :lease), "
+          "attempts = attempts + 1, runs = runs + 1, updated_at = :now, child = :child")
 
 
 def _trailing_laters(history: list) -> list[float]:
@@ -139,14 +73,6 @@ def _trailing_laters(history: list) -> list[float]:
     return laters[::-1]
 
 
-def _last_claim(history: list, default: float) -> float:
-    """When the last attempt in this history was claimed."""
-    for at, kind, _detail in reversed(history):
-        if kind == "claimed":
-            return float(at)
-    return default
-
-
 def _never_started(child: str | None) -> bool:
     """A run whose token was written at the claim, and whose process never was: the
     claim committed with the last job's outcome, and the daemon died before the spawn."""
@@ -154,13 +80,6 @@ def _never_started(child: str | None) -> bool:
         return False
     known = json.loads(child)
     return isinstance(known, dict) and "token" in known and "pid" not in known
-
-
-VALID_ID = re.compile(r"[0-9a-f]{12}")
-
-
-def new_job_id() -> str:
-    return os.urandom(6).hex()
 
 
 class Queue:
@@ -299,19 +218,10 @@ class Queue:
         if job_id is not None and not VALID_ID.fullmatch(job_id):
             raise SlothError(f"{job_id!r} is not a job id (12 lowercase hex characters)")
         now = self.clock()
-        options = dict(options or {})
-        for key in options.keys() & JOB_OPTIONS.keys():  # a value no claim could use: refused
-            options[key] = JOB_OPTIONS[key].check(options[key], "the job's options")
-        for key in options.keys() & WORD_OPTIONS.keys():  # as a header's words are read
-            read, accepted = WORD_OPTIONS[key]
-            try:
-                options[key] = read(options[key])
-            except (ValueError, TypeError):
-                raise SlothError(f"the job's options: bad value {limits.shown(options[key])} "
-                                 f"for {key}: use {accepted}") from None
+        options = checked_options(options or {})  # a value no claim could use: refused
         if options.get("every"):
             options.setdefault("scheduled", now + delay)  # the series' clock
-        not_before = self._first_calendar_time(options, now + delay)
+        not_before = calendar.first_time(options, now + delay, self._local)
         if not_before is None:
             not_before = now + delay
         else:
@@ -319,25 +229,14 @@ class Queue:
         events = [[now, "pushed", f"due in {format_duration(delay)}" if delay else ""]]
         if error is not None:
             events.append([now, "failed", error])
-        while True:
-            chosen = job_id or new_job_id()
-            try:
-                with self._writing() as db:
-                    db.execute(
-                        "INSERT INTO jobs(id, name, state, max_attempts, not_before, script, "
-                        "options, created_at, updated_at, history, last_error, reason) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (chosen, name, "pending" if error is None else "failed",
-                         attempts_allowed, not_before, script,
-                         json.dumps(options, sort_keys=True, allow_nan=False), now, now,
-                         json.dumps(events),
-                         error, None if error is None else Reason(reason).value),
-                    )
-                return chosen
-            except sqlite3.IntegrityError:
-                if job_id:
-                    raise SlothError(f"there is already a job with id {job_id}") from None
-                # else: 1 in 2**48; draw again
+        options_text = json.dumps(options, sort_keys=True, allow_nan=False)
+        with self._writing() as db:
+            return rows.insert_job(
+                db, job_id, name=name, state="pending" if error is None else "failed",
+                max_attempts=attempts_allowed, not_before=not_before, script=script,
+                options=options_text, created_at=now, updated_at=now,
+                history=json.dumps(events), last_error=error,
+                reason=None if error is None else Reason(reason).value)
 
     def claim(self, owner: str, unmet: frozenset[str] = frozenset(),
               token: str | None = None) -> Job | None:
@@ -389,17 +288,9 @@ class Queue:
                 else:
                     job_id, _, attempts, max_attempts = pending
                 events.append(("claimed", f"attempt {attempts + 1} of {max_attempts} by {owner}"))
-                history, params = _history(*events)
-                row = db.execute(
-                    "UPDATE jobs SET state = 'running', lease_owner = :owner, "
-                    "lease_until = :now + coalesce(json_extract(options, '$.lease'), :lease), "
-                    f"attempts = attempts + 1, runs = runs + 1, updated_at = :now, "
-                    f"child = :child, {history} "
-                    f"WHERE id = :id RETURNING {JOB_COLUMNS}",
-                    {"owner": owner, "now": now, "lease": self.lease_seconds, "id": job_id,
-                     "child": child, **params},
-                ).fetchone()
-                return _job(row)
+                history, params = rows.history(*events)
+                return self._lease(db, history, "id = :id", owner, now, child,
+                                   {"id": job_id, **params})
 
     def _claim_pending(self, owner: str, now: float, unmet: frozenset[str] = frozenset(),
                        child: str | None = None) -> Job | None:
@@ -408,18 +299,21 @@ class Queue:
         (SQLite takes the write lock before it reads), so no BEGIN is needed."""
         waits, waits_params = reads.not_waiting(unmet)
         with self._writing() as db:
-            rows = db.execute(
-                "UPDATE jobs SET state = 'running', lease_owner = :owner, "
-                "lease_until = :now + coalesce(json_extract(options, '$.lease'), :lease), "
-                "attempts = attempts + 1, runs = runs + 1, updated_at = :now, child = :child, "
-                "history = json_insert(history, '$[#]', json_array(:now, 'claimed', "
-                "'attempt ' || (attempts + 1) || ' of ' || max_attempts || ' by ' || :owner)) "
-                "WHERE id = (SELECT id FROM jobs WHERE state = 'pending' AND not_before <= :now"
-                f"{waits} ORDER BY not_before, rowid LIMIT 1) RETURNING {JOB_COLUMNS}",
-                {"owner": owner, "now": now, "lease": self.lease_seconds, "child": child,
-                 **waits_params},
-            ).fetchall()  # all: the statement must run to its end to commit
-        return _job(rows[0]) if rows else None
+            return self._lease(
+                db, "history = json_insert(history, '$[#]', json_array(:now, 'claimed', "
+                "'attempt ' || (attempts + 1) || ' of ' || max_attempts || ' by ' || :owner))",
+                "id = (SELECT id FROM jobs WHERE state = 'pending' AND not_before <= :now"
+                f"{waits} ORDER BY not_before, rowid LIMIT 1)", owner, now, child, waits_params)
+
+    def _lease(self, db: sqlite3.Connection, history: str, where: str, owner: str,
+               now: float, child: str | None, params: dict[str, Any]) -> Job | None:
+        """Lease the job `where` picks to `owner`, its `history` assignment appending
+        the claim: the Job leased, or None when `where` picked none."""
+        leased = rows.jobs(db, f"UPDATE jobs SET {_LEASE}, {history} WHERE {where} "
+                               f"RETURNING {JOB_COLUMNS}",
+                           {"owner": owner, "now": now, "lease": self.lease_seconds,
+                            "child": child, **params})
+        return leased[0] if leased else None
 
     def _reclaim(self, db: sqlite3.Connection, job_id: str, now: float) -> str | None:
         """Take back an expired lease: the `reclaimed` event's detail, or None when the
@@ -432,7 +326,7 @@ class Queue:
             (job_id,),
         ).fetchone()
         if _never_started(child):
-            given_back, params = _history(("released", f"its run never started: the lease "
+            given_back, params = rows.history(("released", f"its run never started: the lease "
                                                        f"of {owner} ran out before its script "
                                                        "was started"))
             db.execute("UPDATE jobs SET state = 'pending', not_before = :now, "
@@ -461,19 +355,19 @@ class Queue:
         is followed by its next run in this same transaction: a crash can never end a
         series.
         """
-        history, params = _history(event)
+        history, params = rows.history(event)
         sets = "".join(f", {name} = :{name}" for name in columns)
         held = " AND state = 'running' AND lease_owner = :owner" if owner is not None else ""
-        rows = db.execute(
+        found = db.execute(
             "UPDATE jobs SET state = :state, lease_owner = NULL, lease_until = NULL, "
             f"updated_at = :now{sets}, {history} WHERE id = :id{held} "
             "RETURNING name, script, max_attempts, options, followed, history",
             {"state": state, "now": now, "id": job_id, "owner": owner, **columns, **params},
         ).fetchall()  # all: the statement runs to its end
-        if not rows:
+        if not found:
             return False
         if follow or state in (State.DONE, State.FAILED):
-            self._follow_series_run(db, job_id, now, *rows[0])
+            calendar.follow_series_run(db, job_id, now, self._local, *found[0])
         return True
 
     def heartbeat(self, job_id: str, owner: str, lease: float | None = None) -> bool:
@@ -496,7 +390,7 @@ class Queue:
                       event: tuple[str, str] | None, **params: Any) -> bool:
         """One owner-checked UPDATE that also records `event` (if any)."""
         if event:
-            history, event_params = _history(event)
+            history, event_params = rows.history(event)
             assignments += f", {history}"
         else:
             event_params = {}
@@ -625,7 +519,7 @@ class Queue:
 
     def note(self, job_id: str, kind: str, detail: str) -> None:
         """Add an event to a job's history (e.g. 'slept': the computer was suspended)."""
-        history, params = _history((kind, detail))
+        history, params = rows.history((kind, detail))
         with self._writing() as db:
             changed = db.execute(f"UPDATE jobs SET {history} WHERE id = :id",
                                  {"id": job_id, "now": self.clock(), **params}).rowcount
@@ -665,7 +559,7 @@ class Queue:
             own, followed = json.loads(row[0]), row[1]
             new = dict(own if options is None else options)
             if series.repeats(new):
-                self._restart_series(new, own, followed)
+                calendar.restart(new, own, followed, self.clock(), self._local)
             assignments = ("state = 'pending', not_before = :now, attempts = 0, "
                            "last_error = NULL, reason = NULL, options = :options")
             params: dict[str, Any] = {"options": json.dumps(new, sort_keys=True)}
@@ -674,19 +568,6 @@ class Queue:
                 params["max_attempts"] = int(max_attempts)
             return self._change(job_id, ("failed", "cancelled"), "retried", assignments,
                                 refuse_refused=True, **params)
-
-    def _restart_series(self, options: dict[str, Any], own: dict[str, Any],
-                        followed: int) -> None:
-        """The series' clock of a retried run, in `options`: kept for a run that was
-        followed (it queues no next run), or the series' next time after now."""
-        now = self.clock()
-        if followed:
-            options["scheduled"] = own.get("scheduled", now)
-            return
-        try:
-            options["scheduled"] = series.next_time_after(options, now, self._tz_of(options))
-        except schedule.BadSchedule:  # said when it ends (see _follow_series_run)
-            options["scheduled"] = now
 
     def run_now(self, job_id: str) -> bool:
         """A pending job becomes due now (the tray's `Run now`)."""
@@ -733,7 +614,7 @@ class Queue:
                               f"runs (`sloth-tray cancel {job_id}` removes it)")
             if state not in from_states:
                 return False
-            history, params = _history((kind, error or f"was {state}"))
+            history, params = rows.history((kind, error or f"was {state}"))
             db.execute(f"UPDATE jobs SET {assignments}, updated_at = :now, {history} "
                        "WHERE id = :id",
                        {"now": now, "id": job_id, "error": error, **values, **params})
@@ -784,18 +665,9 @@ class Queue:
             self._tz = schedule.local_zone()
         return self._tz
 
-    def _first_calendar_time(self, options: dict[str, Any], earliest: float) -> float | None:
-        """A calendar job's first run: its first calendar time after `earliest` (the
-        push, plus any delay=); None for any other job."""
-        calendar = schedule.calendar_of(options)
-        if calendar is None:
-            return None
-        if options.get("every"):
-            raise SlothError("the job's options: every, at and cron each say when the job "
-                             "repeats: use one of them")
-        first = schedule.next_time(calendar, earliest, self.tz)
-        options["scheduled"] = first  # the series' clock, as for every=
-        return first
+    def _local(self) -> tzinfo:
+        """`tz` as the calendar module asks for it: only when a calendar needs it."""
+        return self.tz
 
     def _settle_missed_calendar_runs(self, now: float,
                                      unmet: frozenset[str] = frozenset()) -> None:
@@ -804,116 +676,16 @@ class Queue:
 
         Only the head of the line is looked at, on the partial index: a run is
         judged at the moment it would start, and a claim pays one cheap read.
-        A run already judged (or made due by hand: run-now, retry) has a
-        not_before other than its scheduled time, and is left as it is.
         """
         waits, waits_params = reads.not_waiting(unmet)  # a waiting run is judged when it may start
         for _ in range(100):  # each pass moves one run away from the head
             with self._reading() as db:
-                row = db.execute(
-                    "SELECT id FROM jobs WHERE id = (SELECT id FROM jobs "
-                    f"WHERE state = 'pending' AND not_before <= :now{waits} "
-                    "ORDER BY not_before, rowid LIMIT 1) "
-                    "AND not_before < :late AND json_extract(options, '$.scheduled') = not_before "
-                    "AND (json_type(options, '$.at') IS NOT NULL "
-                    "OR json_type(options, '$.cron') IS NOT NULL)",
-                    {"now": now, "late": now - schedule.GRACE, **waits_params},
-                ).fetchone()
-            if row is None or not self._settle_missed_run(row[0], now):
+                job_id = calendar.missed_head(db, now, waits, waits_params)
+            if job_id is None:
                 return
-
-    def _settle_missed_run(self, job_id: str, now: float) -> bool:
-        """One late calendar run: it runs now for the times it stands for, or it
-        moves to its next calendar time; every dropped time is told in a
-        `skipped` event. False when there was nothing to do after all."""
-        with self._transaction() as db:
-            row = db.execute("SELECT not_before, options FROM jobs "
-                             "WHERE id = ? AND state = 'pending'", (job_id,)).fetchone()
-            if row is None:
-                return False
-            not_before, options = row[0], json.loads(row[1])
-            calendar = self._calendar_or_none(db, job_id, options, now)
-            if calendar is None or options.get("scheduled") != not_before \
-                    or not schedule.is_late(not_before, now):
-                return False
-            plan = schedule.catch_up(calendar, not_before, now, self.tz,
-                                     catchup=options.get("catchup", "once"),
-                                     window=options.get("window"))
-            events: list[tuple[str, str]] = []
-            if plan.dropped:
-                events.append(("skipped", f"missed {self._times(plan.dropped, plan.dropped_more)}"
-                                          f" while nothing could run it; dropped: {plan.reason}"))
-            if plan.run_now:
-                options["scheduled"], due = plan.latest, now
-                events.append(("caught_up", "one run now for the missed "
-                                            f"{self._times(plan.kept, plan.kept_more)}"))
-            else:
-                options["scheduled"] = due = plan.next_due
-            history, params = _history(*events)
-            db.execute(f"UPDATE jobs SET not_before = :due, options = :options, "
-                       f"updated_at = :now, {history} WHERE id = :id",
-                       {"due": due, "options": json.dumps(options, sort_keys=True),
-                        "now": now, "id": job_id, **params})
-        return True
-
-    def _times(self, times: tuple[float, ...], more: bool) -> str:
-        return schedule.describe(times, more, self.tz)
-
-    def _calendar_or_none(self, db: sqlite3.Connection, job_id: str,
-                          options: dict[str, Any], now: float) -> schedule.Calendar | None:
-        """The job's calendar. One that cannot be read (the file was edited by hand)
-        is said in the job's history rather than raised in the daemon's face."""
-        try:
-            return schedule.calendar_of(options)
-        except schedule.BadSchedule as exc:
-            self._note_unreadable_schedule(db, job_id, now, exc)
-            return None
-
-    @staticmethod
-    def _note_unreadable_schedule(db: sqlite3.Connection, job_id: str, now: float,
-                                  exc: schedule.BadSchedule) -> None:
-        history, params = _history(("note", f"its schedule cannot be read ({exc}); "
-                                             "no further run is queued"))
-        db.execute(f"UPDATE jobs SET {history} WHERE id = :id",
-                   {"id": job_id, "now": now, **params})
-
-    def _tz_of(self, options: dict[str, Any]) -> tzinfo:
-        """The zone a job's times are read in: only a calendar needs this machine's."""
-        return UTC if options.get("every") else self.tz
-
-    def _follow_series_run(self, db: sqlite3.Connection, job_id: str, now: float,
-                           name: str, script: str | None, max_attempts: int,
-                           options_text: str, followed: int, history_text: str) -> None:
-        """Queue a series' next run, inside the transaction that ended this one: a
-        crash can never end a series. When it is due is series.next_due's rule; a
-        calendar time that has passed by then is judged at the claim (catchup=).
-
-        A run is followed once (`followed`): a retried old run, whose next run was
-        queued when it first ended, adds none.
-        """
-        options = json.loads(options_text)
-        if followed or not series.repeats(options):
-            return
-        started = _last_claim(json.loads(history_text), now)
-        try:
-            due = series.next_due(options, started, now, self._tz_of(options))
-        except schedule.BadSchedule as exc:  # the file was edited by hand
-            self._note_unreadable_schedule(db, job_id, now, exc)
-            return
-        options["scheduled"] = due
-        history = json.dumps([[now, "pushed", f"the next run after {job_id}"]])
-        while True:
-            try:
-                db.execute(
-                    "INSERT INTO jobs(id, name, state, max_attempts, not_before, script, "
-                    "options, created_at, updated_at, history) "
-                    "VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)",
-                    (new_job_id(), name, max_attempts, due, script,
-                     json.dumps(options, sort_keys=True), now, now, history))
-                break
-            except sqlite3.IntegrityError:
-                continue  # an id drawn twice, 1 in 2**48: draw again
-        db.execute("UPDATE jobs SET followed = 1 WHERE id = ?", (job_id,))
+            with self._transaction() as db:
+                if not calendar.settle_missed_run(db, job_id, now, self._local):
+                    return
 
     # -- a clock set back ----------------------------------------------------------
 
@@ -933,34 +705,11 @@ class Queue:
         """Every waiting job last changed after `now` (by a clock that was ahead) waits
         what it had left to wait when it changed, counted from now (series.reanchored),
         with a `reanchored` event; the log says so once. Returns how many moved."""
-        ahead = ("SELECT id, not_before, updated_at, options FROM jobs INDEXED BY jobs_due "
-                 "WHERE state = 'pending' AND updated_at > ?")
         with self._reading() as db:  # most looks find none: no write lock for them
-            if not db.execute(ahead, (now + series.CLOCK_SLACK,)).fetchone():
+            if not calendar.any_ahead(db, now):
                 return 0
-        moved = 0
         with self._transaction() as db:
-            rows = db.execute(ahead, (now + series.CLOCK_SLACK,)).fetchall()
-            for job_id, not_before, changed, options_text in rows:
-                options = json.loads(options_text)
-                try:
-                    due = series.reanchored(options, not_before, changed, now,
-                                            self._tz_of(options))
-                except schedule.BadSchedule:
-                    due = now + max(not_before - changed, 0.0)
-                due = min(due, not_before)
-                if "scheduled" in options:  # the series' clock moves with its run
-                    options["scheduled"] = (due if options["scheduled"] == not_before
-                                            else options["scheduled"] - (not_before - due))
-                history, params = _history((
-                    "reanchored",
-                    f"the clock was set back {format_duration(changed - now)}: due in "
-                    f"{format_duration(due - now)}, not in {format_duration(not_before - now)}"))
-                db.execute(f"UPDATE jobs SET not_before = :due, options = :options, "
-                           f"updated_at = :now, {history} WHERE id = :id",
-                           {"due": due, "options": json.dumps(options, sort_keys=True),
-                            "now": now, "id": job_id, **params})
-                moved += 1
+            moved = calendar.reanchor(db, now, self._local)
         if moved:
             import logging  # here: a queue opened only to read (`status`) never loads it
 
@@ -973,10 +722,10 @@ class Queue:
 
     def get(self, job_id: str) -> Job:
         with self._reading() as db:
-            row = db.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if row is None:
+            found = rows.jobs(db, f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
+        if not found:
             raise UnknownJob(job_id)
-        return _job(row)
+        return found[0]
 
     def resolve(self, prefix: str) -> str:
         """The full id of the one job whose id starts with `prefix`."""
@@ -1030,7 +779,7 @@ class Queue:
             sql += " LIMIT ?"
             params.append(limit)
         with self._reading() as db:
-            return [_job(row) for row in db.execute(sql, params)]
+            return rows.jobs(db, sql, params)
 
     def failed_by_series(self, limit: int | None = None, per_series: int | None = None
                          ) -> list[tuple[Job, str, int, float]]:
@@ -1053,19 +802,15 @@ class Queue:
             "AS grp FROM jobs INDEXED BY jobs_failed WHERE state = 'failed')) "
             "WHERE nth <= coalesce(:per_series, nth) ORDER BY rid DESC LIMIT :limit")
         with self._reading() as db:
-            rows = db.execute(sql, {"per_series": per_series,
-                                    "limit": -1 if limit is None else limit}).fetchall()
-        return [(_job(row[:-3]), *row[-3:]) for row in rows]
+            found = rows.named_rows(db, sql, {"per_series": per_series,
+                                              "limit": -1 if limit is None else limit})
+        return [(rows.job(row), row["series"], row["failures"], row["since"]) for row in found]
 
     def upcoming(self, limit: int) -> list[Job]:
         """Pending jobs, soonest due first."""
         with self._reading() as db:
-            rows = db.execute(
-                f"SELECT {JOB_COLUMNS} FROM jobs WHERE state = 'pending' "
-                "ORDER BY not_before, rowid LIMIT ?",
-                (limit,),
-            ).fetchall()
-        return [_job(row) for row in rows]
+            return rows.jobs(db, f"SELECT {JOB_COLUMNS} FROM jobs WHERE state = 'pending' "
+                                 "ORDER BY not_before, rowid LIMIT ?", (limit,))
 
     def history(self, job_id: str) -> list[Event]:
         """The job's events, oldest first."""

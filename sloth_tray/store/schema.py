@@ -158,7 +158,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             END""",
     ),
     (
-        # Every series is followed in Python (queue.Queue._follow_series_run, by the
+        # Every series is followed in Python (store/calendar.follow_series_run, by the
         # rules of series.py), in the transaction that ends the run: the next run of an
         # every= series counts from when this one started, which SQL has no word for,
         # and a run made due by hand leaves the schedule where it was. The new schema

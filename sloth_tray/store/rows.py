@@ -1,0 +1,125 @@
+"""A job's row: what it reads as (`Job`, its `Event`s), read by column name; how an
+event is appended to its history; and the one INSERT of a new job row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Any
+
+from sloth_tray.errors import SlothError
+from sloth_tray.store.states import Reason, State
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    name: str
+    state: State
+    attempts: int
+    max_attempts: int
+    not_before: float
+    lease_owner: str | None
+    lease_until: float | None
+    last_error: str | None
+    result: str | None
+    script: str | None
+    options: dict[str, Any] = field(hash=False)
+    created_at: float
+    updated_at: float
+    # The running attempt's process (pid, pgid, start time, run token), so a
+    # later start-up can stop an orphan without ever killing a reused pid.
+    child: dict[str, Any] | None = field(default=None, hash=False)
+    reason: Reason | None = None  # why the last attempt failed (see Reason)
+    runs: int = 0  # runs ever started, across retries; names the log of each
+
+    @property
+    def lease_seconds(self) -> float | None:
+        """The job's own lease (its `lease=` option), if it has one."""
+        lease = self.options.get("lease")
+        return float(lease) if lease else None
+
+    def as_dict(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        data["state"] = self.state.value
+        data["reason"] = self.reason.value if self.reason else None
+        return data
+
+
+@dataclass(frozen=True)
+class Event:
+    at: float
+    kind: str
+    detail: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"at": self.at, "kind": self.kind, "detail": self.detail}
+
+
+# The columns a Job is read from (a statement selecting them may select more).
+JOB_COLUMNS = ", ".join(Job.__dataclass_fields__)
+
+
+def job(row: sqlite3.Row) -> Job:
+    """The Job a row holds, read by column name."""
+    return Job(
+        id=row["id"], name=row["name"], state=State(row["state"]),
+        attempts=row["attempts"], max_attempts=row["max_attempts"],
+        not_before=row["not_before"], lease_owner=row["lease_owner"],
+        lease_until=row["lease_until"], last_error=row["last_error"], result=row["result"],
+        script=row["script"], options=json.loads(row["options"]),
+        created_at=row["created_at"], updated_at=row["updated_at"],
+        child=json.loads(row["child"]) if row["child"] else None,
+        reason=Reason(row["reason"]) if row["reason"] else None, runs=row["runs"],
+    )
+
+
+def named_rows(db: sqlite3.Connection, sql: str, params: Any = ()) -> list[sqlite3.Row]:
+    """Every row the statement gives, each readable by column name (on a cursor of its
+    own: the connection's other statements still read tuples). All of them: a write
+    (UPDATE ... RETURNING) runs to its end."""
+    cursor = db.cursor()
+    cursor.row_factory = sqlite3.Row
+    return cursor.execute(sql, params).fetchall()
+
+
+def jobs(db: sqlite3.Connection, sql: str, params: Any = ()) -> list[Job]:
+    """The Jobs a statement that selects (or returns) JOB_COLUMNS gives."""
+    return [job(row) for row in named_rows(db, sql, params)]
+
+
+def history(*events: tuple[str, str]) -> tuple[str, dict[str, str]]:
+    """An assignment that appends (kind, detail) events, stamped :now, to `history`,
+    and the parameters it binds."""
+    parts, params = [], {}
+    for i, (kind, detail) in enumerate(events):
+        parts.append(f"'$[#]', json_array(:now, :kind{i}, :detail{i})")
+        params[f"kind{i}"], params[f"detail{i}"] = kind, detail
+    return f"history = json_insert(history, {', '.join(parts)})", params
+
+
+VALID_ID = re.compile(r"[0-9a-f]{12}")
+
+
+def new_job_id() -> str:
+    return os.urandom(6).hex()
+
+
+def insert_job(db: sqlite3.Connection, job_id: str | None = None, **columns: Any) -> str:
+    """Insert one job row (`columns` beside its id); returns its id. A drawn id that
+    is taken already (1 in 2**48) is drawn again; a given one (`job_id`) raises."""
+    names = ", ".join(["id", *columns])
+    values = ", ".join(f":{name}" for name in ["id", *columns])
+    while True:
+        chosen = job_id or new_job_id()
+        try:
+            db.execute(f"INSERT INTO jobs({names}) VALUES ({values})", {"id": chosen, **columns})
+            return chosen
+        except sqlite3.IntegrityError:
+            if job_id:
+                raise SlothError(f"there is already a job with id {job_id}") from None
+            # else: an id drawn twice: draw again
