@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from typing import Any, NoReturn
 
     from sloth_tray.daemon.app import Daemon
-    from sloth_tray.daemon.outcome import Result
+    from sloth_tray.daemon.outcome import Recorded
     from sloth_tray.store.queue import Job, Queue
 
 Command = Callable[[argparse.Namespace, Home], int]
@@ -430,12 +430,12 @@ def cmd_work(args: argparse.Namespace, home: Home) -> int:
     return 0
 
 
-def print_result(job: Job, result: Result) -> None:
-    from sloth_tray.daemon.outcome import Outcome
+def print_result(job: Job, result: Recorded) -> None:
+    from sloth_tray.daemon.outcome import Effect
 
-    label = {Outcome.DONE: "ok", Outcome.RELEASED: "stop", Outcome.LOST: "lost",
-             Outcome.LATER: "later"}.get(result.outcome, "fail")
-    where = f"-> {result.outcome.value.replace('retrying', 'pending')}: " if label == "fail" else ""
+    label = {Effect.DONE: "ok", Effect.RELEASED: "stop", Effect.LOST: "lost",
+             Effect.LATER: "later"}.get(result.effect, "fail")
+    where = f"-> {result.effect.value.replace('retrying', 'pending')}: " if label == "fail" else ""
     print(f"{label:<5} {printable(job.name)} ({job.id}) {where}{printable(result.detail)}"
           .rstrip(), flush=True)
 

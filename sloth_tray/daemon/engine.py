@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from sloth_tray.daemon import procs
 from sloth_tray.daemon.alarm import Alarm, make_alarm
-from sloth_tray.daemon.outcome import Attempt, Result, record
+from sloth_tray.daemon.outcome import Attempt, Recorded, record
 from sloth_tray.daemon.runner import Runner
 from sloth_tray.daemon.serial import SerialThread
 from sloth_tray.daemon.snapshot import FailedJob, FailedSeries, RunningJob, Snapshot, WaitingJob
@@ -57,7 +57,7 @@ def default_owner() -> str:
 
 
 Listener = Callable[[Snapshot], None]
-ResultListener = Callable[[Job, Result], None]
+RecordedListener = Callable[[Job, Recorded], None]
 
 
 class Engine:
@@ -81,7 +81,7 @@ class Engine:
         self.runner = runner or Runner(queue, home, self.owner)
         self.alarm = alarm or make_alarm(queue.clock)
         self._listeners: list[Listener] = []
-        self._result_listeners: list[ResultListener] = []
+        self._result_listeners: list[RecordedListener] = []
         self._stopping = False
         self._paused = queue.paused()  # the file's, refreshed at every read of it
         self._pause_seen: bool | None = None  # what the loop last said of the pause
@@ -105,7 +105,7 @@ class Engine:
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
-    def on_result(self, listener: ResultListener) -> None:
+    def on_result(self, listener: RecordedListener) -> None:
         self._result_listeners.append(listener)
 
     def wake(self) -> None:
@@ -401,7 +401,7 @@ class Engine:
         finally:
             self._running = None
             self._running_job = None
-        log.info("%s %s (%s)%s", result.outcome, job.name, job.id,
+        log.info("%s %s (%s)%s", result.effect, job.name, job.id,
                  f": {result.detail}" if result.detail else "")
         for listener in self._result_listeners:
             listener(job, result)
@@ -411,7 +411,7 @@ class Engine:
         # one snapshot between two jobs, not two (a burst of tiny jobs pays for each)
         return True
 
-    def _record(self, job: Job, attempt: Attempt) -> Result:
+    def _record(self, job: Job, attempt: Attempt) -> Recorded:
         """The attempt is over: its outcome must reach the queue, or the job would
         run again. While the database is locked, wait and try again.
 

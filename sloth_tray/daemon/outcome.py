@@ -1,5 +1,7 @@
 """An attempt's outcome: what the runner saw, and the one place that records it.
 
+Two sides, two names each: the runner returns an Attempt (its Ending and detail);
+`record` writes it and returns what it Recorded (its Effect on the job and detail).
 The runner only runs: it writes `started` and heartbeats, and returns an
 Attempt saying how the run ended. `record` is the only code that turns an
 attempt into `complete`, `fail` or `release`, so every ending, including one
@@ -40,8 +42,8 @@ class Attempt:
         return cls(Ending.FAILED, detail, reason, code)
 
 
-class Outcome(StrEnum):
-    """What recording an attempt did to the job."""
+class Effect(StrEnum):
+    """What recording an attempt did to the job (the runner's side is the Ending)."""
 
     DONE = "done"  # completed
     RETRYING = "retrying"  # failed; the queue will try again later
@@ -52,26 +54,28 @@ class Outcome(StrEnum):
 
 
 @dataclass(frozen=True)
-class Result:
-    outcome: Outcome
+class Recorded:
+    """What `record` wrote: its effect on the job, and the detail it wrote with it."""
+
+    effect: Effect
     detail: str
 
 
-def lost(queue: Queue, job: Job) -> Result:
+def lost(queue: Queue, job: Job) -> Recorded:
     """The job is no longer ours to record: say what became of it, as the queue has it
     now (the user cancelled it, another worker took it over, it was pruned...)."""
     try:
         now = queue.get(job.id)
     except UnknownJob:
-        return Result(Outcome.LOST, "it was removed from the queue while it ran")
+        return Recorded(Effect.LOST, "it was removed from the queue while it ran")
     if now.state == State.CANCELLED:
-        return Result(Outcome.LOST, "it was cancelled while it ran")
+        return Recorded(Effect.LOST, "it was cancelled while it ran")
     if now.state == State.RUNNING and now.lease_owner:
-        return Result(Outcome.LOST, f"another worker holds it now ({now.lease_owner})")
-    return Result(Outcome.LOST, f"it was changed elsewhere while it ran (now {now.state})")
+        return Recorded(Effect.LOST, f"another worker holds it now ({now.lease_owner})")
+    return Recorded(Effect.LOST, f"it was changed elsewhere while it ran (now {now.state})")
 
 
-def record(queue: Queue, owner: str, job: Job, attempt: Attempt) -> Result:
+def record(queue: Queue, owner: str, job: Job, attempt: Attempt) -> Recorded:
     """Write the attempt's outcome, owner-checked: complete, fail or release.
 
     Raises DatabaseProblem when the queue cannot take it now (the caller
@@ -79,28 +83,28 @@ def record(queue: Queue, owner: str, job: Job, attempt: Attempt) -> Result:
     """
     if attempt.ending == Ending.SUCCEEDED:
         if queue.complete(job.id, owner, attempt.detail):
-            return Result(Outcome.DONE, attempt.detail)
+            return Recorded(Effect.DONE, attempt.detail)
         return lost(queue, job)
     if attempt.ending == Ending.STOPPED:
         if queue.release(job.id, owner):
-            return Result(Outcome.RELEASED, "stopped for quit; due again at the next start")
+            return Recorded(Effect.RELEASED, "stopped for quit; due again at the next start")
         return lost(queue, job)
     if attempt.ending == Ending.INTERRUPTED:
         if queue.release(job.id, owner, attempt.detail):
-            return Result(Outcome.RELEASED, attempt.detail)
+            return Recorded(Effect.RELEASED, attempt.detail)
         return lost(queue, job)
     if attempt.ending == Ending.LATER:
         state = queue.later(job.id, owner, attempt.detail)
         if state is None:
             return lost(queue, job)
         if state == State.FAILED:
-            return Result(Outcome.FAILED, queue.get(job.id).last_error or attempt.detail)
-        return Result(Outcome.LATER, attempt.detail)
+            return Recorded(Effect.FAILED, queue.get(job.id).last_error or attempt.detail)
+        return Recorded(Effect.LATER, attempt.detail)
     if attempt.ending == Ending.LEASE_LOST:
         return lost(queue, job)
     reason = attempt.reason or Reason.INTERNAL_ERROR
     state = queue.fail(job.id, owner, attempt.detail, reason)
     if state is None:
         return lost(queue, job)
-    outcome = Outcome.FAILED if state == State.FAILED else Outcome.RETRYING
-    return Result(outcome, attempt.detail)
+    effect = Effect.FAILED if state == State.FAILED else Effect.RETRYING
+    return Recorded(effect, attempt.detail)

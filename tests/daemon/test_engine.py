@@ -39,7 +39,7 @@ def test_drain_runs_every_due_job_and_publishes_what_happened(home):
     seen: list[Snapshot] = []
     results = []
     engine.subscribe(seen.append)
-    engine.on_result(lambda job, result: results.append((job.name, result.outcome.value)))
+    engine.on_result(lambda job, result: results.append((job.name, result.effect.value)))
     engine.run(drain=True)
     assert results == [("ok", "done"), ("bad", "failed")]
     # The first is shown running; `bad`, right behind it and over at once, need not be.

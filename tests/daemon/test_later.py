@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from sloth_tray.daemon.outcome import Ending, Outcome, record
+from sloth_tray.daemon.outcome import Effect, Ending, record
 from sloth_tray.daemon.runner import Runner
 from sloth_tray.paths import locate
 from sloth_tray.store.queue import LATER_FOR_AT_MOST, Queue, Reason, State
@@ -25,7 +25,7 @@ def test_a_script_that_exits_75_asks_to_be_run_later(tmp_path):
     attempt = Runner(queue, home, "me").run(job)
     assert (attempt.ending, attempt.code) == (Ending.LATER, 75)
     result = record(queue, "me", job, attempt)
-    assert result.outcome == Outcome.LATER
+    assert result.effect == Effect.LATER
     job = queue.get(job_id)
     assert (job.state, job.attempts) == (State.PENDING, 0), "max_attempts=1 and still pending"
     assert job.last_error == "the server is down, try later"

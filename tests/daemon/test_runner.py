@@ -16,7 +16,7 @@ from sloth_tray.daemon import procs
 from sloth_tray.daemon import runner as runner_module
 from sloth_tray.daemon.capture import LastLine
 from sloth_tray.daemon.engine import Engine
-from sloth_tray.daemon.outcome import Outcome, record
+from sloth_tray.daemon.outcome import Effect, record
 from sloth_tray.daemon.runner import Runner
 from sloth_tray.errors import DatabaseProblem
 from sloth_tray.store.queue import Queue, Reason, State
@@ -38,7 +38,7 @@ def run_and_record(runner: Runner, job):
 
 def run_in_thread(runner: Runner, job) -> tuple[threading.Thread, list]:
     """run_and_record on a thread of its own, started: the thread, and the list its one
-    Result lands in."""
+    Recorded lands in."""
     results: list = []
     thread = threading.Thread(target=lambda: results.append(run_and_record(runner, job)))
     thread.start()
@@ -58,7 +58,7 @@ def test_exit_0_completes_with_the_last_stdout_line_and_logs_both_streams(home):
                                    'echo\n')
     job = start(queue, path)
     result = run_and_record(Runner(queue, home, "me"), job)
-    assert (result.outcome, result.detail) == (Outcome.DONE, "tidy: moved 4 files")
+    assert (result.effect, result.detail) == (Effect.DONE, "tidy: moved 4 files")
     assert queue.get(job.id).result == "tidy: moved 4 files"
     log = (home.logs / job.id / "1.log").read_text()
     assert "moving" in log and "oops" in log
@@ -74,7 +74,7 @@ def test_the_child_gets_its_environment_home_dir_and_no_stdin(home, tmp_path):
                   "os.environ['SLOTH_HOME'], os.getcwd(), sys.stdin.read(), "
                   "os.getpgid(0) == os.getpid())))\n")
     job = start(queue, path)
-    assert run_and_record(Runner(queue, home, "me"), job).outcome == Outcome.DONE
+    assert run_and_record(Runner(queue, home, "me"), job).effect == Effect.DONE
     assert eval(out.read_text()) == (job.id, "env", "1", str(home.root), str(Path.home()), "",
                                      True)
 
@@ -91,7 +91,7 @@ def test_a_failure_uses_the_last_stderr_line_then_stdout_then_the_exit_code(home
     for name, (text, error) in cases.items():
         job = start(queue, script(home, name, text))
         result = run_and_record(runner, job)
-        assert (result.outcome, result.detail) == (Outcome.RETRYING, error), name
+        assert (result.effect, result.detail) == (Effect.RETRYING, error), name
         assert queue.get(job.id).last_error == error
 
 
@@ -107,7 +107,7 @@ def test_unrunnable_scripts_fail_at_once_with_a_sentence(home, name, text, error
     queue = Queue(home.db)
     job = start(queue, script(home, name, text))
     result = run_and_record(Runner(queue, home, "me"), job)
-    assert result.outcome == Outcome.FAILED  # for good: retrying cannot help
+    assert result.effect == Effect.FAILED  # for good: retrying cannot help
     assert error in result.detail
     assert queue.get(job.id).state == State.FAILED
 
@@ -125,7 +125,7 @@ def test_a_lost_lease_kills_the_child_at_once(home, tmp_path, pids):
     later = Queue(home.db, clock=lambda: time.time() + 1.0, lease_seconds=600)
     assert later.claim("B").lease_owner == "B"
     thread.join(timeout=10)
-    assert results and results[0].outcome == Outcome.LOST
+    assert results and results[0].effect == Effect.LOST
     assert results[0].detail == "another worker holds it now (B)"
     wait_for(lambda: not alive(child), timeout=2, what="the child to die")
     kinds = [e.kind for e in queue.history(job.id)]
@@ -143,7 +143,7 @@ def test_a_cancelled_running_job_is_stopped_at_the_next_nudge(home, tmp_path, pi
     assert queue.cancel(job.id)
     runner.nudge()
     thread.join(timeout=10)
-    assert results[0].outcome == Outcome.LOST
+    assert results[0].effect == Effect.LOST
     assert results[0].detail == "it was cancelled while it ran"
     wait_for(lambda: not alive(child), timeout=2, what="the child to die")
     assert queue.get(job.id).state == State.CANCELLED
@@ -163,7 +163,7 @@ while true; do wait; done
     result = run_and_record(Runner(queue, home, "me", grace=0.5), job)
     for pidfile in (child_pid, grandchild_pid):
         pids.add(int(pidfile.read_text()))
-    assert (result.outcome, result.detail) == (Outcome.RETRYING, "timed out after 1s")
+    assert (result.effect, result.detail) == (Effect.RETRYING, "timed out after 1s")
     assert time.monotonic() - started < 10
     assert not alive(int(child_pid.read_text()))
     wait_for(lambda: not alive(int(grandchild_pid.read_text())), timeout=2,
@@ -192,7 +192,7 @@ def test_a_fork_that_outlives_its_parent_is_stopped_when_the_job_ends(home, tmp_
     job = start(queue, path)
     result = run_and_record(Runner(queue, home, "me"), job)
     pids.add(int(stray.read_text()))
-    assert (result.outcome, result.detail) == (Outcome.DONE, "parent done")
+    assert (result.effect, result.detail) == (Effect.DONE, "parent done")
     assert seen == [queue.get(job.id).child["pid"]]  # a short run: the pids since its own
     wait_for(lambda: not alive(int(stray.read_text())), timeout=2, what="the stray to die")
 
@@ -208,7 +208,7 @@ def test_a_long_runs_stray_is_found_among_every_process(home, tmp_path, pids, mo
     result = run_and_record(Runner(queue, home, "me", monotonic=lambda: float(next(ticks))),
                             job)
     pids.add(int(stray.read_text()))
-    assert result.outcome == Outcome.DONE
+    assert result.effect == Effect.DONE
     assert seen == [None]  # every process
     wait_for(lambda: not alive(int(stray.read_text())), timeout=2, what="the stray to die")
 
@@ -231,7 +231,7 @@ def test_200_mb_of_output_is_capped_and_memory_stays_flat(home):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     result = run_and_record(Runner(queue, home, "me", log_cap=1024 * 1024), job)
     grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-    assert (result.outcome, result.detail) == (Outcome.DONE, "the end")
+    assert (result.effect, result.detail) == (Effect.DONE, "the end")
     log = home.logs / job.id / "1.log"
     assert 1024 * 1024 < log.stat().st_size < 1024 * 1024 + 200
     total = 200 * 1024 * 1024 + len(b"the end\n")
@@ -255,7 +255,7 @@ def test_a_wall_clock_jump_is_recorded_as_sleep_and_the_lease_renewed(home, tmp_
     finally:
         go.touch()
         thread.join(timeout=10)
-    assert results[0].outcome == Outcome.DONE
+    assert results[0].effect == Effect.DONE
     history = queue.history(job.id)
     kinds = [e.kind for e in history]
     assert kinds.count("completed") == 1 and "reclaimed" not in kinds
@@ -271,7 +271,7 @@ def test_a_stop_request_releases_the_lease_without_counting_the_attempt(home, tm
     child = pids.add(int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip())))
     runner.stop()
     thread.join(timeout=10)
-    assert results[0].outcome == Outcome.RELEASED
+    assert results[0].effect == Effect.RELEASED
     assert not alive(child)
     after = queue.get(job.id)
     assert (after.state, after.attempts) == (State.PENDING, 0)
@@ -373,7 +373,7 @@ def test_a_database_locked_past_the_busy_timeout_loses_neither_the_child_nor_the
         if blocker.in_transaction:
             blocker.execute("ROLLBACK")
         blocker.close()
-    assert results[0].outcome == Outcome.DONE and results[0].detail == "finished"
+    assert results[0].effect == Effect.DONE and results[0].detail == "finished"
     job = queue.get(job)
     assert [e.kind for e in queue.history(job.id)].count("completed") == 1
 
@@ -439,7 +439,7 @@ def test_a_nap_that_cannot_be_noted_does_not_cost_the_running_job(home, tmp_path
              what="the lease to be renewed after the nap")
     go.touch()
     thread.join(timeout=10)
-    assert results[0].outcome == Outcome.DONE and results[0].detail == "finished"
+    assert results[0].effect == Effect.DONE and results[0].detail == "finished"
 
 
 def test_cancelling_a_running_job_stops_the_strays_that_left_its_group(home, tmp_path, pids):
@@ -463,7 +463,7 @@ def test_a_missing_home_folder_is_said_as_such(home, monkeypatch):
     job = start(queue, script(home, "hello.sh", "echo hi"))
     monkeypatch.setenv("HOME", str(home.root / "no-such-home"))
     result = run_and_record(Runner(queue, home, "me"), job)
-    assert result.outcome == Outcome.FAILED
+    assert result.effect == Effect.FAILED
     assert "working folder" in result.detail and "does not exist" in result.detail
     assert queue.get(job.id).reason == Reason.COULD_NOT_START
 
@@ -482,7 +482,7 @@ def test_a_script_replaced_by_a_link_in_the_spool_is_refused_and_its_target_neve
     result = run_and_record(Runner(queue, home, "me"), job)
     failed = queue.get(job.id)
     assert not marker.exists(), "the link's target ran"
-    assert (result.outcome, failed.reason) == (Outcome.FAILED, Reason.REFUSED)
+    assert (result.effect, failed.reason) == (Effect.FAILED, Reason.REFUSED)
     assert failed.last_error == (f"refused: its script {path} is now a symbolic link (to "
                                  f"{target}); sloth-tray will not follow it")
     assert not (home.logs / job.id).exists(), "nothing was started"
@@ -494,7 +494,7 @@ def test_a_job_pushed_without_a_script_fails_with_a_sentence_saying_so(home):
     job = queue.claim("me")
     result = run_and_record(Runner(queue, home, "me"), job)
     failed = queue.get(job.id)
-    assert (result.outcome, failed.reason) == (Outcome.FAILED, "unrunnable")
+    assert (result.effect, failed.reason) == (Effect.FAILED, "unrunnable")
     assert failed.last_error == "the job has no script to run"
 
 
@@ -528,5 +528,5 @@ def test_a_job_that_ended_as_the_quit_came_is_recorded_done_not_given_back(
     finally:
         gate.set()
         thread.join(10)
-    assert results and results[0].outcome == Outcome.DONE, results
+    assert results and results[0].effect == Effect.DONE, results
     assert queue.get(job.id).state == State.DONE
