@@ -366,12 +366,22 @@ def test_an_open_menu_moves_its_times_under_the_same_ids_and_goes_quiet_once_clo
     assert time.monotonic() - closed < ASKED_FOR + 3.0 + 3.0
 
 
-def test_stop_on_the_running_job_and_cancel_on_a_waiting_one(panel, pids, tmp_path):
+def test_the_running_jobs_show_log_and_stop_and_a_waiting_jobs_cancel(panel, pids,
+                                                                     tmp_path):
+    opened = tmp_path / "opened"
+    bin_dir = tmp_path / "bin"  # the desktop's opener, recording what it was asked to open
+    bin_dir.mkdir()
+    (bin_dir / "xdg-open").write_text(f'#!/bin/sh\necho "$1" >> {opened}\n')
+    (bin_dir / "xdg-open").chmod(0o755)
+    env = {**panel, "PATH": f"{bin_dir}:{panel['PATH']}"}
     home = locate(tmp_path / "home").ensure()
-    start_app(home, panel, pids)
+    start_app(home, env, pids)
     slow, child = start_slow(home, panel, pids, tmp_path)
     waiting = add(home, panel, "later", "echo later\n", "--delay", "1h")
-    # The running line is the first enabled row: Running slow > Stop
+    # The running line is the first enabled row: Running slow > Stop, Show log
+    choose(panel, "Down", "Right", "Down")
+    wait_for(lambda: opened.exists() and f"logs/{slow}/1.log" in opened.read_text(),
+             what="Show log to open the running job's log")
     choose(panel, "Down", "Right")
     wait_for(lambda: state(home, slow) == State.CANCELLED, what="Stop to stop the job")
     wait_for(lambda: not alive(child), what="the job's process to end")
