@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import sys
@@ -69,19 +70,32 @@ def test_back_to_back_a_job_that_runs_a_moment_is_shown_running_while_it_runs(ho
     queue = Queue(home.db)
     go = tmp_path / "go"
     push_script(queue, home, "tiny.sh", "true")
-    push_script(queue, home, "slow.sh", f"while [ ! -e {go} ]; do sleep 0.01; done")
-    engine = Engine(queue, home)
+    push_script(queue, home, "slow.sh", until(go))
+    with draining(Engine(queue, home), go) as (_engine, seen, _thread):
+        wait_for(lambda: any(s.running and s.running.name == "slow" for s in seen),
+                 timeout=5, what="the slow job to be shown running")
+    assert seen[-1].running is None and seen[-1].done == 2
+
+
+def until(go) -> str:
+    """A script that runs until the file `go` exists."""
+    return f"while [ ! -e {go} ]; do sleep 0.01; done"
+
+
+@contextlib.contextmanager
+def draining(engine: Engine, go):
+    """The engine draining its queue on a thread of its own, with every Snapshot it
+    publishes; at the end `go` is made (the scripts waiting on it end) and the thread
+    joined."""
     seen: list[Snapshot] = []
     engine.subscribe(seen.append)
     thread = threading.Thread(target=engine.run, kwargs={"drain": True})
     thread.start()
     try:
-        wait_for(lambda: any(s.running and s.running.name == "slow" for s in seen),
-                 timeout=5, what="the slow job to be shown running")
+        yield engine, seen, thread
     finally:
         go.touch()
-        thread.join(timeout=10)
-    assert seen[-1].running is None and seen[-1].done == 2
+        thread.join(15)
 
 
 class Commits:
@@ -396,24 +410,16 @@ def test_cancel_all_cancels_every_failed_run_of_the_series_and_the_series_goes_o
 
 
 def test_stopping_a_running_run_of_a_series_lets_the_series_go_on(home, tmp_path):
-    """The menu's Stop on the running job (Engine.cancel, which nudges the runner)."""
+    """The menu's Stop on the running job (Engine.stop_run: Queue.stop, and the runner
+    nudged)."""
     queue = Queue(home.db)
     go = tmp_path / "go"
-    job = push_script(queue, home, "tidy.sh", f"while [ ! -e {go} ]; do sleep 0.01; done",
-                      options={"every": 3600})
-    engine = Engine(queue, home)
-    seen: list[Snapshot] = []
-    engine.subscribe(seen.append)
-    thread = threading.Thread(target=engine.run, kwargs={"drain": True})
-    thread.start()
-    try:
+    job = push_script(queue, home, "tidy.sh", until(go), options={"every": 3600})
+    with draining(Engine(queue, home), go) as (engine, seen, thread):
         wait_for(lambda: any(s.running and s.running.id == job for s in seen),
                  what="the job to be shown running")
         engine.stop_run(job)
         wait_for(lambda: not thread.is_alive() or seen[-1].running is None,
                  what="the run to stop")
-    finally:
-        go.touch()
-        thread.join(15)
     assert queue.get(job).state == State.CANCELLED
     assert [j.name for j in queue.jobs(State.PENDING)] == ["tidy"], "the series' next run"
