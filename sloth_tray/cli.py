@@ -22,7 +22,7 @@ from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home, locate
 from sloth_tray.store.states import Reason, State
 from sloth_tray.text import printable
-from sloth_tray.timefmt import clock_time, relative
+from sloth_tray.timefmt import clock_time, format_duration, relative
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
@@ -165,14 +165,17 @@ def _waiting_note(job: Job, unmet: frozenset[str]) -> str | None:
 def cmd_show(args: argparse.Namespace, home: Home) -> int:
     with open_queue(home) as queue:
         job = queue.get(queue.resolve(args.id))
+        if args.step is not None:
+            return _print_step_output(queue.step(job.id, args.step, args.occurrence))
         history = queue.history(job.id)
+        steps = queue.steps(job.id)
         now = queue.clock()
         unmet = queue.unmet()
         paused = queue.paused()
     logs = home.job_logs(job.id)
     if args.json:
         emit_json(job.as_dict() | {"history": [event.as_dict() for event in history],
-                                   "logs": str(logs)})
+                                   "steps": steps, "logs": str(logs)})
         return 0
     state = job.state.value
     if job.state in (State.PENDING, State.RUNNING):
@@ -192,6 +195,42 @@ def cmd_show(args: argparse.Namespace, home: Home) -> int:
     print(table(fields))
     print("\nhistory")
     print(table([("  " + clock_time(e.at), e.kind, e.detail) for e in history]))
+    if steps:
+        print("\nsteps")
+        print(table([_step_row(step, now) for step in steps]))
+    return 0
+
+
+def _step_row(step: dict[str, Any], now: float) -> tuple[str, ...]:
+    """name, state, run, when, how long, output: one row of `show`'s steps."""
+    name = step["name"] + (f" #{step['occurrence']}" if step["occurrence"] > 1 else "")
+    state = step["state"]
+    if step["marked_at"]:
+        state += " (marked by hand)"
+    elif step["state"] == "cut" and step["ask"]:
+        state += " (asks: did it happen?)"
+    elif step["state"] == "failed" and step["exit_code"] is not None:
+        state += f" (exit {step['exit_code']})"
+    ended = step["ended_at"] if step["ended_at"] is not None else now
+    took = format_duration(max(ended - step["started_at"], 0.0))
+    output = "-" if step["output_size"] is None else \
+        f"{step['output_size']} byte{'' if step['output_size'] == 1 else 's'}"
+    return ("  " + name, state, f"run {step['run']}", clock_time(step["started_at"]),
+            took if step["state"] != "running" else f"{took} so far", output)
+
+
+def _print_step_output(step: dict[str, Any]) -> int:
+    """A step's recorded output, exactly as kept (`show ID --step NAME`)."""
+    if step["state"] != "done":
+        print(f"sloth-tray: step \"{printable(step['name'])}\" is {step['state']}: only a "
+              "done step's output is kept", file=sys.stderr)
+        return 1
+    output = bytes(step["output"] or b"")
+    sys.stdout.flush()
+    sys.stdout.buffer.write(output)
+    if step["output_size"] and step["output_size"] > len(output):
+        print(f"sloth-tray: the step wrote {step['output_size']} bytes; the first "
+              f"{len(output)} were kept", file=sys.stderr)
     return 0
 
 
@@ -268,7 +307,10 @@ def cmd_retry(args: argparse.Namespace, home: Home) -> int:
             if not ids:
                 print("no failed jobs" if not refused else "nothing else to retry")
                 return 0
-        status = _each_job(queue, ids, spool.retry, "retry", "retried", _run_now_instead)
+        steps = {"step_done": args.step_done, "forget_from": args.forget_from,
+                 "fresh": args.fresh}
+        status = _each_job(queue, ids, lambda queue, job_id: spool.retry(queue, job_id, **steps),
+                           "retry", "retried", _run_now_instead)
     home.ring_doorbell()
     return status
 
@@ -478,6 +520,9 @@ class _NotBuilt:
     def add_argument(self, *args: object, **kwargs: object) -> None:
         return None
 
+    def add_mutually_exclusive_group(self) -> _NotBuilt:
+        return self
+
 
 def add_common(parser: argparse.ArgumentParser) -> None:
     """The options every command takes: where the home, the settings and the jobs are."""
@@ -528,11 +573,22 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="only jobs whose last attempt failed for this reason")
     p.add_argument("--limit", type=limits.LIST_LIMIT.argument, default=50,
                    help="at most N jobs (0: all; default 50)")
-    p = add("show", "one job: its fields, history and logs", json_flag)
+    p = add("show", "one job: its fields, history, steps and logs", json_flag)
     p.add_argument("id", help="a job id, or enough of its start to be unique")
-    p = add("retry", "put failed or cancelled jobs back in line, due now")
+    p.add_argument("--step", metavar="NAME", help="print that step's recorded output")
+    p.add_argument("--occurrence", type=limits.OCCURRENCE.argument, metavar="N",
+                   help="with --step: its Nth call in the run (default: the last)")
+    p = add("retry", "put done, failed or cancelled jobs back in line, due now; their "
+                     "done steps are skipped")
     p.add_argument("ids", nargs="*", metavar="ID", help=ID_HELP)
     p.add_argument("--all-failed", action="store_true", help="every failed job")
+    steps = p.add_mutually_exclusive_group()
+    steps.add_argument("--from", dest="forget_from", metavar="STEP",
+                       help="forget this step and every step after it: they run again")
+    steps.add_argument("--fresh", action="store_true",
+                       help="forget every step: the job runs from its first line")
+    steps.add_argument("--step-done", metavar="STEP",
+                       help="a step cut short did happen: mark it done, then go on")
     p = add("cancel", "cancel pending, running or failed jobs")
     p.add_argument("ids", nargs="+", metavar="ID", help=ID_HELP)
     p = add("run-now", "make waiting jobs due now (failed ones: use retry)")
@@ -547,6 +603,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--max-attempts", type=limits.ATTEMPTS.argument, metavar="N",
                    help="tries before giving up (1 to 1000)")
     p.add_argument("--name", help="the job's name (default: the file's name without extension)")
+    p = add("step", "inside a job: run COMMAND once; a later run of the job skips it "
+                    "and writes its recorded output again")
+    p.add_argument("name", metavar="NAME", help="the step's name, unique within the job")
+    p.add_argument("--ask", action="store_true",
+                   help="if the run ends while it runs, ask before running it again")
+    p.add_argument("step_command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG...]",
+                   help="the command (after --)")
     p = add("run", "the daemon: run due jobs as they come", daemon_options)
     p.add_argument("--headless", action="store_true", help="no tray icon")
     p.add_argument("--no-notifications", action="store_true",
@@ -596,6 +659,14 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(line)
     if args.command is None:  # plain `sloth-tray` starts the app
         args = parser.parse_args([*line, "run"])
+    if args.command == "step":  # inside a job: no settings, no home: the run names its queue
+        from sloth_tray import shellstep
+
+        ask, command = args.ask, list(args.step_command)
+        while command[:1] == ["--ask"]:  # NAME --ask -- ...: argparse left it in the rest
+            ask, command = True, command[1:]
+        return shellstep.main(args.name, command[1:] if command[:1] == ["--"] else command,
+                              ask=ask)
     try:
         args.settings = load_settings(args)
         home = locate(getattr(args, "home", None), args.settings["jobs_dir"],

@@ -181,5 +181,6 @@ DELAY = Limit("delay", Kind.DURATION, 0.0, TEN_YEARS)
 LOG_CAP = Limit("log_cap", Kind.SIZE, 1, TIB)
 OLDER_THAN = Limit("older_than", Kind.DURATION, 0.0, TEN_YEARS)
 LIST_LIMIT = Limit("limit", Kind.COUNT, 0, 1_000_000, note="0: all")
+OCCURRENCE = Limit("occurrence", Kind.COUNT, 1, 1_000_000)  # a step's Nth call in one run
 GRACE = Limit("grace", Kind.DURATION, 60.0, TEN_YEARS)  # how late a series may be
 WINDOW = Limit("window", Kind.DURATION, 60.0, TEN_YEARS)  # how late a missed time still runs

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sloth_tray.daemon import procs
+from sloth_tray.daemon import jobenv, procs
 from sloth_tray.daemon.alarm import Alarm, make_alarm
 from sloth_tray.daemon.capture import CappedLog, LastLine, pump, watch_child
 from sloth_tray.daemon.outcome import Attempt, Ending
@@ -128,11 +128,9 @@ class Runner:
             token = procs.new_token()
             if not self.queue.started(job.id, self.owner, {"token": token}):
                 return Attempt(Ending.LEASE_LOST, TAKEN)
-        env = procs.job_environment(os.environ) | {
-            "SLOTH_JOB_ID": job.id, "SLOTH_JOB_NAME": job.name,
-            "SLOTH_ATTEMPT": str(job.attempts), "SLOTH_HOME": str(self.home.root),
-            procs.RUN_TOKEN_ENV: token,
-        }
+        env = jobenv.for_run(os.environ, job_id=job.id, name=job.name, attempt=job.attempts,
+                             home=self.home.root, db=self.queue.path, owner=self.owner,
+                             token=token)
         # One log per run, numbered across retries: two runs never share a file.
         run_log = CappedLog(self.home.job_logs(job.id) / f"{max(job.runs, 1)}.log",
                             self.log_cap)

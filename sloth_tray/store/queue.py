@@ -28,6 +28,7 @@ from typing import Any
 
 from sloth_tray import limits
 from sloth_tray.errors import SlothError, UnknownJob
+from sloth_tray.for_jobs import sloth_step
 from sloth_tray.jobs import overdue, schedule, series
 from sloth_tray.jobs.header import checked_options
 from sloth_tray.store import calendar, reads, rows
@@ -50,6 +51,13 @@ _ENDS_LATERS = frozenset({"completed", "backoff", "failed", "retried"})
 
 class Refused(SlothError):
     """A refused drop was asked to run: it never may."""
+
+
+class UnknownStep(SlothError):
+    """A step named that the job never started."""
+
+
+RETRIABLE = ("done", "failed", "cancelled")
 
 
 PARTIAL_INDEX = {State.PENDING: "jobs_due", State.RUNNING: "jobs_leased",
@@ -333,8 +341,11 @@ class Queue:
                        "attempts = max(attempts - 1, 0), lease_owner = NULL, "
                        f"lease_until = NULL, updated_at = :now, {given_back} WHERE id = :id",
                        {"now": now, "id": job_id, **params})
+            self._cut_steps(db, job_id, now)
             return None
         if attempts < max_attempts:
+            if self._cut_steps(db, job_id, now):
+                return None  # a step that asks was cut short: failed, for a person's word
             return f"lease of {owner} expired {format_duration(now - lease_until)} ago"
         expiries = 1 + sum(1 for _, kind, _ in json.loads(history) if kind == "reclaimed")
         error = (
@@ -366,8 +377,30 @@ class Queue:
         ).fetchall()  # all: the statement runs to its end
         if not found:
             return False
+        asks = state != State.CANCELLED and columns.get("reason") != Reason.STEP_UNSURE
+        if self._cut_steps(db, job_id, now, asks=asks):
+            state = State.FAILED
         if follow or state in (State.DONE, State.FAILED):
             calendar.follow_series_run(db, job_id, now, self._local, *found[0])
+        return True
+
+    def _cut_steps(self, db: sqlite3.Connection, job_id: str, now: float, *,
+                   asks: bool = True) -> bool:
+        """The job's run has ended: its steps still running were cut short. If one of
+        them (or an earlier one still waiting for an answer) asks before it runs again,
+        and `asks`, the job is failed for that (STEP_UNSURE) whatever the run's own
+        ending: a person says whether it happened. True when it was."""
+        sloth_step.cut_run(db, job_id, now)
+        unsure = sloth_step.first_unsure(db, job_id) if asks else None
+        if unsure is None:
+            return False
+        error = sloth_step.unsure_sentence(job_id, unsure["name"], unsure)
+        history, params = rows.history(("failed", error))
+        db.execute("UPDATE jobs SET state = 'failed', lease_owner = NULL, lease_until = NULL, "
+                   f"last_error = :error, reason = :reason, updated_at = :now, {history} "
+                   "WHERE id = :id",
+                   {"error": error, "reason": Reason.STEP_UNSURE.value, "now": now,
+                    "id": job_id, **params})
         return True
 
     def heartbeat(self, job_id: str, owner: str, lease: float | None = None) -> bool:
@@ -442,11 +475,16 @@ class Queue:
                 self._db.execute(f"PRAGMA synchronous = {self._synchronous}")
 
     def release(self, job_id: str, owner: str, why: str | None = None) -> bool:
-        """Give the lease back (a clean quit, or `why`); the attempt does not count."""
-        return self._owned_update(
-            job_id, owner, "state = 'pending', not_before = :now, "
-            "attempts = max(attempts - 1, 0), lease_owner = NULL, lease_until = NULL, "
-            "updated_at = :now", ("released", why or f"by {owner}"))
+        """Give the lease back (a clean quit, or `why`); the attempt does not count.
+        A step it cut short that asks first fails the job instead (_cut_steps)."""
+        with self._transaction() as db:
+            released = self._owned_update(
+                job_id, owner, "state = 'pending', not_before = :now, "
+                "attempts = max(attempts - 1, 0), lease_owner = NULL, lease_until = NULL, "
+                "updated_at = :now", ("released", why or f"by {owner}"))
+            if released:
+                self._cut_steps(db, job_id, self.clock())
+            return released
 
     def later(self, job_id: str, owner: str, detail: str) -> State | None:
         """The script asked to be run again later (exit 75, EX_TEMPFAIL): back off
@@ -540,34 +578,67 @@ class Queue:
             ).rowcount
 
     def retry(self, job_id: str, *, options: dict[str, Any] | None = None,
-              max_attempts: int | None = None) -> bool:
-        """A failed or cancelled job becomes due now, with a fresh set of attempts.
+              max_attempts: int | None = None, step_done: str | None = None,
+              forget_from: str | None = None, fresh: bool = False) -> bool:
+        """A done, failed or cancelled job becomes due now, with a fresh set of attempts.
 
         `options` (and `max_attempts`) replace the job's own when its header was
         read again. A refused job is never revived: it raises Refused.
+
+        Its recorded steps are kept (they are skipped), and a step cut short that
+        asked is to run again: that is a person's word. `step_done` marks that step
+        done instead; `forget_from` forgets that step and every later one; `fresh`
+        forgets them all. A step the job does not have raises UnknownStep.
 
         A run of a series that was followed (its next run was queued when it
         ended) runs once more, and the series is left as it is. A run that never
         was (the series' waiting run, cancelled; a first run born failed) starts
         the series again: one run now, the next at the series' next time.
         """
+        now = self.clock()
         with self._transaction() as db:
-            row = db.execute("SELECT options, followed FROM jobs WHERE id = ?",
+            row = db.execute("SELECT options, followed, state FROM jobs WHERE id = ?",
                              (job_id,)).fetchone()
             if row is None:
                 raise UnknownJob(job_id)
-            own, followed = json.loads(row[0]), row[1]
+            own, followed, state = json.loads(row[0]), row[1], row[2]
+            if state not in RETRIABLE:
+                return False
+            said = self._steps_on_retry(db, job_id, now, step_done, forget_from, fresh)
             new = dict(own if options is None else options)
             if series.repeats(new):
-                calendar.restart(new, own, followed, self.clock(), self._local)
+                calendar.restart(new, own, followed, now, self._local)
             assignments = ("state = 'pending', not_before = :now, attempts = 0, "
                            "last_error = NULL, reason = NULL, options = :options")
             params: dict[str, Any] = {"options": json.dumps(new, sort_keys=True)}
             if max_attempts is not None:
                 assignments += ", max_attempts = :max_attempts"
                 params["max_attempts"] = int(max_attempts)
-            return self._change(job_id, ("failed", "cancelled"), "retried", assignments,
-                                refuse_refused=True, **params)
+            return self._change(job_id, RETRIABLE, "retried", assignments,
+                                "; ".join([f"was {state}", *said]), refuse_refused=True,
+                                **params)
+
+    def _steps_on_retry(self, db: sqlite3.Connection, job_id: str, now: float,
+                        step_done: str | None, forget_from: str | None,
+                        fresh: bool) -> list[str]:
+        """What retry does to the job's steps, in words for its history."""
+        said = []
+        for name in (step_done, forget_from):
+            if name is not None and name not in sloth_step.names(db, job_id):
+                known = ", ".join(f'"{known}"' for known in sloth_step.names(db, job_id))
+                raise UnknownStep(f'job {job_id} has no step "{name}" '
+                                  f"({'its steps: ' + known if known else 'it has no steps'})")
+        if step_done is not None and sloth_step.mark_done(db, job_id, step_done, now):
+            said.append(f'step "{step_done}" marked done')
+        if fresh:
+            forgotten = sloth_step.forget_all(db, job_id)
+            said.append(f"forgot its {forgotten} step{'' if forgotten == 1 else 's'}")
+        elif forget_from is not None:
+            forgotten = sloth_step.forget_from(db, job_id, forget_from)
+            said.append(f'forgot step "{forget_from}" and the {forgotten - 1} after it')
+        again = sloth_step.run_again(db, job_id)
+        said.extend(f'step "{name}" to run again' for name in again)
+        return said
 
     def run_now(self, job_id: str) -> bool:
         """A pending job becomes due now (the tray's `Run now`)."""
@@ -579,8 +650,13 @@ class Queue:
         Cancelling a running job takes its lease away: the worker's next
         heartbeat returns False and it stops the work.
         """
-        return self._change(job_id, ("pending", "failed", "running"), "cancelled",
-                            "state = 'cancelled', lease_owner = NULL, lease_until = NULL")
+        with self._transaction() as db:
+            cancelled = self._change(job_id, ("pending", "failed", "running"), "cancelled",
+                                     "state = 'cancelled', lease_owner = NULL, "
+                                     "lease_until = NULL")
+            if cancelled:  # a person's word ends it: a step it cut short asks nothing
+                self._cut_steps(db, job_id, self.clock(), asks=False)
+            return cancelled
 
     def stop(self, job_id: str) -> bool:
         """Running -> cancelled: the tray's Stop. The run is given up, not its series:
@@ -811,6 +887,36 @@ class Queue:
         with self._reading() as db:
             return rows.jobs(db, f"SELECT {JOB_COLUMNS} FROM jobs WHERE state = 'pending' "
                                  "ORDER BY not_before, rowid LIMIT ?", (limit,))
+
+    def steps(self, job_id: str) -> list[dict[str, Any]]:
+        """The job's steps, in the order they first started, without their output."""
+        with self._reading() as db:
+            return sloth_step.listed(db, job_id)
+
+    def step(self, job_id: str, name: str, occurrence: int | None = None) -> dict[str, Any]:
+        """One recorded step with its output: that occurrence, else its last."""
+        with self._reading() as db:
+            found = sloth_step.recorded(db, job_id, name, occurrence)
+            known = sloth_step.names(db, job_id) if found is None else []
+        if found is None:
+            which = f'step "{name}"' + (f" (occurrence {occurrence})" if occurrence else "")
+            listed = ", ".join(f'"{known_name}"' for known_name in known)
+            raise UnknownStep(f"job {job_id} has no {which}"
+                              + (f" (its steps: {listed})" if listed else
+                                 " (it has no steps)"))
+        return found
+
+    def step_progress(self, job_ids: list[str]) -> dict[str, tuple[int, int, dict | None]]:
+        """How far each job got: (steps, steps done, the first not done), one read."""
+        if not job_ids:
+            return {}
+        with self._reading() as db:
+            return sloth_step.progress(db, job_ids)
+
+    def running_step(self, job_id: str) -> tuple[int, str] | None:
+        """The step a running job is in: (its place among the job's steps, its name)."""
+        with self._reading() as db:
+            return sloth_step.running(db, job_id)
 
     def history(self, job_id: str) -> list[Event]:
         """The job's events, oldest first."""

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sloth_tray import safety
 from sloth_tray.errors import DatabaseProblem, SlothError
+from sloth_tray.for_jobs import sloth_step
 from sloth_tray.paths import DB_SIDES
 
 # Marks the file as ours (PRAGMA application_id): "SLTH".
@@ -165,6 +166,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # number keeps an older sloth-tray, whose trigger doubled late runs, off this file.
         "DROP TRIGGER recur",
     ),
+    # A job's steps (for_jobs/sloth_step.py, where every statement about them lives):
+    # what a retried, reclaimed or woken job skips because it happened already.
+    sloth_step.SCHEMA,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -26,6 +26,7 @@ import shutil
 import stat
 import time
 from pathlib import Path
+from typing import Any
 
 from sloth_tray.errors import SlothError
 from sloth_tray.jobs.header import BadJobFile, job_name, open_file, parse_options, read_head
@@ -263,8 +264,10 @@ def add(home: Home, source: Path, *, name: str | None = None, delay: float | Non
     return job_id
 
 
-def retry(queue: Queue, job_id: str) -> bool:
-    """Put a failed or cancelled job back in line, due now, with fresh attempts.
+def retry(queue: Queue, job_id: str, **steps: Any) -> bool:
+    """Put a done, failed or cancelled job back in line, due now, with fresh attempts;
+    `steps` says what to do with its recorded steps (Queue.retry: step_done,
+    forget_from, fresh).
 
     The script's header is read again, so a fixed header counts and a bad one
     fails again with its sentence (BadJobFile). A refused job raises Refused.
@@ -273,7 +276,7 @@ def retry(queue: Queue, job_id: str) -> bool:
     job = queue.get(job_id)
     options, max_attempts = None, None
     script = Path(job.script) if job.script else None
-    if job.reason != Reason.REFUSED and job.state in (State.FAILED, State.CANCELLED) \
+    if job.reason != Reason.REFUSED and job.state in (State.DONE, State.FAILED, State.CANCELLED) \
             and script is not None and script.is_file() and not script.is_symlink():
         try:
             options = parse_options(read_head(script), script.name)
@@ -281,7 +284,7 @@ def retry(queue: Queue, job_id: str) -> bool:
             queue.refuse(job.id, str(exc), Reason.BAD_HEADER)
             raise BadJobFile(f"{job.name} ({job.id}) still cannot run: {exc}") from None
         max_attempts = options.get("max_attempts")
-    return queue.retry(job.id, options=options, max_attempts=max_attempts)
+    return queue.retry(job.id, options=options, max_attempts=max_attempts, **steps)
 
 
 def retry_all_failed(queue: Queue) -> tuple[int, int]:

@@ -31,6 +31,7 @@ class Reason(StrEnum):
     SCRIPT_GONE = "script_gone"  # its copy in the spool disappeared
     INTERNAL_ERROR = "internal_error"  # sloth-tray itself failed while running it
     LATER_TOO_LONG = "later_too_long"  # it asked to run later (exit 75) for a day straight
+    STEP_UNSURE = "step_unsure"  # a step that asks (--ask) was cut short: did it happen?
 
 
 # Reasons that no number of tries can change: the job fails for good at once.

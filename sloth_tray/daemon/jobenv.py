@@ -1,0 +1,68 @@
+"""A run's environment: the app's own (cleaned by procs.job_environment), what names the
+run (its job, token, lease owner, queue file), and the app's tools at the very end of
+PATH and PYTHONPATH, so that `sloth-tray step` and `from sloth_step import step` work in
+every job, even one started at login with a bare PATH, under any Python 3.
+
+Appended, never prepended: a job's own programs and modules always win.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+
+from sloth_tray.daemon import procs
+from sloth_tray.for_jobs import sloth_step
+
+COMMAND = "sloth-tray.exe" if os.name == "nt" else "sloth-tray"
+
+
+def for_run(base: Mapping[str, str], *, job_id: str, name: str, attempt: int, home: Path,
+            db: Path, owner: str, token: str) -> dict[str, str]:
+    env = procs.job_environment(base) | {
+        "SLOTH_JOB_ID": job_id, "SLOTH_JOB_NAME": name, "SLOTH_ATTEMPT": str(attempt),
+        "SLOTH_HOME": str(home), procs.RUN_TOKEN_ENV: token,
+        sloth_step.OWNER_ENV: owner, sloth_step.QUEUE_ENV: str(Path(db).absolute()),
+    }
+    env.pop(sloth_step.KEY_ENV, None)  # a step's key is its own, never the app's
+    command_folder = own_command_folder()
+    if command_folder:
+        env["PATH"] = appended(env.get("PATH"), command_folder)
+    env["PYTHONPATH"] = appended(env.get("PYTHONPATH"), step_module_folder())
+    return env
+
+
+def appended(value: str | None, folder: str) -> str:
+    """`folder` at the end of a search path, once."""
+    parts = [part for part in (value or "").split(os.pathsep) if part]
+    if folder in parts:
+        return os.pathsep.join(parts)
+    return os.pathsep.join([*parts, folder])
+
+
+def step_module_folder() -> str:
+    """The folder holding sloth_step.py and nothing else (in a bundle: its copy there)."""
+    return str(Path(sloth_step.__file__).resolve().parent)
+
+
+@cache
+def own_command_folder() -> str | None:
+    """The folder of the `sloth-tray` that runs this very app: the bundle's executable,
+    the script pip made for this interpreter (its environment's, or the user's), or
+    the one this process was started as. None when there is none (run from a source
+    tree): then a job finds `sloth-tray` only on its own PATH."""
+    if getattr(sys, "frozen", False):
+        return str(Path(sys.executable).resolve().parent)
+    started_as = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    places = [started_as.parent if started_as and started_as.name == COMMAND else None,
+              sysconfig.get_path("scripts"),
+              sysconfig.get_path("scripts", f"{os.name}_user"),
+              Path(sys.executable).parent]
+    for place in places:
+        if place and (Path(place) / COMMAND).is_file():
+            return str(Path(place).absolute())
+    return None

@@ -1,0 +1,524 @@
+"""Steps that happen once: a job's steps, kept in its queue file, so that a retried,
+reclaimed or woken job skips the steps that already happened.
+
+    from sloth_step import step
+    receipt = step("pay", pay_invoice, invoice_id)   # on a later run: the same receipt
+
+This one file is every statement about steps. The app uses it (sloth_tray.for_jobs.
+sloth_step: the schema, the Queue's writes at the end of a run, what `show` reads),
+`sloth-tray step` runs through it, and a job's Python imports it as `sloth_step`: the
+app puts this folder, which holds nothing else, at the end of every job's PYTHONPATH.
+So it uses only the standard library, and runs on any Python 3 a script may name.
+
+A step is (job, name, occurrence): the same name called again in one run is its
+next occurrence. Only the run holding the job's lease may record: every write
+carries the run's token and owner in its WHERE clause, as heartbeats do, so a run
+that is over (its lease lost, its job taken back) records nothing.
+
+A step's states: running -> done (recorded, never run again unless forgotten) or
+failed (never cached: runs again). A step still running when its run ends was cut
+short: `cut`. A cut step runs again on the next run, unless it was started with
+`ask`: then a person says whether it happened (`mark_done`) or not (`run_again`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import sys
+import threading
+import time
+
+# -- the schema (store/schema.py applies it as one migration) ----------------------------
+
+SCHEMA = (
+    """CREATE TABLE steps (
+        job         TEXT NOT NULL,
+        name        TEXT NOT NULL,
+        occurrence  INTEGER NOT NULL,
+        state       TEXT NOT NULL,              -- running, done, failed, cut
+        ask         INTEGER NOT NULL DEFAULT 0, -- cut short, it waits for a person's word
+        run         INTEGER NOT NULL,           -- the job's run (jobs.runs) that last ran it
+        token       TEXT NOT NULL,              -- that run's token
+        seen_by     TEXT,                       -- the last run that reached it: counts
+                                                -- a run's calls of one name
+        started_at  REAL NOT NULL,
+        ended_at    REAL,
+        exit_code   INTEGER,
+        output      BLOB,                       -- stdout kept (shell), the result's JSON (Python)
+        output_size INTEGER,                    -- bytes written in all: more than kept if cut
+        kind        TEXT NOT NULL DEFAULT 'shell',
+        marked_at   REAL,                       -- when a person marked it done
+        PRIMARY KEY (job, name, occurrence)
+    )""",
+    # A job's steps go with it, whoever deletes it (prune): a step never outlives its job.
+    """CREATE TRIGGER steps_go_with_their_job AFTER DELETE ON jobs BEGIN
+        DELETE FROM steps WHERE job = OLD.id;
+    END""",
+)
+
+# -- what a step may be called, and how much of its output is kept -----------------------
+
+NAME_MAX = 200  # characters
+OUTPUT_CAP = 1024 * 1024  # bytes of a step's stdout (or its result's JSON) kept for replay
+BUSY_TIMEOUT = 60.0  # seconds a step waits for the queue file while another writer holds it
+
+# A job's environment names its run (the runner sets these).
+JOB_ENV = "SLOTH_JOB_ID"
+TOKEN_ENV = "SLOTH_RUN_TOKEN"
+OWNER_ENV = "SLOTH_LEASE_OWNER"
+QUEUE_ENV = "SLOTH_QUEUE"
+KEY_ENV = "SLOTH_STEP_KEY"
+
+STATES = ("running", "done", "failed", "cut")
+
+
+class StepError(Exception):
+    """A step could not be recorded or refused to run: the message is one sentence."""
+
+
+class StepRefused(StepError):
+    """The run calling the step no longer holds its job: nothing was run or recorded."""
+
+
+class StepUnsure(StepError):
+    """The step was cut short once and asks a person before it runs again."""
+
+
+def name_problem(name: object) -> str | None:
+    """Why `name` cannot name a step, or None when it can."""
+    if not isinstance(name, str):
+        return f"a step's name is text, not {type(name).__name__}"
+    if not name.strip():
+        return "a step needs a name (it was empty)"
+    if len(name) > NAME_MAX:
+        return f"a step's name is at most {NAME_MAX} characters (this one has {len(name)})"
+    for char in name:
+        if ord(char) < 32 or 0x7F <= ord(char) < 0xA0 or char in "\u2028\u2029":
+            return f"a step's name has no control characters ({name!r} has {char!r})"
+    return None
+
+
+def step_key(job: str, name: str, occurrence: int) -> str:
+    """SLOTH_STEP_KEY: the same for every run of this step, for APIs that take an
+    idempotency key (fixed length, letters and digits only)."""
+    return hashlib.sha256(f"{job}\0{name}\0{occurrence}".encode()).hexdigest()[:32]
+
+
+def when_text(moment: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(moment))
+
+
+def size_text(size: int) -> str:
+    for unit, length in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if size >= length:
+            return f"{size / length:.1f} {unit}".replace(".0 ", " ")
+    return f"{size} byte{'' if size == 1 else 's'}"
+
+
+# -- the holder check: in every write a run makes ------------------------------------------
+
+# The run holds its job: the job is running, leased to this owner, under this run's token.
+_HELD = ("EXISTS (SELECT 1 FROM jobs WHERE jobs.id = :job AND jobs.state = 'running' "
+         "AND jobs.lease_owner = :owner AND json_extract(jobs.child, '$.token') = :token)")
+
+
+class Run:
+    """A job's run as its environment names it: the queue file, the job, the token and
+    the owner of its lease."""
+
+    def __init__(self, queue: str, job: str, token: str, owner: str) -> None:
+        self.queue, self.job, self.token, self.owner = queue, job, token, owner
+
+    @classmethod
+    def from_environment(cls, environ=None) -> Run | None:
+        """The run this process belongs to; None outside any job (run by hand)."""
+        environ = os.environ if environ is None else environ
+        token = environ.get(TOKEN_ENV)
+        if not token:
+            return None
+        missing = [name for name in (QUEUE_ENV, JOB_ENV, OWNER_ENV) if not environ.get(name)]
+        if missing:
+            raise StepError(f"{TOKEN_ENV} is set but {', '.join(missing)} is not: this "
+                            "process does not look like a job sloth-tray started, and "
+                            "cannot record steps")
+        return cls(environ[QUEUE_ENV], environ[JOB_ENV], token, environ[OWNER_ENV])
+
+    def params(self, **more) -> dict:
+        return {"job": self.job, "token": self.token, "owner": self.owner, **more}
+
+
+class Decision:
+    """What `begin` found: run the step (`run`), skip it (`done`: its output is
+    `output`), or refuse (`unsure`)."""
+
+    def __init__(self, action: str, occurrence: int, row: dict | None = None) -> None:
+        self.action, self.occurrence, self.row = action, occurrence, row or {}
+
+    @property
+    def output(self) -> bytes:
+        return bytes(self.row.get("output") or b"")
+
+
+# -- the run's side: begin, then finish -------------------------------------------------
+
+def begin(db: sqlite3.Connection, run: Run, name: str, *, ask: bool, kind: str,
+          now: float) -> Decision:
+    """Take this call's occurrence of `name` and say what to do with it. Writes are
+    held-checked: a run that is over gets StepRefused, and nothing changes.
+
+    One BEGIN IMMEDIATE: two calls of one name at once get two occurrences."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        decision = _decide(db, run, name, ask=ask, kind=kind, now=now)
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    return decision
+
+
+def _decide(db: sqlite3.Connection, run: Run, name: str, *, ask: bool, kind: str,
+            now: float) -> Decision:
+    held = _held_run(db, run)
+    if held is None:
+        raise StepRefused(_not_held(db, run, name))
+    occurrence = 1 + db.execute(
+        "SELECT count(*) FROM steps WHERE job = :job AND name = :name AND seen_by = :token",
+        run.params(name=name)).fetchone()[0]
+    key = run.params(name=name, occurrence=occurrence, now=now, run=held, ask=int(ask),
+                     kind=kind)
+    row = _row(db, run.job, name, occurrence)
+    if row is None:
+        db.execute(
+            "INSERT INTO steps(job, name, occurrence, state, ask, run, token, seen_by, "
+            "started_at, kind) SELECT :job, :name, :occurrence, 'running', :ask, :run, "
+            f":token, :token, :now, :kind WHERE {_HELD}", key)
+        return Decision("run", occurrence)
+    if row["state"] == "done" or (row["state"] in ("cut", "running") and row["ask"]):
+        db.execute("UPDATE steps SET seen_by = :token WHERE job = :job AND name = :name "
+                   f"AND occurrence = :occurrence AND {_HELD}", key)
+        return Decision("done" if row["state"] == "done" else "unsure", occurrence, row)
+    # failed (never cached), or cut short and not asking: it runs again
+    db.execute(
+        "UPDATE steps SET state = 'running', ask = :ask, run = :run, token = :token, "
+        "seen_by = :token, started_at = :now, ended_at = NULL, exit_code = NULL, "
+        "output = NULL, output_size = NULL, kind = :kind, marked_at = NULL "
+        f"WHERE job = :job AND name = :name AND occurrence = :occurrence AND {_HELD}", key)
+    return Decision("run", occurrence, row)
+
+
+def _held_run(db: sqlite3.Connection, run: Run) -> int | None:
+    """The job's run number, when `run` holds it."""
+    found = db.execute(
+        "SELECT runs FROM jobs WHERE id = :job AND state = 'running' "
+        "AND lease_owner = :owner AND json_extract(child, '$.token') = :token",
+        run.params()).fetchone()
+    return None if found is None else found[0]
+
+
+def _not_held(db: sqlite3.Connection, run: Run, name: str) -> str:
+    found = db.execute("SELECT state FROM jobs WHERE id = ?", (run.job,)).fetchone()
+    if found is None:
+        return (f'step "{name}" was not run: job {run.job} is not in the queue '
+                f"{run.queue}")
+    return (f'step "{name}" was not run: this run of job {run.job} is over (the job is '
+            f"{found[0]} now, and its run belongs to another start), so it records nothing")
+
+
+def finish(db: sqlite3.Connection, run: Run, name: str, occurrence: int, *, ok: bool,
+           exit_code: int | None, output: bytes | None, output_size: int,
+           now: float) -> bool:
+    """Record how the step ended: done (with its output) or failed. False when the run
+    no longer holds the job: nothing was recorded."""
+    changed = db.execute(
+        "UPDATE steps SET state = :state, ended_at = :now, exit_code = :exit_code, "
+        "output = :output, output_size = :size WHERE job = :job AND name = :name "
+        "AND occurrence = :occurrence AND state = 'running' AND token = :token "
+        f"AND {_HELD}",
+        run.params(state="done" if ok else "failed", now=now, exit_code=exit_code,
+                   output=output if ok else None, size=output_size, name=name,
+                   occurrence=occurrence)).rowcount
+    return changed == 1
+
+
+def _row(db: sqlite3.Connection, job: str, name: str, occurrence: int) -> dict | None:
+    cursor = db.execute(f"SELECT {_COLUMNS} FROM steps WHERE job = ? AND name = ? "
+                        "AND occurrence = ?", (job, name, occurrence))
+    found = cursor.fetchone()
+    return None if found is None else _as_dict(found)
+
+
+_FIELDS = ("name", "occurrence", "state", "ask", "run", "started_at", "ended_at",
+           "exit_code", "output_size", "kind", "marked_at", "output")
+_COLUMNS = ", ".join(_FIELDS)
+
+
+def _as_dict(row) -> dict:
+    """A row of _FIELDS (all, or all but the last, the output) by name."""
+    return dict(zip(_FIELDS, row))  # noqa: B905 - zip(strict=) is Python 3.10's; jobs' may be older
+_LISTED = ", ".join(field for field in _FIELDS if field != "output")  # all but the output
+
+
+# -- the queue's side: a run that ends, a person's word, what is shown -------------------
+
+def cut_run(db: sqlite3.Connection, job: str, now: float) -> int:
+    """The job's run ended: a step still running was cut short. Called by the Queue
+    inside the transaction that ends the run (its own owner check)."""
+    return db.execute("UPDATE steps SET state = 'cut', ended_at = :now "
+                      "WHERE job = :job AND state = 'running'",
+                      {"job": job, "now": now}).rowcount
+
+
+def first_unsure(db: sqlite3.Connection, job: str) -> dict | None:
+    """The first step cut short that asks before it runs again, if any."""
+    found = db.execute(f"SELECT {_COLUMNS} FROM steps WHERE job = ? AND state = 'cut' "
+                       "AND ask ORDER BY rowid LIMIT 1", (job,)).fetchone()
+    return None if found is None else _as_dict(found)
+
+
+def run_again(db: sqlite3.Connection, job: str) -> list[str]:
+    """A person's word: the cut steps that asked may run again. Their names."""
+    names = [row[0] for row in db.execute(
+        "SELECT name FROM steps WHERE job = ? AND state = 'cut' AND ask ORDER BY rowid",
+        (job,))]
+    db.execute("UPDATE steps SET ask = 0 WHERE job = ? AND state = 'cut' AND ask", (job,))
+    return names
+
+
+def mark_done(db: sqlite3.Connection, job: str, name: str, now: float) -> int:
+    """A person's word: step `name` happened (every occurrence not recorded done). How
+    many were marked; 0 when it has none left to mark."""
+    return db.execute(
+        "UPDATE steps SET state = 'done', ask = 0, marked_at = :now, "
+        "ended_at = coalesce(ended_at, :now), output = coalesce(output, x''), "
+        "output_size = coalesce(output_size, 0) "
+        "WHERE job = :job AND name = :name AND state != 'done'",
+        {"job": job, "name": name, "now": now}).rowcount
+
+
+def forget_from(db: sqlite3.Connection, job: str, name: str) -> int:
+    """Forget step `name` (its first occurrence) and every step started after it: they
+    run again. How many were forgotten; 0 when the job has no such step."""
+    return db.execute(
+        "DELETE FROM steps WHERE job = :job AND rowid >= (SELECT min(rowid) FROM steps "
+        "WHERE job = :job AND name = :name)", {"job": job, "name": name}).rowcount
+
+
+def forget_all(db: sqlite3.Connection, job: str) -> int:
+    return db.execute("DELETE FROM steps WHERE job = ?", (job,)).rowcount
+
+
+def names(db: sqlite3.Connection, job: str) -> list[str]:
+    """The job's step names, in the order they first started, each once."""
+    seen: dict[str, None] = {}
+    for (name,) in db.execute("SELECT name FROM steps WHERE job = ? ORDER BY rowid", (job,)):
+        seen.setdefault(name)
+    return list(seen)
+
+
+def listed(db: sqlite3.Connection, job: str) -> list[dict]:
+    """The job's steps in the order they first started, without their output."""
+    return [_as_dict(row) for row in db.execute(
+        f"SELECT {_LISTED} FROM steps WHERE job = ? ORDER BY rowid",
+        (job,))]
+
+
+def recorded(db: sqlite3.Connection, job: str, name: str,
+             occurrence: int | None = None) -> dict | None:
+    """One step with its output: the given occurrence, else the last one."""
+    found = db.execute(
+        f"SELECT {_COLUMNS} FROM steps WHERE job = :job AND name = :name "
+        "AND occurrence = coalesce(:occurrence, occurrence) ORDER BY occurrence DESC LIMIT 1",
+        {"job": job, "name": name, "occurrence": occurrence}).fetchone()
+    return None if found is None else _as_dict(found)
+
+
+def progress(db: sqlite3.Connection, jobs: list[str]) -> dict[str, tuple[int, int, dict | None]]:
+    """For each job with steps: (steps recorded, steps done, the first step not done:
+    where it stopped), in one read."""
+    found: dict[str, list] = {}
+    for row in db.execute(
+            f"SELECT job, {_LISTED} FROM steps "
+            "WHERE job IN (SELECT value FROM json_each(?)) ORDER BY rowid",
+            (json.dumps(jobs),)):
+        found.setdefault(row[0], []).append(_as_dict(row[1:]))
+    result = {}
+    for job, rows in found.items():
+        stuck = next((row for row in rows if row["state"] != "done"), None)
+        result[job] = (len(rows), sum(row["state"] == "done" for row in rows), stuck)
+    return result
+
+
+def running(db: sqlite3.Connection, job: str) -> tuple[int, str] | None:
+    """The step the job is in now: (its place among the job's steps, from 1; its name)."""
+    found = db.execute(
+        "SELECT (SELECT count(*) FROM steps AS earlier WHERE earlier.job = steps.job "
+        "AND earlier.rowid <= steps.rowid), name FROM steps WHERE job = ? "
+        "AND state = 'running' ORDER BY rowid DESC LIMIT 1", (job,)).fetchone()
+    return None if found is None else (found[0], found[1])
+
+
+# -- a job's side: the connection, and the Python helper --------------------------------
+
+_connections: dict[tuple[int, str], sqlite3.Connection] = {}
+_lock = threading.Lock()
+
+
+def connection(queue: str) -> sqlite3.Connection:
+    """This process's connection to the queue file (one per process: never across a
+    fork). Never creates the file: a job's queue exists while the job runs."""
+    key = (os.getpid(), queue)
+    db = _connections.get(key)
+    if db is None:
+        if not os.path.isfile(queue):
+            raise StepError(f"cannot record steps: the queue file {queue} does not exist")
+        try:
+            uri = "file:" + _uri_path(queue) + "?mode=rw"
+            db = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT, isolation_level=None,
+                                 check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StepError(f"cannot record steps in {queue}: {exc}") from None
+        _connections[key] = db
+    return db
+
+
+def _uri_path(path: str) -> str:
+    from urllib.parse import quote
+
+    return quote(os.path.abspath(path))
+
+
+def durably(db: sqlite3.Connection, write) -> object:
+    """`write(db)` committed with an fsync (synchronous=FULL), whatever the connection's
+    level: a step's start and end must outlive a power cut."""
+    db.execute("PRAGMA synchronous = FULL")
+    try:
+        return write(db)
+    finally:
+        db.execute("PRAGMA synchronous = NORMAL")
+
+
+def _say(text: str) -> None:
+    """A line for the run's log (the job's stderr)."""
+    try:
+        sys.stderr.write(f"sloth-tray: {text}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def skipped_line(name: str, row: dict) -> str:
+    done = row.get("marked_at") or row.get("ended_at") or 0
+    how = "marked done by hand" if row.get("marked_at") else "done"
+    return f"step {name} skipped ({how} {when_text(done)}, run {row.get('run')})"
+
+
+def unsure_sentence(job: str, name: str, row: dict) -> str:
+    return (f'step "{name}" was cut short at {when_text(row.get("ended_at") or 0)} (run '
+            f"{row.get('run')}), so it may or may not have happened, and it asks before it "
+            f"runs again: `sloth-tray retry {job} --step-done {_shell_word(name)}` if it "
+            f"did, `sloth-tray retry {job}` to run it again")
+
+
+def _shell_word(word: str) -> str:
+    import shlex
+
+    return shlex.quote(word)
+
+
+def step(name, fn, *args, ask=False, **kwargs):
+    """Call fn(*args, **kwargs) once for this job: its result (JSON-serialisable) is
+    recorded, and any later run of the job returns it without calling fn.
+
+    An exception propagates and records no result (the step runs again next time).
+    A result JSON cannot hold raises TypeError naming the step, and records none.
+    Outside a job (run by hand) fn is simply called. `ask=True`: if a run ends while
+    fn runs (a crash, a quit, a lost lease), the job stops and asks you whether it
+    happened, instead of running it again."""
+    problem = name_problem(name)
+    if problem:
+        raise ValueError(problem)
+    run = Run.from_environment()
+    if run is None:
+        return fn(*args, **kwargs)
+    with _lock:
+        db = connection(run.queue)
+        decision = start(db, run, name, ask=ask, kind="python")
+    if decision.action == "done":
+        _say(skipped_line(name, decision.row))
+        return json.loads(decision.output.decode("utf-8")) if decision.output else None
+    if decision.action == "unsure":
+        raise StepUnsure(unsure_sentence(run.job, name, decision.row))
+    previous = os.environ.get(KEY_ENV)
+    os.environ[KEY_ENV] = step_key(run.job, name, decision.occurrence)
+    try:
+        result = fn(*args, **kwargs)
+    except Exception:
+        end(db, run, name, decision.occurrence, ok=False, output=None)
+        raise
+    finally:
+        if previous is None:
+            os.environ.pop(KEY_ENV, None)
+        else:
+            os.environ[KEY_ENV] = previous
+    try:
+        text = json.dumps(result, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        end(db, run, name, decision.occurrence, ok=False, output=None)
+        raise TypeError(f'step "{name}" returned a {type(result).__name__} that JSON cannot '
+                        f"hold ({exc}); nothing was recorded, so it runs again next "
+                        "time") from None
+    if len(text) > OUTPUT_CAP:
+        end(db, run, name, decision.occurrence, ok=False, output=None)
+        raise ValueError(f'step "{name}" returned {size_text(len(text))} of JSON, more than '
+                         f"the {size_text(OUTPUT_CAP)} a step keeps; nothing was recorded, "
+                         "so it runs again next time")
+    if not end(db, run, name, decision.occurrence, ok=True, output=text):
+        raise StepRefused(f'step "{name}" ran, but this run of job {run.job} is over, so it '
+                          "was not recorded; it runs again with the job")
+    return result
+
+
+def start(db, run: Run, name: str, *, ask: bool, kind: str) -> Decision:
+    """This call's occurrence of the step, and what to do with it (begin), for a job's
+    helpers: begin at NORMAL (a skip writes only its count: no fsync), then the start of a
+    step that runs made durable before it runs."""
+    try:
+        db.execute("PRAGMA synchronous = NORMAL")
+        decision = begin(db, run, name, ask=ask, kind=kind, now=time.time())
+        if decision.action == "run":
+            durably(db, lambda db: db.execute(
+                "UPDATE steps SET started_at = started_at WHERE job = :job AND name = :name "
+                f"AND occurrence = :occurrence AND {_HELD}",
+                run.params(name=name, occurrence=decision.occurrence)))
+        return decision
+    except sqlite3.Error as exc:
+        raise StepError(_db_sentence(run, exc)) from None
+
+
+def end(db, run: Run, name: str, occurrence: int, *, ok: bool, output: bytes | None,
+        exit_code: int | None = None, output_size: int | None = None) -> bool:
+    """finish, committed with an fsync, for a job's helpers: False when the run is over."""
+    size = len(output) if output_size is None and output is not None else (output_size or 0)
+    with _lock:
+        try:
+            return bool(durably(db, lambda db: finish(
+                db, run, name, occurrence, ok=ok, exit_code=exit_code, output=output,
+                output_size=size, now=time.time())))
+        except sqlite3.Error as exc:
+            raise StepError(_db_sentence(run, exc)) from None
+
+
+def _db_sentence(run: Run, exc: sqlite3.Error) -> str:
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return (f"the queue {run.queue} stayed locked by another program for "
+                f"{BUSY_TIMEOUT:g} s; the step was not recorded")
+    if "no such table" in text:
+        return (f"the queue {run.queue} has no steps yet: the sloth-tray that runs this job "
+                "is older than this sloth_step")
+    return f"cannot record the step in {run.queue}: {text}"
