@@ -17,16 +17,18 @@ from pathlib import Path
 
 from sloth_tray.daemon import procs
 from sloth_tray.for_jobs import sloth_step
+from sloth_tray.paths import Home
 
 COMMAND = "sloth-tray.exe" if os.name == "nt" else "sloth-tray"
 
 
-def for_run(base: Mapping[str, str], *, job_id: str, name: str, attempt: int, home: Path,
+def for_run(base: Mapping[str, str], *, job_id: str, name: str, attempt: int, home: Home,
             db: Path, owner: str, token: str) -> dict[str, str]:
     env = procs.job_environment(base) | {
         "SLOTH_JOB_ID": job_id, "SLOTH_JOB_NAME": name, "SLOTH_ATTEMPT": str(attempt),
-        "SLOTH_HOME": str(home), procs.RUN_TOKEN_ENV: token,
+        "SLOTH_HOME": str(home.root), procs.RUN_TOKEN_ENV: token,
         sloth_step.OWNER_ENV: owner, sloth_step.QUEUE_ENV: str(Path(db).absolute()),
+        sloth_step.DOORBELL_ENV: str(Path(home.doorbell).absolute()),
     }
     env.pop(sloth_step.KEY_ENV, None)  # a step's key is its own, never the app's
     command_folder = own_command_folder()

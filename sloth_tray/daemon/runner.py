@@ -129,7 +129,7 @@ class Runner:
             if not self.queue.started(job.id, self.owner, {"token": token}):
                 return Attempt(Ending.LEASE_LOST, TAKEN)
         env = jobenv.for_run(os.environ, job_id=job.id, name=job.name, attempt=job.attempts,
-                             home=self.home.root, db=self.queue.path, owner=self.owner,
+                             home=self.home, db=self.queue.path, owner=self.owner,
                              token=token)
         # One log per run, numbered across retries: two runs never share a file.
         run_log = CappedLog(self.home.job_logs(job.id) / f"{max(job.runs, 1)}.log",

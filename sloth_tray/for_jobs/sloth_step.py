@@ -71,6 +71,7 @@ TOKEN_ENV = "SLOTH_RUN_TOKEN"
 OWNER_ENV = "SLOTH_LEASE_OWNER"
 QUEUE_ENV = "SLOTH_QUEUE"
 KEY_ENV = "SLOTH_STEP_KEY"
+DOORBELL_ENV = "SLOTH_DOORBELL"  # touched when a step starts or ends: the tray shows it
 
 STATES = ("running", "done", "failed", "cut")
 
@@ -129,8 +130,26 @@ class Run:
     """A job's run as its environment names it: the queue file, the job, the token and
     the owner of its lease."""
 
-    def __init__(self, queue: str, job: str, token: str, owner: str) -> None:
+    def __init__(self, queue: str, job: str, token: str, owner: str,
+                 doorbell: str | None = None) -> None:
         self.queue, self.job, self.token, self.owner = queue, job, token, owner
+        self.doorbell = doorbell
+
+    def ring(self) -> None:
+        """Tell the app a step started or ended (its tray names the running step)."""
+        if not self.doorbell:
+            return
+        try:
+            fd = os.open(self.doorbell, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
+                         0o600)
+        except OSError:
+            return
+        try:
+            os.utime(fd if os.utime in os.supports_fd else self.doorbell)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
     @classmethod
     def from_environment(cls, environ=None) -> Run | None:
@@ -144,7 +163,8 @@ class Run:
             raise StepError(f"{TOKEN_ENV} is set but {', '.join(missing)} is not: this "
                             "process does not look like a job sloth-tray started, and "
                             "cannot record steps")
-        return cls(environ[QUEUE_ENV], environ[JOB_ENV], token, environ[OWNER_ENV])
+        return cls(environ[QUEUE_ENV], environ[JOB_ENV], token, environ[OWNER_ENV],
+                   environ.get(DOORBELL_ENV))
 
     def params(self, **more) -> dict:
         return {"job": self.job, "token": self.token, "owner": self.owner, **more}
@@ -495,6 +515,7 @@ def start(db, run: Run, name: str, *, ask: bool, kind: str) -> Decision:
                 "UPDATE steps SET started_at = started_at WHERE job = :job AND name = :name "
                 f"AND occurrence = :occurrence AND {_HELD}",
                 run.params(name=name, occurrence=decision.occurrence)))
+            run.ring()
         return decision
     except sqlite3.Error as exc:
         raise StepError(_db_sentence(run, exc)) from None
@@ -506,11 +527,13 @@ def end(db, run: Run, name: str, occurrence: int, *, ok: bool, output: bytes | N
     size = len(output) if output_size is None and output is not None else (output_size or 0)
     with _lock:
         try:
-            return bool(durably(db, lambda db: finish(
+            recorded = bool(durably(db, lambda db: finish(
                 db, run, name, occurrence, ok=ok, exit_code=exit_code, output=output,
                 output_size=size, now=time.time())))
         except sqlite3.Error as exc:
             raise StepError(_db_sentence(run, exc)) from None
+    run.ring()
+    return recorded
 
 
 def _db_sentence(run: Run, exc: sqlite3.Error) -> str:
