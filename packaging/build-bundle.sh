@@ -152,6 +152,33 @@ if [ "$EXE" = "$APP/sloth-tray" ]; then  # not on Windows, where .sh jobs do not
         | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["done"])')"
     [ "$done_count" = 1 ] || die "a .sh job did not complete in the bundle (done=$done_count)"
     echo "a .sh job ran to done in the bundle"
+
+    # Steps through the frozen app: `sloth-tray step` found on the job's PATH (the bundle's
+    # own executable) and `sloth_step` imported by the system's python3; retried, the
+    # job skips both.
+    cat >"$SCRATCH/steps.sh" <<EOF
+#!/bin/sh
+set -e
+sloth-tray step greet -- sh -c 'echo greeted >>"$SCRATCH/greeted"'
+if command -v python3 >/dev/null; then
+    python3 -c 'from sloth_step import step; step("count", lambda: open("$SCRATCH/counted", "a").write("1"))'
+fi
+test -e "$SCRATCH/go"
+EOF
+    frozen add "$SCRATCH/steps.sh" --max-attempts 1 --home "$HOME_DIR" >/dev/null \
+        || die "sloth-tray add failed"
+    frozen work --once --home "$HOME_DIR" >/dev/null || true  # fails: no $SCRATCH/go yet
+    touch "$SCRATCH/go"
+    steps_id="$(frozen list --state failed --json --home "$HOME_DIR" \
+        | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)[0]["id"])')" \
+        || die "the steps job did not fail as it should have"
+    frozen retry "$steps_id" --home "$HOME_DIR" >/dev/null || die "sloth-tray retry failed"
+    frozen work --once --home "$HOME_DIR" >/dev/null || die "the retried steps job failed"
+    [ "$(wc -l <"$SCRATCH/greeted")" -eq 1 ] || die "a done shell step ran again in the bundle"
+    if command -v python3 >/dev/null; then
+        [ "$(cat "$SCRATCH/counted")" = 1 ] || die "a done Python step ran again in the bundle"
+    fi
+    echo "steps ran once each across a retry in the bundle"
 fi
 
 step "built $APP ($(du -sh "$APP" | cut -f1))"
