@@ -1,10 +1,12 @@
 """The jobs folder as an inbox: each whole file dropped in becomes exactly one job.
 
-watchdog events are only hints. A file is taken when it is complete: on
-close-after-write where the platform says so (Linux inotify), at once when it
-was renamed in (a rename is atomic), and otherwise once its size and mtime have
-held still for a settle time. Taking it moves it into the spool and then
-pushes it (see spool.py for why that order survives a crash).
+watchdog events are only hints. A file is taken when it is complete: at once
+when it was renamed or moved in (a rename is atomic); when written in place,
+QUIET seconds after its writer's last close where the platform says when a
+writer closes (Linux inotify: `echo ... > x.sh` and then `echo ... >> x.sh` is
+one job, not two), and otherwise once its size and mtime have held still for a
+settle time. Taking it moves it into the spool and then pushes it (see spool.py
+for why that order survives a crash).
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ from sloth_tray.store.queue import Queue, new_job_id
 log = logging.getLogger("sloth_tray")
 
 SETTLE = 0.5
+# A file written in place is taken this long after its writer's last close: a second
+# write (`>>`) a moment later belongs to the same drop. Renamed in, it is taken at once.
+QUIET = 1.0
 # What the inbox acts on where the platform tells a writer's close (Linux). Not
 # "modified": a drop written in a thousand pieces would wake three of watchdog's
 # threads and the inbox a thousand times, for a file taken at its close anyway.
@@ -55,7 +60,8 @@ def ignored(name: str) -> bool:
 
 class Inbox(FileSystemEventHandler):
     def __init__(self, home: Home, queue: Queue, on_push: Callable[[], None], *,
-                 settle: float = SETTLE, close_events: bool = sys.platform.startswith("linux"),
+                 settle: float = SETTLE, quiet: float = QUIET,
+                 close_events: bool = sys.platform.startswith("linux"),
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.home = home
         # The folder itself, not a symbolic link to it: inotify watches the link
@@ -64,12 +70,14 @@ class Inbox(FileSystemEventHandler):
         self.queue = queue
         self.on_push = on_push
         self.settle = settle
+        self.quiet = quiet
         self.close_events = close_events  # the platform says when a writer closes
         self.monotonic = monotonic
         self._lock = threading.Lock()  # one take at a time
         self._stuck: dict[str, tuple] = {}  # path -> how its last take failed
         self._open: set[str] = set()  # opened and not yet closed (inotify only)
-        self._settling: dict[str, tuple[int, int]] = {}  # path -> (size, mtime_ns)
+        # path -> (size, mtime_ns, deadline): as it was when armed, and its one deadline
+        self._settling: dict[str, tuple[int, int, float]] = {}
         self._due: list[tuple[float, str]] = []  # heap of settle deadlines
         self._wake = threading.Condition()
         self._stopping = False
@@ -142,7 +150,7 @@ class Inbox(FileSystemEventHandler):
             self._open.add(path)  # a writer (or a reader) has it open: wait for the close
         elif isinstance(event, FileClosedEvent):
             self._open.discard(path)
-            self._consider(path, settle=False)
+            self._consider(path, settle=True, wait=self.quiet)  # another write may follow
         elif isinstance(event, FileClosedNoWriteEvent):
             self._open.discard(path)
         elif isinstance(event, FileCreatedEvent | FileModifiedEvent):
@@ -151,7 +159,7 @@ class Inbox(FileSystemEventHandler):
 
     # -- deciding -----------------------------------------------------------------------
 
-    def _consider(self, path: str, *, settle: bool) -> None:
+    def _consider(self, path: str, *, settle: bool, wait: float | None = None) -> None:
         name = os.path.basename(path)
         if ignored(name):
             return
@@ -162,14 +170,17 @@ class Inbox(FileSystemEventHandler):
         if stat.S_ISDIR(info.st_mode):
             return
         if settle and stat.S_ISREG(info.st_mode):
-            self._arm(path, info)
+            self._arm(path, info, wait)
         else:
             self._take(path)
 
-    def _arm(self, path: str, info: os.stat_result) -> None:
+    def _arm(self, path: str, info: os.stat_result, wait: float | None = None) -> None:
+        """Look at the file again in `wait` (the settle time) seconds; an earlier
+        deadline of the same file no longer counts."""
+        deadline = self.monotonic() + (self.settle if wait is None else wait)
         with self._wake:
-            self._settling[path] = (info.st_size, info.st_mtime_ns)
-            heapq.heappush(self._due, (self.monotonic() + self.settle, path))
+            self._settling[path] = (info.st_size, info.st_mtime_ns, deadline)
+            heapq.heappush(self._due, (deadline, path))
             self._wake.notify()
 
     def _settle_loop(self) -> None:
@@ -184,16 +195,20 @@ class Inbox(FileSystemEventHandler):
                     self._wake.wait(self._due[0][0] - self.monotonic() if self._due else None)
                 if self._stopping:
                     return
-                _, path = heapq.heappop(self._due)
-                seen = self._settling.pop(path, None)
-            if seen is None:
-                continue  # taken meanwhile
+                deadline, path = heapq.heappop(self._due)
+                seen = self._settling.get(path)
+                if seen is None or seen[2] != deadline:
+                    continue  # taken meanwhile, or armed again later: that deadline counts
+                del self._settling[path]
             try:
                 info = os.lstat(path)
             except FileNotFoundError:
                 continue
-            if (info.st_size, info.st_mtime_ns) == seen and path not in self._open:
-                self._take(path)
+            if (info.st_size, info.st_mtime_ns) == seen[:2] and path not in self._open:
+                try:  # an exception here would end this thread, and every later take
+                    self._take(path)
+                except Exception:
+                    log.exception("the jobs folder watcher stumbled on %s", path)
             else:
                 self._arm(path, info)  # still changing: give it another settle time
 

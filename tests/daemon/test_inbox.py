@@ -114,6 +114,20 @@ def test_a_drop_written_in_many_pieces_wakes_the_inbox_at_its_close_not_at_each_
     assert "FileModifiedEvent" not in seen and len(seen) < 10, seen
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="closes are told by inotify")
+def test_a_file_written_in_place_in_two_goes_is_one_job(home, queue, running):
+    """`echo ... > x.sh`, then `echo ... >> x.sh` a moment later: one job, both lines."""
+    running()
+    drop(home, "two.sh", "echo first\n")
+    time.sleep(0.3)  # the scenario: the second command comes 0.3 s after the first
+    with open(home.jobs / "two.sh", "a") as file:
+        file.write("echo second\n")
+    (job,) = wait_for(lambda: queue.jobs(), what="the job")
+    wait_for(lambda: not (home.jobs / "two.sh").exists(), what="the file taken")
+    assert open(job.script).read() == "echo first\necho second\n"
+    assert len(queue.jobs()) == 1
+
+
 def test_a_file_renamed_in_is_taken_at_once(home, queue, running, tmp_path):
     running(settle=60)  # a settle wait would time the test out: the rename must do it
     outside = tmp_path / "draft.sh"
