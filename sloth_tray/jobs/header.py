@@ -72,11 +72,16 @@ def _link_target(path: Path) -> str:
 
 
 def python_for_jobs() -> str:
-    """The Python that runs .py jobs: the app's own, unless the app is a frozen
-    bundle (then sys.executable is the app, not an interpreter)."""
+    """The Python that runs a .py job with no #! line: the user's `python3` on PATH
+    first (the one that has their modules), else the app's own interpreter, unless
+    the app is a frozen bundle (then sys.executable is the app, not a Python). A
+    job's PATH is the app's, with only the app's own folder after it."""
+    found = shutil.which("python3")
+    if found:
+        return found
     if not getattr(sys, "frozen", False):
         return sys.executable
-    return shutil.which("python3") or shutil.which("python") or "python3"
+    return shutil.which("python") or "python3"
 
 
 def _by_extension(suffix: str, windows: bool) -> list[str] | None:
@@ -93,6 +98,15 @@ def _by_extension(suffix: str, windows: bool) -> list[str] | None:
     return None
 
 
+def empty_sentence(filename: str, head: bytes) -> str | None:
+    """The sentence for a script with nothing in it but blank space (`touch x.sh`):
+    running it would be a job done that did nothing."""
+    if head.strip():
+        return None
+    return (f"{filename} is empty: there is nothing to run (write the script elsewhere, "
+            "then move it into the jobs folder)")
+
+
 def command_for(
     path: Path, head: bytes | None = None, *, windows: bool = os.name == "nt"
 ) -> list[str]:
@@ -103,6 +117,9 @@ def command_for(
     """
     if head is None:
         head = read_head(path)
+    empty = empty_sentence(path.name, head)
+    if empty:
+        raise BadJobFile(empty)
     first_line = head.split(b"\n", 1)[0].rstrip(b"\r")
     if first_line.startswith(b"#!"):
         shebang = first_line[2:].decode("utf-8", "replace").strip()

@@ -29,7 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from sloth_tray.errors import SlothError
-from sloth_tray.jobs.header import BadJobFile, job_name, open_file, parse_options, read_head
+from sloth_tray.jobs.header import (
+    BadJobFile,
+    empty_sentence,
+    job_name,
+    open_file,
+    parse_options,
+    read_head,
+)
 from sloth_tray.paths import Home
 from sloth_tray.store.queue import VALID_ID, Queue, new_job_id
 from sloth_tray.store.states import Reason, State
@@ -211,9 +218,13 @@ def push(queue: Queue, script: Path, job_id: str, *, name: str | None = None,
     error, reason = refused, Reason.REFUSED
     if error is None and script.is_file() and not script.is_symlink():
         try:
-            options = parse_options(read_head(script), script.name)
+            head = read_head(script)
+            options = parse_options(head, script.name)
         except BadJobFile as exc:
             error, reason = str(exc), Reason.BAD_HEADER
+        else:
+            error = empty_sentence(script.name, head)
+            reason = Reason.UNRUNNABLE
     name = name or job_name(script)
     pushed = queue.push(
         name, script=str(final or script), job_id=job_id,
@@ -221,7 +232,7 @@ def push(queue: Queue, script: Path, job_id: str, *, name: str | None = None,
         max_attempts=max_attempts if max_attempts is not None else options.get("max_attempts"),
         options=options, error=error, reason=reason)
     _mark_queued(script.parent)
-    if error is not None and reason is Reason.BAD_HEADER:  # a refusal is said by the caller
+    if error is not None and reason is not Reason.REFUSED:  # a refusal is said by the caller
         log.warning("failed %s (%s): %s", name, pushed, error)
     return pushed
 
@@ -238,9 +249,13 @@ def add(home: Home, source: Path, *, name: str | None = None, delay: float | Non
     if not source.is_file():
         raise SlothError(f"{source} is not a file")
     try:
-        parse_options(read_head(source), source.name)
+        head = read_head(source)
+        parse_options(head, source.name)
     except BadJobFile as exc:
         raise SlothError(f"{exc}; nothing was queued") from None
+    if empty_sentence(source.name, head):
+        raise SlothError(f"{source.name} is empty: there is nothing to run; nothing was "
+                         "queued")
     job_id = new_job_id()
     staging = home.spool / f"{STAGING}{job_id}"
     final = home.spool / job_id

@@ -213,6 +213,15 @@ def test_header_options_are_read_and_a_bad_header_fails_the_job_at_once(home, qu
     assert said == [f"failed bad ({bad.id}): {bad.last_error}"]  # the app's log says why
 
 
+def test_an_empty_file_becomes_a_failed_job_that_says_so(home, queue, running):
+    """`touch jobs/x.sh`: nothing to run is a failure, never a job done."""
+    running()
+    (home.jobs / "x.sh").touch()
+    (job,) = wait_for(lambda: queue.jobs(), what="the job")
+    assert (job.state, job.reason) == (State.FAILED, Reason.UNRUNNABLE)
+    assert job.last_error.startswith("x.sh is empty: there is nothing to run")
+
+
 @pytest.mark.parametrize("case", ["symlink", "fifo", "not yours", "open folder"])
 def test_refused_drops_become_failed_jobs_that_say_why(home, queue, running, tmp_path, case):
     target = tmp_path / "elsewhere.sh"

@@ -20,15 +20,36 @@ def test_the_shebang_wins_else_the_extension(head, expected):
     assert command_for(P, head, windows=False) == expected
 
 
+def test_a_py_without_a_shebang_runs_under_the_python3_on_path(tmp_path, monkeypatch):
+    """The user's own python3 (with their modules), not the app's interpreter."""
+    mine = tmp_path / "python3"
+    mine.write_text("#!/bin/sh\n")
+    mine.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    assert command_for(Path("tidy.py"), b"import requests\n", windows=False) == [
+        str(mine), "tidy.py"]
+
+
+def test_a_py_without_a_shebang_and_no_python3_on_path_runs_under_the_apps(tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # holds no python3
+    assert command_for(Path("tidy.py"), b"pass\n", windows=False) == [sys.executable,
+                                                                        "tidy.py"]
+
+
+@pytest.mark.parametrize("head", [b"", b"\n", b"  \r\n\t\n"])
+def test_an_empty_script_has_nothing_to_run(head):
+    with pytest.raises(BadJobFile, match=r"^report.sh is empty: there is nothing to run"):
+        command_for(P, head, windows=False)
+
+
 @pytest.mark.parametrize("name, windows, prefix", [
-    ("tidy.py", False, [sys.executable]),
-    ("TIDY.PY", False, [sys.executable]),
     ("backup.bash", False, None),
     ("task.bat", True, ["cmd.exe", "/d", "/c"]),
     ("task.ps1", True, ["powershell.exe", "-NoProfile", "-ExecutionPolicy", "Bypass", "-File"]),
 ])
 def test_extensions(name, windows, prefix):
-    argv = command_for(Path(name), b"", windows=windows)
+    argv = command_for(Path(name), b"exit 0\n", windows=windows)
     assert argv[-1] == name
     if prefix:
         assert argv[:-1] == prefix

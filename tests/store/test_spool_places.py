@@ -180,3 +180,14 @@ def test_a_link_renamed_over_a_drop_while_it_is_taken_is_refused_and_never_run(
         assert not marker.exists(), "the link's target ran"
     finally:
         queue.close()
+
+
+def test_add_of_an_empty_script_queues_nothing_and_says_why(tmp_path):
+    home = Home(tmp_path / "home", tmp_path / "home" / "jobs").ensure()
+    empty = tmp_path / "x.sh"
+    empty.write_text("\n")
+    with pytest.raises(spool.SlothError, match=r"^x.sh is empty: there is nothing to run; "
+                                               "nothing was queued$"):
+        spool.add(home, empty)
+    with Queue(home.db) as queue:
+        assert queue.jobs() == []
