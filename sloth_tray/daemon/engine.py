@@ -18,13 +18,21 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from sloth_tray.daemon import procs
 from sloth_tray.daemon.alarm import Alarm, make_alarm
 from sloth_tray.daemon.outcome import Attempt, Recorded, record
 from sloth_tray.daemon.runner import Runner
 from sloth_tray.daemon.serial import SerialThread
-from sloth_tray.daemon.snapshot import FailedJob, FailedSeries, RunningJob, Snapshot, WaitingJob
+from sloth_tray.daemon.snapshot import (
+    FailedJob,
+    FailedSeries,
+    RunningJob,
+    Snapshot,
+    StepProgress,
+    WaitingJob,
+)
 from sloth_tray.errors import DatabaseProblem, SlothError
 from sloth_tray.jobs.conditions import Conditions, waiting_for
 from sloth_tray.paths import Home
@@ -97,6 +105,8 @@ class Engine:
         self._published_at = float("-inf")  # monotonic time of the last snapshot read
         self._publishing = threading.Lock()
         self._actions = SerialThread("actions")
+        # When recover() began (the queue's clock): a failure since is this start's news
+        self.recovered_at: float | None = None
         if conditions is not None:
             conditions.subscribe(self._conditions_changed)
 
@@ -170,8 +180,23 @@ class Engine:
     # thread must not wait on SQLite. The worker blocks with no timeout between
     # requests.
 
-    def retry(self, job_id: str) -> None:
-        self._act(lambda queue: spool.retry(queue, job_id))
+    def retry(self, job_id: str, step_done: str | None = None) -> None:
+        """Run a failed job again. A step cut short that asked runs again too (the
+        menu's `Run "NAME" again`), unless `step_done` names it: then that step is a
+        person's word that it happened, marked done first (`Mark "NAME" done`).
+
+        Only a job still failed or cancelled: a menu or a notification read before the
+        job ran again must not run it once more when it is done (the command line's
+        retry takes done jobs too)."""
+        def again(queue: Queue) -> None:
+            state = queue.get(job_id).state
+            if state not in (State.FAILED, State.CANCELLED):
+                log.info("%s is %s now: not retried", job_id, state)
+                return
+            spool.retry(queue, job_id, **({} if step_done is None else
+                                          {"step_done": step_done}))
+
+        self._act(again)
 
     def retry_all_failed(self) -> None:
         def retry_all(queue: Queue) -> None:
@@ -255,6 +280,7 @@ class Engine:
         those jobs (attempt counted, max_attempts honoured) instead of waiting
         the leases out.
         """
+        self.recovered_at = self.queue.clock()
         if procs.FINDS_RUNS_BY_ENVIRONMENT:
             killed = procs.kill_runs_of(self.home.root)
         else:
@@ -477,10 +503,7 @@ class Engine:
         counts = self.queue.summary()
         self._paused = bool(counts["paused"])
         runs = self.queue.failed_by_series(SHOWN_FAILED, SHOWN_RUNS_PER_SERIES)
-        failed = tuple(FailedJob(j.id, j.name, j.last_error or "", j.updated_at,
-                                 refused=j.reason == Reason.REFUSED, series=series,
-                                 reason=j.reason, script=j.script)
-                       for j, series, _, _ in runs)
+        failed = self._failed_jobs([(job, series) for job, series, _, _ in runs])
         failing_series = {series: FailedSeries(series, j.name, failures, since)
                           for j, series, failures, since in runs if series}
         unmet = self._unmet()
@@ -489,12 +512,41 @@ class Engine:
                         for j in self.queue.upcoming(SHOWN_WAITING))
         verdict = self.queue.overdue(paused=bool(counts["paused"]))
         self._next_overdue = verdict.next_change
+        running = self._running
+        if running is not None:  # the step it is in: a step's start or end rings wake()
+            running = replace(running, step=self.queue.running_step(running.id))
         return Snapshot(
             pending=counts["pending"], done=counts["done"], failed_count=counts["failed"],
-            due_now=counts["due_now"], running=self._running, failed_jobs=failed,
+            due_now=counts["due_now"], running=running, failed_jobs=failed,
             failed_series=tuple(failing_series.values()),
             waiting=waiting,
             next_wakeup=self.queue.next_wakeup(unmet), paused=bool(counts["paused"]),
             problem=self._problem,
             stopped=stopped, overdue=verdict.overdue,
         )
+
+    def _failed_jobs(self, runs: list[tuple[Job, str]]) -> tuple[FailedJob, ...]:
+        """The failed jobs shown, each with how far its steps got (one read for them
+        all) and, failed for a step cut short that asks, that step."""
+        progress = self.queue.step_progress([job.id for job, _ in runs])
+        failed = []
+        for job, series in runs:
+            steps, done, stuck = progress.get(job.id, (0, 0, None))
+            failed.append(FailedJob(
+                job.id, job.name, job.last_error or "", job.updated_at,
+                refused=job.reason == Reason.REFUSED, series=series, reason=job.reason,
+                script=job.script,
+                progress=StepProgress(steps, done, stuck and stuck["name"],
+                                      stuck and stuck["state"]) if steps else None,
+                unsure_step=self._unsure_step(job.id, stuck)
+                if steps and job.reason == Reason.STEP_UNSURE else None))
+        return tuple(failed)
+
+    def _unsure_step(self, job_id: str, stuck: dict | None) -> str | None:
+        """The first step cut short that asks (as Queue fails the job for): nearly
+        always the first step not done; else, after an earlier step failed and the
+        job went on, one more read finds it."""
+        if stuck is not None and stuck["state"] == "cut" and stuck["ask"]:
+            return stuck["name"]
+        return next((step["name"] for step in self.queue.steps(job_id)
+                     if step["state"] == "cut" and step["ask"]), None)

@@ -20,6 +20,18 @@ class RunningJob:
     attempt: int
     max_attempts: int
     started_at: float
+    step: tuple[int, str] | None = None  # the step it is in: (its place from 1, its name)
+
+
+@dataclass(frozen=True)
+class StepProgress:
+    """How far a job with steps got: its steps recorded, those done, and the first
+    not done (where it stopped) with that step's state (failed, cut, running)."""
+
+    steps: int
+    done: int
+    stopped_in: str | None = None  # None: every step recorded is done
+    stopped: str | None = None
 
 
 @dataclass(frozen=True)
@@ -32,6 +44,9 @@ class FailedJob:
     series: str = ""  # the series it is a run of (FailedSeries.key); "" if it does not repeat
     reason: Reason | None = None  # why it failed: what its notification offers to do
     script: str | None = None  # its copy in the spool, shown when the script is at fault
+    progress: StepProgress | None = None  # how far its steps got; None: it has none
+    # The step cut short that asks whether it happened (reason STEP_UNSURE), if known
+    unsure_step: str | None = None
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,10 @@ drops, or one "Retry all failed" that fails again, must not bury the desktop.
 A notification is withdrawn once nothing it tells of is failed any longer (retried,
 cancelled, removed), and shrinks while some of it still is. Its buttons fit the
 failure: a script the queue cannot run (a bad header, a refused drop, ...) fails
-again on every retry, so it offers the script, never Retry.
+again on every retry, so it offers the script, never Retry; a step cut short that
+asks whether it happened offers its two answers, and no Retry all answers it unasked.
+A failure at this start (a run cut short by a crash, its lease taken back as the app
+starts) is news, though it is in the first snapshot.
 
 The tray keeps one Announcer, touched on one thread, and hands what it returns to
 the notifier: a Notice is shown, or updated in place when its key is still up; a
@@ -21,9 +24,9 @@ from dataclasses import dataclass, field
 
 from sloth_tray.daemon.snapshot import FailedJob, Snapshot
 from sloth_tray.jobs.overdue import OverdueJob
-from sloth_tray.store.states import PERMANENT
+from sloth_tray.store.states import PERMANENT, Reason
 from sloth_tray.text import printable
-from sloth_tray.tray.presenter import short
+from sloth_tray.tray.presenter import short, step_name
 
 # A failure this soon after the last one a notification told of joins it. Long
 # enough for a queue of failing jobs to fail one after another (a Retry all), short
@@ -41,6 +44,8 @@ SHOW_SCRIPT, REMOVE = ("show-script", "Show script"), ("remove", "Remove")
 # A burst: retry those that a retry can help; the folder that says more.
 RETRY_ALL, SHOW_LOGS, SHOW_SCRIPTS = (("retry-all", "Retry all"), ("show-logs", "Show logs"),
                                       ("show-scripts", "Show scripts"))
+# A step cut short that asks (reason STEP_UNSURE): did it happen? Its name goes in.
+MARK_DONE, RUN_AGAIN = ("mark-done", 'Mark "{}" done'), ("run-again", 'Run "{}" again')
 
 
 @dataclass(frozen=True)
@@ -68,8 +73,14 @@ def script_at_fault(job: FailedJob) -> bool:
     return job.refused or job.reason in PERMANENT
 
 
+def asks(job: FailedJob) -> bool:
+    """Whether it waits for a person's word on a step cut short (its answers, not Retry)."""
+    return job.reason == Reason.STEP_UNSURE and job.unsure_step is not None
+
+
 def retryable(jobs: Iterable[FailedJob]) -> list[FailedJob]:
-    return [job for job in jobs if not script_at_fault(job)]
+    """Those a Retry all may retry: a retry can help, and it answers no question."""
+    return [job for job in jobs if not script_at_fault(job) and not asks(job)]
 
 
 @dataclass
@@ -86,15 +97,18 @@ class Announcer:
     """Failures -> Notices and Withdraws, Snapshot by Snapshot. `now` is any clock
     that only moves forward (the tray's is time.monotonic)."""
 
-    def __init__(self, gap: float = BURST_GAP) -> None:
+    def __init__(self, gap: float = BURST_GAP, since: float | None = None) -> None:
+        """`since`: when this start began (the queue's clock); a failure since then is
+        news even in the first snapshot."""
         self._gap = gap
+        self._since = since
         self._up: list[_Up] = []  # oldest first
         self._made = 0
 
     def failures(self, before: Snapshot | None, after: Snapshot,
                  now: float) -> list[Notice | Withdraw]:
         self._follow(after)
-        for job in reversed(failures_to_announce(before, after)):  # oldest first
+        for job in reversed(failures_to_announce(before, after, self._since)):  # oldest 1st
             if not any(job.id in up.jobs for up in self._up):  # else followed just now
                 up = self._burst(now)
                 up.jobs[job.id] = job
@@ -149,13 +163,26 @@ def _reads(notice: Notice) -> tuple:
 
 
 def _notice(key: str, jobs: tuple[FailedJob, ...], *, first: bool) -> Notice:
+    if len(jobs) == 1 and asks(jobs[0]):
+        [job] = jobs
+        name = step_name(job.unsure_step or "")
+        body = short(f'{job.name}: step "{name}" was cut short, so it may or may not have '
+                     "happened. Did it happen?", BODY_CHARS)
+        actions = ((MARK_DONE[0], MARK_DONE[1].format(name)),
+                   (RUN_AGAIN[0], RUN_AGAIN[1].format(name)), SHOW_LOG)
+        return Notice(key, "sloth-tray: a step was cut short", body, actions, jobs, first)
     if len(jobs) == 1:
         [job] = jobs
         body = short(f"{job.name}: {job.error}" if job.error.strip() else job.name,
                      BODY_CHARS)
         actions = (SHOW_SCRIPT, REMOVE) if script_at_fault(job) else (RETRY, SHOW_LOG)
         return Notice(key, "sloth-tray: a job failed", body, actions, jobs, first)
-    actions = (RETRY_ALL, SHOW_LOGS) if retryable(jobs) else (SHOW_SCRIPTS,)
+    if retryable(jobs):
+        actions: Actions = (RETRY_ALL, SHOW_LOGS)
+    elif any(asks(job) for job in jobs):  # their answers are in the menu; the logs say more
+        actions = (SHOW_LOGS,)
+    else:
+        actions = (SHOW_SCRIPTS,)
     return Notice(key, f"sloth-tray: {len(jobs)} jobs failed", names(jobs), actions, jobs,
                   first)
 
@@ -173,13 +200,15 @@ def names(jobs: Iterable[FailedJob]) -> str:
     return ", ".join(shown) + (f" and {more} more" if more else "")
 
 
-def failures_to_announce(before: Snapshot | None, after: Snapshot) -> list[FailedJob]:
+def failures_to_announce(before: Snapshot | None, after: Snapshot,
+                         since: float | None = None) -> list[FailedJob]:
     """Jobs that failed since `before` (newest first): each failure is news once.
-    Nothing is news in the first snapshot (old failures are not), nor is a job
-    that only came into view: when `before` carried only some of the failed jobs, one
-    that failed no later than the newest it carried was there already, unseen."""
+    Nothing is news in the first snapshot but what failed at or after `since` (this
+    start's: old failures are not), nor is a job that only came into view: when
+    `before` carried only some of the failed jobs, one that failed no later than the
+    newest it carried was there already, unseen."""
     if before is None:
-        return []
+        return [] if since is None else [job for job in after.failed_jobs if job.at >= since]
     seen = {(job.id, job.at) for job in before.failed_jobs}
     partial = len(before.failed_jobs) < before.failed_count
     newest = max((job.at for job in before.failed_jobs), default=float("-inf"))

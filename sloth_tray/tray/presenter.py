@@ -14,7 +14,7 @@ from functools import reduce
 from operator import or_
 from typing import Protocol
 
-from sloth_tray.daemon.snapshot import FailedJob, FailedSeries, Snapshot, WaitingJob
+from sloth_tray.daemon.snapshot import FailedJob, FailedSeries, Snapshot, StepProgress, WaitingJob
 from sloth_tray.jobs.overdue import OverdueJob
 from sloth_tray.text import printable
 from sloth_tray.timefmt import format_duration
@@ -25,6 +25,7 @@ from sloth_tray.tray.icons import Look
 FAILED_LABEL_CHARS = 48
 ERROR_CHARS_AT_LEAST = 16
 ERROR_ROW_CHARS = 120  # the error's own row, first in the job's submenu
+STEP_NAME_CHARS = 40  # a step's name in a row (a name may have 200)
 REFRESH_SECONDS = 1.0  # how often an open menu's times move (a running job's)
 WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")  # English, as every label is
 MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
@@ -33,7 +34,9 @@ MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", 
 class Controls(Protocol):
     """What the menu's items do; the tray wires these to the engine and the desktop."""
 
-    def retry(self, job_id: str) -> None: ...
+    # step_done: a step cut short that asked happened (marked done first); without it,
+    # such a step runs again
+    def retry(self, job_id: str, step_done: str | None = None) -> None: ...
     def retry_all_failed(self) -> None: ...
     def cancel(self, job_id: str) -> None: ...
     def cancel_failed_runs(self, series: str) -> None: ...  # every failed run of a series
@@ -109,7 +112,8 @@ def status_line(snapshot: Snapshot, now: float, jobs_folder: str = "") -> str:
         return snapshot.problem
     if snapshot.running:
         job = snapshot.running
-        return (f"Running {printable(job.name)} "
+        step = f" — step {job.step[0]} {step_name(job.step[1])}" if job.step else ""
+        return (f"Running {printable(job.name)}{step} "
                 f"(attempt {job.attempt}, {clock(now - job.started_at)})")
     if snapshot.paused:
         return "Paused"
@@ -149,6 +153,21 @@ def short(text: str, limit: int = ERROR_ROW_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def step_name(name: str) -> str:
+    return short(name, STEP_NAME_CHARS)
+
+
+def progress_label(progress: StepProgress) -> str:
+    """How far a failed job's steps got: `Got through 2 steps; stopped in "upload"
+    (failed)`, or `All 3 steps done` when it failed after them."""
+    if progress.stopped_in is None:
+        return f"All {progress.steps} step{'s' if progress.steps != 1 else ''} done"
+    done = progress.done
+    got = f"Got through {done} step{'s' if done != 1 else ''}" if done else "No step done"
+    how = {"cut": "cut short"}.get(progress.stopped or "", progress.stopped or "")
+    return f'{got}; stopped in "{step_name(progress.stopped_in)}"' + (f" ({how})" if how else "")
+
+
 def failed_label(job: FailedJob) -> str:
     """`nightly-backup-of-photos — rsync: connection re…`: the name is what tells
     the jobs apart, so it is never cut; the error gets what room is left."""
@@ -176,14 +195,26 @@ def waiting_label(job: WaitingJob, now: float) -> str:
 
 
 def failed_submenu(job: FailedJob, controls: Controls) -> tuple[Item, ...]:
-    """The whole error first (as much as a menu row holds; Show log has the rest),
-    then what can be done: a refused drop never runs, it can only be removed."""
-    error = (Item(short(job.error, ERROR_ROW_CHARS), enabled=False, key="error"),
-             separator("sep-1")) if job.error.strip() else ()
+    """The whole error first (as much as a menu row holds; Show log has the rest), and
+    how far its steps got, then what can be done: a refused drop never runs, it can
+    only be removed; a step cut short that asks is answered (it happened, or run it
+    again), never retried unasked."""
+    said = (*((Item(short(job.error, ERROR_ROW_CHARS), enabled=False, key="error"),)
+              if job.error.strip() else ()),
+            *((Item(progress_label(job.progress), enabled=False, key="steps"),)
+              if job.progress else ()))
+    error = (*said, separator("sep-1")) if said else ()
     if job.refused:
         return (*error, Item("Remove", lambda: controls.cancel(job.id), key="remove"))
-    return (*error,
-            Item("Retry", lambda: controls.retry(job.id), key="retry"),
+    if job.unsure_step is not None:
+        step, name = job.unsure_step, step_name(job.unsure_step)
+        retry: tuple[Item, ...] = (
+            Item(f'Mark "{name}" done', lambda: controls.retry(job.id, step),
+                 key="mark-done"),
+            Item(f'Run "{name}" again', lambda: controls.retry(job.id), key="run-again"))
+    else:
+        retry = (Item("Retry", lambda: controls.retry(job.id), key="retry"),)
+    return (*error, *retry,
             Item("Show log", lambda: controls.show_log(job.id), key="show-log"),
             Item("Cancel", lambda: controls.cancel(job.id), key="cancel"))
 
@@ -231,8 +262,10 @@ def series_row(series: FailedSeries, runs: list[FailedJob], controls: Controls,
         f"{printable(series.name)} — failed {series.failures} times "
         f"{since(series.since, now, tz)}",
         key=f"series:{printable(series.key)}",
+        # A latest run that asks is answered in its own row below, never retried unasked
         submenu=(Item("Retry latest", lambda: controls.retry(latest.id),
-                      enabled=not latest.refused, key="retry-latest"),
+                      enabled=not latest.refused and latest.unsure_step is None,
+                      key="retry-latest"),
                  Item(f"Cancel all {series.failures}",
                       lambda: controls.cancel_failed_runs(series.key), key="cancel-all"),
                  separator("sep-1"), *rows, *not_shown))

@@ -80,7 +80,9 @@ class Tray:
         self.notifier = make_notifier(self.surface) if notifications else None
         self.opener = opener or self._open
         self._snapshot: Snapshot | None = None
-        self._announcer = Announcer()  # touched on the surface's thread only
+        # Touched on the surface's thread only. A failure since recovery began is this
+        # start's news: a run cut short by a crash, its lease taken back just now.
+        self._announcer = Announcer(since=self.engine.recovered_at)
         self._clock = time.monotonic  # a burst's gap: never moved by a clock set back
         self.revealer: Callable[[Path], None] = self._reveal
         self._overdue_announced: set[tuple[str, float]] = set()  # (name, last success)
@@ -162,8 +164,10 @@ class Tray:
     def _act(self, notice: Notice, action: str) -> None:
         """A notification's button (on a thread of its own): the keys are announce.py's."""
         job = notice.jobs[0]
-        if action == "retry":
+        if action in ("retry", "run-again"):  # run again: a step cut short runs again
             self.retry(job.id)
+        elif action == "mark-done" and job.unsure_step is not None:
+            self.retry(job.id, job.unsure_step)
         elif action == "retry-all":
             for each in retryable(notice.jobs):
                 self.retry(each.id)
@@ -218,8 +222,9 @@ class Tray:
 
     # -- what the menu does (presenter.Controls) ---------------------------------------
 
-    def retry(self, job_id: str) -> None:
-        self.engine.retry(job_id)
+    def retry(self, job_id: str, step_done: str | None = None) -> None:
+        """Run it again; `step_done`: a person's word that that step happened."""
+        self.engine.retry(job_id, step_done)
 
     def retry_all_failed(self) -> None:
         self.engine.retry_all_failed()

@@ -13,7 +13,7 @@ from conftest import FakeClock, wait_for
 
 from sloth_tray.daemon import engine as engine_module
 from sloth_tray.daemon.engine import Engine
-from sloth_tray.daemon.snapshot import FailedSeries, Snapshot
+from sloth_tray.daemon.snapshot import FailedSeries, Snapshot, StepProgress
 from sloth_tray.store.queue import Queue, Reason, State
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /bin/sh")
@@ -423,3 +423,97 @@ def test_stopping_a_running_run_of_a_series_lets_the_series_go_on(home, tmp_path
                  what="the run to stop")
     assert queue.get(job).state == State.CANCELLED
     assert [j.name for j in queue.jobs(State.PENDING)] == ["tidy"], "the series' next run"
+
+
+# -- steps: the running one named, how far a failed job got, a cut step's question ------
+
+
+def test_a_running_job_is_shown_in_its_step_as_the_step_starts(home, tmp_path):
+    """A real child's `sloth-tray step`s; each rings the doorbell, which the app's
+    watcher turns into wake() (called here by hand: no watcher in this test)."""
+    queue = Queue(home.db)
+    started, go = tmp_path / "started", tmp_path / "go"
+    push_script(queue, home, "backup.sh",
+                "sloth-tray step fetch -- true\n"
+                f"sloth-tray step upload -- sh -c 'touch {started}; {until(go)}'\n")
+    with draining(Engine(queue, home), go) as (engine, seen, _thread):
+        wait_for(started.exists, what="the second step to start")
+        engine.wake()
+        wait_for(lambda: seen[-1].running and seen[-1].running.step == (2, "upload"),
+                 what="the running step to be published")
+    assert seen[-1].running is None and seen[-1].done == 1
+    assert [(s["name"], s["state"]) for s in queue.steps(queue.jobs(State.DONE)[0].id)] == [
+        ("fetch", "done"), ("upload", "done")]
+
+
+def ran_steps(queue: Queue, home, name: str, steps: list[tuple[str, str, bool]]) -> str:
+    """A job claimed and given steps by its run (name, how it ended: done, failed or
+    running, whether it asks), its attempt then failed (exit status 1): its id."""
+    from sloth_tray.for_jobs import sloth_step
+
+    job_id = push_script(queue, home, f"{name}.sh", "exit 0", max_attempts=1)
+    job = queue.claim("w", token=f"token-{name}")
+    assert job is not None and job.id == job_id
+    run = sloth_step.Run(str(home.db), job_id, f"token-{name}", "w")
+    db = sqlite3.connect(home.db, isolation_level=None)
+    try:
+        for step, ending, ask in steps:
+            decision = sloth_step.begin(db, run, step, ask=ask, kind="shell", now=queue.clock())
+            assert decision.action == "run"
+            if ending != "running":
+                assert sloth_step.finish(db, run, step, decision.occurrence,
+                                         ok=ending == "done", exit_code=0, output=b"",
+                                         output_size=0, now=queue.clock())
+    finally:
+        db.close()
+    assert queue.fail(job_id, "w", "exit status 1") == State.FAILED
+    return job_id
+
+
+def test_a_failed_job_carries_how_far_its_steps_got_and_the_step_that_asks(home):
+    queue = Queue(home.db)
+    plain = push_script(queue, home, "plain.sh", "exit 1", max_attempts=1)
+    Engine(queue, home).run(drain=True)
+    upload = ran_steps(queue, home, "upload", [("fetch", "done", False),
+                                               ("pack", "done", False),
+                                               ("upload", "failed", False)])
+    invoice = ran_steps(queue, home, "invoice", [("prepare", "done", False),
+                                                 ("send", "running", True)])
+    # The step that asks is not the first one not done: an earlier one failed, and the
+    # job went on.
+    late = ran_steps(queue, home, "late", [("check", "failed", False),
+                                           ("pay", "running", True)])
+    snapshot = snapshot_of(queue, home)
+    by_id = {job.id: job for job in snapshot.failed_jobs}
+    assert (by_id[plain].progress, by_id[plain].unsure_step) == (None, None)
+    assert (by_id[upload].progress, by_id[upload].unsure_step) == (
+        StepProgress(3, 2, "upload", "failed"), None)
+    assert by_id[invoice].reason == Reason.STEP_UNSURE
+    assert (by_id[invoice].progress, by_id[invoice].unsure_step) == (
+        StepProgress(2, 1, "send", "cut"), "send")
+    assert (by_id[late].progress, by_id[late].unsure_step) == (
+        StepProgress(2, 0, "check", "failed"), "pay")
+
+
+def test_the_menus_answers_to_a_cut_step_retry_the_job_and_a_stale_click_does_nothing(
+        home):
+    queue = Queue(home.db)
+    invoice = ran_steps(queue, home, "invoice", [("send", "running", True)])
+    again = ran_steps(queue, home, "again", [("send", "running", True)])
+    engine = Engine(queue, home)
+    engine.retry(invoice, "send")  # Mark "send" done
+    engine.retry(again)  # Run "send" again
+    done = push_script(queue, home, "ok.sh", "true")
+    engine.run(drain=True)  # the action thread's work is done before the loop's end
+    assert queue.get(done).state == State.DONE
+    [send] = queue.steps(invoice)
+    assert (send["state"], send["marked_at"] is not None) == ("done", True)
+    [cut] = queue.steps(again)
+    assert (cut["state"], cut["ask"]) == ("cut", 0)  # it runs again with the job
+    assert {queue.get(invoice).state, queue.get(again).state} == {State.DONE}
+    # A menu or a notification read before the job was done: its click runs nothing.
+    runs = queue.get(done).runs
+    engine = Engine(queue, home)
+    engine.retry(done)
+    engine.run(drain=True)
+    assert (queue.get(done).state, queue.get(done).runs) == (State.DONE, runs)

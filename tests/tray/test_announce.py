@@ -12,6 +12,7 @@ from sloth_tray.tray.announce import (
     Withdraw,
     failures_to_announce,
     names,
+    retryable,
 )
 
 NOW = 1_000_000.0
@@ -175,3 +176,49 @@ def test_names_say_each_name_once_with_its_count():
     assert names([job(1), *series]) == "job1, backup (3)"
     assert names([job(n) for n in range(5)]) == "job0, job1, job2 and 2 more"
     assert names([FailedJob("e", "evil\x1b[2Jname", "x", NOW)]) == "evil\\x1b[2Jname"
+
+
+def unsure(number: int, at: float | None = None) -> FailedJob:
+    return FailedJob(f"u{number}", f"invoice{number}",
+                     'step "send" was cut short at 2026-12-01 14:02:00 (run 1), so ...',
+                     NOW + number if at is None else at, reason=Reason.STEP_UNSURE,
+                     unsure_step="send")
+
+
+def test_a_cut_step_that_asks_says_so_and_offers_its_two_answers():
+    [notice] = Announcer().failures(Snapshot(), failed(unsure(1)), NOW)
+    assert notice.title == "sloth-tray: a step was cut short"
+    assert notice.body == ('invoice1: step "send" was cut short, so it may or may not '
+                           "have happened. Did it happen?")
+    assert notice.actions == (("mark-done", 'Mark "send" done'),
+                              ("run-again", 'Run "send" again'), ("log", "Show log"))
+    long_name = FailedJob("u9", "x", "cut", NOW, reason=Reason.STEP_UNSURE,
+                          unsure_step="a\x1b" + "b" * 200)
+    [notice] = Announcer().failures(Snapshot(), failed(long_name), NOW)
+    assert all(label.isprintable() and len(label) < 60 for _, label in notice.actions)
+    assert len(notice.body) <= 200
+
+
+def test_without_its_step_known_a_step_unsure_failure_is_told_as_any_other():
+    job = FailedJob("u1", "invoice", "cut short", NOW, reason=Reason.STEP_UNSURE)
+    [notice] = Announcer().failures(Snapshot(), failed(job), NOW)
+    assert notice.actions == (("retry", "Retry"), ("log", "Show log"))
+
+
+def test_a_burst_never_answers_a_cut_step_for_a_person():
+    """Retry all would run the cut step again unasked: it retries the others only."""
+    mixed = fail_one_by_one(Announcer(), [unsure(1), job(2)])
+    assert mixed[-1].actions == (("retry-all", "Retry all"), ("show-logs", "Show logs"))
+    assert retryable(mixed[-1].jobs) == [job(2)]
+    only_unsure = fail_one_by_one(Announcer(), [unsure(1), unsure(2)])
+    assert only_unsure[-1].actions == (("show-logs", "Show logs"),)
+
+
+def test_failures_at_this_start_are_news_and_older_ones_are_not():
+    """A run cut short by a crash or a reboot fails as the app starts again (its lease
+    taken back): that failure is news, though it is in the first snapshot."""
+    announcer = Announcer(since=NOW)
+    first = failed(unsure(1, at=NOW + 1), job(2, at=NOW - 60))
+    [notice] = announcer.failures(None, first, NOW)
+    assert [j.id for j in notice.jobs] == ["u1"]
+    assert failures_to_announce(None, first) == []

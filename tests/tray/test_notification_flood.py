@@ -179,3 +179,51 @@ def test_show_script_shows_the_spooled_copy_of_a_bad_header_in_its_folder(deskto
     [script] = revealed
     assert script.parent.parent == app.home.spool and script.name == "bad.sh"
     assert app.opened == []  # never opened: a script opened may be run
+
+
+def cut_short_by_a_crash(home, script: str) -> str:
+    """A job whose run was in step "send" (started with --ask) when its app died: its
+    lease still held by the dead app, its step still running. Its id."""
+    from sloth_tray.for_jobs import sloth_step
+
+    path = home.spool / "invoice.sh"
+    path.write_text(script)
+    with Queue(home.db) as queue:
+        job_id = queue.push("invoice", script=str(path))
+        assert queue.claim("dead-app:1", token="t1").id == job_id
+        assert queue.started(job_id, "dead-app:1", {"token": "t1", "pid": 999999})
+        run = sloth_step.Run(str(home.db), job_id, "t1", "dead-app:1")
+        db = sloth_step.connection(str(home.db))
+        assert sloth_step.begin(db, run, "send", ask=True, kind="shell",
+                                now=queue.clock()).action == "run"
+    return job_id
+
+
+def test_a_step_cut_short_by_a_crash_is_news_at_the_next_start_and_answered_there(
+        desktop, tmp_path, monkeypatch):  # noqa: F811
+    """Taken back as the app starts, the job fails for a person's word: though it is in
+    the first snapshot, it is told, and the notification's Mark done answers it."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    server = desktop.notifications(["actions", "body"])
+    home = locate(tmp_path / "home").ensure()
+    sent = tmp_path / "sent"
+    job_id = cut_short_by_a_crash(
+        home, f"#!/bin/sh\nsloth-tray step send --ask -- touch {sent}\necho after\n")
+    app = Running(home)
+    try:
+        [notice] = wait_for(lambda: shown(server), timeout=30, what="the notification")
+        assert notice["summary"] == "sloth-tray: a step was cut short"
+        assert notice["body"] == ('invoice: step "send" was cut short, so it may or may not '
+                                  "have happened. Did it happen?")
+        assert notice["actions"] == ["mark-done", 'Mark "send" done', "run-again",
+                                     'Run "send" again', "log", "Show log"]
+        desktop.call(server.ActionInvoked, notice_id(server, notice), "mark-done")
+        with Queue(home.db) as queue:
+            wait_for(lambda: queue.get(job_id).state == State.DONE, timeout=30,
+                     what="the job to run again and end")
+            [step] = queue.steps(job_id)
+            assert (step["state"], step["marked_at"] is not None) == ("done", True)
+        assert not sent.exists(), "the step marked done ran again"
+        wait_for(lambda: server.closed, what="the notification to be withdrawn")
+    finally:
+        app.stop()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import Recorder
 
-from sloth_tray.daemon.snapshot import FailedJob, RunningJob, Snapshot, WaitingJob
+from sloth_tray.daemon.snapshot import FailedJob, RunningJob, Snapshot, StepProgress, WaitingJob
+from sloth_tray.store.states import Reason
 from sloth_tray.tray import presenter
 from sloth_tray.tray.icons import Look, render
 
@@ -224,3 +225,78 @@ def test_names_and_errors_in_the_menu_show_control_characters_never_obey_them():
     everything.append(presenter.title(snapshot, NOW))
     assert all(label.isprintable() for label in everything), everything
     assert "two\\nlines\\u202e — bad\\x1b[2J news" in everything
+
+
+# -- steps: the running one named, how far a failed job got, a cut step's question ------
+
+
+def test_a_running_job_in_a_step_names_the_step_and_its_place():
+    snapshot = Snapshot(running=RunningJob("a1", "backup", 1, 3, NOW - 184, step=(2, "upload")))
+    assert presenter.status_line(snapshot, NOW) == \
+        "Running backup — step 2 upload (attempt 1, 3:04)"
+    between_steps = Snapshot(running=RunningJob("a1", "backup", 1, 3, NOW - 184))
+    assert presenter.status_line(between_steps, NOW) == "Running backup (attempt 1, 3:04)"
+    odd = Snapshot(running=RunningJob("a1", "backup", 1, 3, NOW, step=(1, "up\x1bload" * 20)))
+    line = presenter.status_line(odd, NOW)
+    assert line.isprintable() and len(line) < 90 and "…" in line
+
+
+def progress_row(job: FailedJob) -> list[str]:
+    items = presenter.menu(Snapshot(failed_count=1, failed_jobs=(job,)), Recorder(), NOW)
+    (entry,) = next(i for i in items if i.label == "Failed jobs (1)").submenu
+    return [row.label for row in entry.submenu if row.key == "steps" and not row.enabled]
+
+
+def test_a_failed_job_with_steps_says_how_far_it_got_and_one_without_says_nothing():
+    def failed(progress):
+        return FailedJob("f1", "backup", "exit status 1", NOW, progress=progress)
+
+    assert progress_row(failed(None)) == []
+    assert progress_row(failed(StepProgress(3, 2, "upload", "failed"))) == \
+        ['Got through 2 steps; stopped in "upload" (failed)']
+    assert progress_row(failed(StepProgress(2, 1, "send", "cut"))) == \
+        ['Got through 1 step; stopped in "send" (cut short)']
+    assert progress_row(failed(StepProgress(1, 0, "fetch", "failed"))) == \
+        ['No step done; stopped in "fetch" (failed)']
+    assert progress_row(failed(StepProgress(3, 3))) == ["All 3 steps done"]
+
+
+def test_a_cut_step_that_asks_offers_mark_done_and_run_again_instead_of_retry():
+    controls = Recorder()
+    job = FailedJob("u1", "invoice", 'step "send" was cut short at 2026-12-01 14:02:00 (run 1)',
+                    NOW, reason=Reason.STEP_UNSURE, unsure_step="send",
+                    progress=StepProgress(2, 1, "send", "cut"))
+    items = presenter.menu(Snapshot(failed_count=1, failed_jobs=(job,)), controls, NOW)
+    (entry,) = next(i for i in items if i.label == "Failed jobs (1)").submenu
+    assert labels(entry.submenu) == [
+        job.error, 'Got through 1 step; stopped in "send" (cut short)', "-",
+        'Mark "send" done', 'Run "send" again', "Show log", "Cancel"]
+    assert [row.key for row in entry.submenu] == [
+        "error", "steps", "sep-1", "mark-done", "run-again", "show-log", "cancel"]
+    for row in entry.submenu[3:5]:
+        row.action()
+    assert controls.calls == [("retry", "u1", "send"), ("retry", "u1")]
+
+
+def test_without_its_step_known_a_step_unsure_failure_offers_retry():
+    job = FailedJob("u1", "invoice", "cut short", NOW, reason=Reason.STEP_UNSURE)
+    items = presenter.menu(Snapshot(failed_count=1, failed_jobs=(job,)), Recorder(), NOW)
+    (entry,) = next(i for i in items if i.label == "Failed jobs (1)").submenu
+    assert labels(entry.submenu)[2:] == ["Retry", "Show log", "Cancel"]
+
+
+def test_a_series_whose_latest_run_asks_leaves_the_answer_to_that_runs_own_row():
+    """Retry latest would run the cut step again unasked: greyed out; the run's row
+    below carries Mark done and Run again."""
+    from sloth_tray.daemon.snapshot import FailedSeries
+
+    asking = FailedJob("s2", "tidy", "cut short", NOW, series="/s/tidy.sh",
+                       reason=Reason.STEP_UNSURE, unsure_step="send")
+    older = FailedJob("s1", "tidy", "exit 1", NOW - 60, series="/s/tidy.sh")
+    snapshot = Snapshot(failed_count=2, failed_jobs=(asking, older),
+                        failed_series=(FailedSeries("/s/tidy.sh", "tidy", 2, NOW - 60),))
+    items = presenter.menu(snapshot, Recorder(), NOW)
+    (series,) = next(i for i in items if i.label == "Failed jobs (2)").submenu
+    retry_latest, _cancel_all, _sep, latest_run, _older = series.submenu
+    assert retry_latest.label == "Retry latest" and not retry_latest.enabled
+    assert 'Mark "send" done' in labels(latest_run.submenu)
