@@ -18,7 +18,7 @@ apt-get, otherwise the script says what to run), then run it from the repository
                                                # (default tests/bench/results/, git-ignored)
     python tests/bench/compare.py --json       # the results as JSON on stdout, not the table
     python tests/bench/compare.py --smoke      # CI (.ci/run): every section with tiny counts,
-                                               # about 10 s, quiet; writes nothing unless --out
+                                               # about 15 s, quiet; writes nothing unless --out
 
 --smoke proves that every section still runs and yields its rows; its figures mean
 nothing. It needs only what `pip install -e '.[test]'` installs: a peer that is not
@@ -40,10 +40,12 @@ What it measures (progress goes to stderr, the report to stdout):
    switches of every thread) and CPU ms per minute (utime + stime) of the whole process
    tree, read from /proc over a 60 s window (30 s with --quick), after a 5 s settle.
    `python -m sloth_tray run --headless` vs huey's consumer on SQLite (default settings:
-   its polling with backoff is the point) vs tsp's server, all four in parallel in the
+   its polling with backoff is the point) vs tsp's server, all five in parallel in the
    same window. The fourth is sloth-tray again with one job due in an hour, added before
-   it starts: it must not start polling. Each figure is the median of consecutive 10 s
-   sub-windows, scaled to a minute. RSS is sampled at the same moments.
+   it starts: it must not start polling. The fifth is sloth-tray after a job that used
+   steps (a `sloth-tray step` and a sloth_step.step()) ran to its end before the window:
+   it must not either. Each figure is the median of consecutive 10 s sub-windows, scaled
+   to a minute. RSS is sampled at the same moments.
 2. Drop -> start latency after 1 s, 15 s and 60 s of idleness (no 60 s with --quick),
    3 times each, median: sloth-tray (a script written into the jobs folder, timed from
    close() to the script's first command, as tests/bench/drop_latency.py does) vs huey
@@ -71,10 +73,22 @@ What it measures (progress goes to stderr, the report to stdout):
    with queue_bench.py's own code; sloth-tray only, so no one is ahead there.
 7. Memory: RSS of `run --headless`, idle (from 1.), and of the tray app when a display
    is available (skipped, with a note, when DISPLAY is unset).
+8. Steps, in a run holding its job's lease with no daemon (the job pushed and claimed
+   with a run token on a Queue of the bench's, the run's environment as the runner sets
+   it): run 1 records steps, run 2 (the job released and claimed again, as after a quit)
+   finds them done. Whole processes, interleaved, median of 21 runs each (3 with
+   --smoke): `sloth-tray step NAME -- true` skipped, vs `sloth-tray status --json` on the
+   same home (goal: at most 1.3 x); the same for a NAME never run, vs `true` alone (goal:
+   the step adds at most about one `status --json`). In this process, with the run's
+   environment set: sloth_step.step() first time and skipped, 500 calls each (200 with
+   --quick, 20 with --smoke), each a new name, the median call (goal for a skipped one:
+   at most 1 ms). The queue is read afterwards: every step skipped or recorded by the
+   run it should be.
 
 Every ratio in the table is peer / sloth-tray, both measured in this run; the notes give
-sloth / floor and sloth / bare interpreter for the two goals. Every process started here
-is stopped by pid in `finally` (SIGTERM, then SIGKILL) and every temp dir is removed.
+sloth / floor and sloth / bare interpreter for the two goals, and the steps rows' notes
+theirs. Every process started here is stopped by pid in `finally` (SIGTERM, then
+SIGKILL) and every temp dir is removed.
 """
 
 from __future__ import annotations
@@ -89,6 +103,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Iterator
@@ -108,6 +123,7 @@ import queue_bench  # noqa: E402
 from drop_latency import Places, read_text, wait_for  # noqa: E402
 from queue_bench import log  # noqa: E402
 
+from sloth_tray.for_jobs import sloth_step  # noqa: E402
 from sloth_tray.store.queue import Job, Queue  # noqa: E402
 from sloth_tray.store.states import State  # noqa: E402
 
@@ -127,6 +143,9 @@ BURST_SECONDS_PER_JOB = 0.2  # the deadline of a burst: generous, never a figure
 BURST_POLL = 0.05  # seconds between looks at a burst's progress (light on 2 cores)
 BURST_GOAL = 0.8  # sloth-tray's burst rate over the spawn floor's, at least
 CLI_GOAL = 1.6  # `status --json` over a bare interpreter, at most
+STEP_SKIP_GOAL = 1.3  # a skipped `sloth-tray step` over `status --json`, whole processes, at most
+STEP_FIRST_GOAL = 1.0  # what a first-time step adds to its command, in `status --json`s, about
+STEP_PYTHON_GOAL_US = 1000.0  # a skipped sloth_step.step() in a job's process, at most
 
 
 @dataclass(frozen=True)
@@ -140,6 +159,7 @@ class Mode:
     sub_window: float = 10.0  # seconds per idle sample; the figures are medians over these
     repeats: int = 3  # drops per idle length and system
     cli_runs: int = 21  # whole-process runs per command, interleaved; the figure is the median
+    step_calls: int = 500  # sloth_step.step() calls in one process, each kind; median
 
     @property
     def quick(self) -> bool:
@@ -153,9 +173,9 @@ class Mode:
 def mode_for(name: str) -> Mode:
     if name == "smoke":  # every section and every row, with tiny counts: it proves, not measures
         return Mode(name, 2.0, (0.5,), queue_bench.SMOKE_RUN, 10, settle=1.0, sub_window=1.0,
-                    repeats=1, cli_runs=3)
+                    repeats=1, cli_runs=3, step_calls=20)
     if name == "quick":
-        return Mode(name, 30.0, (1.0, 15.0), queue_bench.QUICK_RUN, 200)
+        return Mode(name, 30.0, (1.0, 15.0), queue_bench.QUICK_RUN, 200, step_calls=200)
     return Mode(name, 60.0, (1.0, 15.0, 60.0), queue_bench.FULL_RUN, 1000)
 
 
@@ -325,22 +345,63 @@ def idle_summary(readings: list[Usage]) -> dict[str, Any]:
 class Sloth:
     places: Places
     popen: subprocess.Popen
+    steps_job: str | None = None  # the id of STEPS_JOB, when it was added
 
 
-def start_sloth(base: Path, reaper: Reaper, delayed_job: bool = False) -> Sloth:
-    """`python -m sloth_tray run --headless` on a home of its own, started as drop_latency does."""
+# A job that uses both kinds of step, as a job's script would: `sloth-tray step` is on a
+# job's PATH and sloth_step on its PYTHONPATH (the app puts them there).
+STEPS_JOB = """\
+import subprocess
+
+from sloth_step import step
+
+subprocess.run(["sloth-tray", "step", "shell", "--", "echo", "from the shell step"], check=True)
+print(step("python", lambda: "from the python step"))
+"""
+STEPS_JOB_STEPS = ("shell", "python")
+
+
+def sloth_add(places: Places, script: Path, *options: str) -> str:
+    """`sloth-tray add` before the daemon starts; the job's id."""
+    out = subprocess.run([sys.executable, "-m", "sloth_tray", "add", str(script), *options,
+                          "--home", str(places.home)], check=True, env=clean_env(),
+                         capture_output=True, text=True, timeout=READY_TIMEOUT).stdout
+    return out.strip()
+
+
+def start_sloth(base: Path, reaper: Reaper, delayed_job: bool = False,
+                steps_job: bool = False) -> Sloth:
+    """`python -m sloth_tray run --headless` on a home of its own, started as drop_latency does.
+    `delayed_job`: with one job due in an hour, added before it starts. `steps_job`: with
+    STEPS_JOB added before it starts, and run to its end before this returns."""
     places = Places(home=base / "home", results=base / "results")
     places.results.mkdir(parents=True)
     if delayed_job:
         script = base / "later.sh"
         script.write_text("#!/bin/sh\necho later\n", encoding="utf-8")
-        subprocess.run([sys.executable, "-m", "sloth_tray", "add", str(script), "--delay", "1h",
-                        "--home", str(places.home)], check=True, env=clean_env(),
-                       stdout=subprocess.DEVNULL, timeout=READY_TIMEOUT)
+        sloth_add(places, script, "--delay", "1h")
+    steps_id = None
+    if steps_job:
+        script = base / "steps.py"
+        script.write_text(STEPS_JOB, encoding="utf-8")
+        steps_id = sloth_add(places, script)
     daemon = drop_latency.start_daemon(places)
     reaper.add(daemon.pid, daemon)
     drop_latency.wait_until_ready(daemon, places)
-    return Sloth(places, daemon)
+    if steps_id is not None:  # due before the probe, so ended by now; told by the queue
+        found = steps_job_after(places, steps_id)
+        if found["state"] != "done" or found["steps"] != dict.fromkeys(STEPS_JOB_STEPS, "done"):
+            raise RuntimeError(f"the job with steps ended {found}, not done with its steps "
+                               f"done; see {places.app_log}")
+    return Sloth(places, daemon, steps_id)
+
+
+def steps_job_after(places: Places, job_id: str) -> dict[str, Any]:
+    """The job's state, its error and its steps' states, read from the queue."""
+    with Queue(places.db) as queue:
+        job = queue.get(job_id)
+        steps = {step["name"]: step["state"] for step in queue.steps(job_id)}
+    return {"id": job_id, "state": job.state.value, "last_error": job.last_error, "steps": steps}
 
 
 def sloth_status(home: Path) -> dict[str, int]:
@@ -497,7 +558,9 @@ def measure_idle(mode: Mode, root: Path, reaper: Reaper, tsp: str | None,
         f"{mode.idle_window:g} s window")
     sloth = start_sloth(root / "idle-sloth", reaper)
     later = start_sloth(root / "idle-sloth-later", reaper, delayed_job=True)
-    pids = {"sloth": sloth.popen.pid, "sloth_job_1h": later.popen.pid}
+    stepped = start_sloth(root / "idle-sloth-steps", reaper, steps_job=True)
+    pids = {"sloth": sloth.popen.pid, "sloth_job_1h": later.popen.pid,
+            "sloth_after_steps": stepped.popen.pid}
     if "huey" in peers:
         pids["huey"] = start_huey(root / "idle-huey", "bench_huey_idle", reaper).popen.pid
     if tsp is not None:
@@ -509,10 +572,12 @@ def measure_idle(mode: Mode, root: Path, reaper: Reaper, tsp: str | None,
             raise RuntimeError(f"{name} ({pid}) exited during the idle window")
     results: dict[str, Any] = {name: idle_summary(r) for name, r in readings.items()}
     results["sloth_job_1h"]["status_after"] = sloth_status(later.places.home)
+    results["sloth_after_steps"]["job_after"] = steps_job_after(stepped.places,
+                                                                stepped.steps_job or "")
     results["tsp_binary"] = tsp
     for name, summary in results.items():
         if isinstance(summary, dict) and "wakeups_per_min" in summary:
-            log(f"  {name:13} {summary['wakeups_per_min']:8.1f} wake-ups/min "
+            log(f"  {name:17} {summary['wakeups_per_min']:8.1f} wake-ups/min "
                 f"{summary['cpu_ms_per_min']:8.1f} CPU ms/min {summary['rss_mib']:6.1f} MiB")
     for pid in pids.values():
         reaper.stop(pid)
@@ -1088,6 +1153,156 @@ def measure_scale(mode: Mode, root: Path) -> list[dict[str, Any]]:
     return [queue_bench.measure_scale(done, mode.queue, str(root)) for done in mode.queue.sizes]
 
 
+# -- 8. steps ---------------------------------------------------------------------------
+
+
+def sloth_command() -> list[str]:
+    """The `sloth-tray` a job runs: the console script of this interpreter's environment,
+    which the app puts at the end of every job's PATH (daemon/jobenv.py); else
+    `python -m sloth_tray`."""
+    for folder in (sysconfig.get_path("scripts"), str(Path(sys.executable).parent)):
+        script = Path(folder) / "sloth-tray"
+        if script.is_file():
+            return [str(script)]
+    return [sys.executable, "-m", "sloth_tray"]
+
+
+class HeldRun:
+    """A run of a job holding its lease, with no daemon: the job claimed with a run token
+    on a Queue of the bench's, as the engine claims it. `env` is what the runner hands
+    the job's process (sloth_step.Run.from_environment reads it)."""
+
+    def __init__(self, queue: Queue, job_id: str, owner: str, token: str) -> None:
+        job = queue.claim(owner, token=token)
+        if job is None or job.id != job_id:
+            raise RuntimeError(f"claimed {job and job.id}, not the steps job {job_id}")
+        self.queue, self.job, self.owner, self.token = queue, job_id, owner, token
+        self.env = {sloth_step.QUEUE_ENV: str(queue.path.absolute()), sloth_step.JOB_ENV: job_id,
+                    sloth_step.TOKEN_ENV: token, sloth_step.OWNER_ENV: owner}
+
+    @property
+    def run(self) -> sloth_step.Run:
+        return sloth_step.Run.from_environment(self.env)
+
+    def release(self) -> None:
+        """The run ends (as a quit ends it): the job is due again, for the next run."""
+        if not self.queue.release(self.job, self.owner):
+            raise RuntimeError(f"run {self.token} no longer held job {self.job}")
+
+
+@contextmanager
+def job_environment(env: dict[str, str]) -> Iterator[None]:
+    """This process inside a job's run (its environment), its stderr (where a step says
+    it was skipped) into /dev/null, as a job's goes into its log."""
+    before = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        with open(os.devnull, "w") as null, redirect_stderr(null):
+            yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def timed_calls(names: list[str], fn: Any) -> list[float]:
+    """µs of each sloth_step.step(name, fn), in this process."""
+    took = []
+    for name in names:
+        start = time.perf_counter_ns()
+        sloth_step.step(name, fn)
+        took.append((time.perf_counter_ns() - start) / 1000)
+    return took
+
+
+def not_again() -> None:
+    raise RuntimeError("a step recorded done ran again")
+
+
+def measure_steps(mode: Mode, root: Path) -> dict[str, Any]:
+    """Steps, in a run holding its job's lease: run 1 records them, run 2 (the same job,
+    released and claimed again, as after a quit) skips them.
+
+    Whole processes, interleaved, median of mode.cli_runs each: `sloth-tray step NAME --
+    true` skipped (NAME done in run 1) and first-time (NAME new), `sloth-tray status
+    --json` on the same home, and `true` alone. In this process: sloth_step.step() first
+    time (run 1) and skipped (run 2), mode.step_calls each, a new name each call."""
+    runs, calls = mode.cli_runs, mode.step_calls
+    log(f"steps: {runs} runs of each command, interleaved; {calls} step() calls in-process")
+    home = root / "steps" / "home"
+    home.parent.mkdir(parents=True)
+    sloth = sloth_command()
+    status = (sloth + ["status", "--json", "--home", str(home)], clean_env())
+    wall_ms(*status)  # makes the home, and is the warm-up
+    doorbell = {sloth_step.DOORBELL_ENV: str(home / "doorbell" / "ring")}
+    count = runs + 1  # the first call of each command is a warm-up, not counted
+    with Queue(home / "queue.db") as queue:
+        job_id = queue.push("steps")
+        first = HeldRun(queue, job_id, "bench-run-1", "bench-token-1")
+        db = sloth_step.connection(first.env[sloth_step.QUEUE_ENV])
+        try:
+            for index in range(count):  # what run 2's skipped shell steps find done
+                name = f"shell-{index}"
+                decision = sloth_step.start(db, first.run, name, ask=False, kind="shell")
+                if decision.action != "run" or not sloth_step.end(
+                        db, first.run, name, decision.occurrence, ok=True, output=b"",
+                        exit_code=0):
+                    raise RuntimeError(f"run 1 could not record step {name}")
+            with job_environment(first.env | doorbell):
+                python_first = timed_calls([f"python-{i}" for i in range(calls + 1)],
+                                           lambda: {"done": True})[1:]
+            first.release()
+            second = HeldRun(queue, job_id, "bench-run-2", "bench-token-2")
+            with job_environment(second.env | doorbell):
+                python_skip = timed_calls([f"python-{i}" for i in range(calls + 1)],
+                                          not_again)[1:]
+            env = clean_env(**second.env, **doorbell)
+            commands = {
+                "status": lambda i: status,
+                "skipped": lambda i: (sloth + ["step", f"shell-{i}", "--", "true"], env),
+                "first": lambda i: (sloth + ["step", f"new-{i}", "--", "true"], env),
+                "bare": lambda i: (["true"], env),
+            }
+            times: dict[str, list[float]] = {name: [] for name in commands}
+            names = list(commands)
+            for index in range(count):
+                shift = index % len(names)  # who goes first moves each run
+                for name in names[shift:] + names[:shift]:
+                    took = wall_ms(*commands[name](index))
+                    if index:
+                        times[name].append(took)
+            steps = {step["name"]: step for step in queue.steps(job_id)}
+        finally:
+            db.close()
+    # Told by the queue: run 2 skipped what run 1 recorded, and recorded its new steps.
+    wrong = [name for name, step in steps.items() if step["state"] != "done"
+             or step["run"] != (2 if name.startswith("new-") else 1)]
+    if wrong or len(steps) != 2 * count + calls + 1:  # shell-*, new-*, python-*
+        raise RuntimeError(f"the steps were not recorded as run 1 then run 2 should: "
+                           f"{len(steps)} steps, e.g. {[steps[n] for n in wrong[:2]]}")
+    medians = {name: median(values) for name, values in times.items()}
+    added = medians["first"] - medians["bare"]
+    python = {"first_us": median(python_first), "skipped_us": median(python_skip),
+              "runs_us": {"first": python_first, "skipped": python_skip}}
+    skip_ratio = medians["skipped"] / medians["status"]
+    log(f"  {', '.join(f'{name} {value:.1f} ms' for name, value in medians.items())}; "
+        f"skipped/status {skip_ratio:.2f}; in-process: first {python['first_us']:.0f} us, "
+        f"skipped {python['skipped_us']:.0f} us")
+    return {
+        "runs": runs, "calls": calls, "command": sloth,
+        "runs_ms": times, "median_ms": medians,
+        "skipped_over_status": skip_ratio, "goal_skipped_over_status": STEP_SKIP_GOAL,
+        "first_added_ms": added, "first_added_over_status": added / medians["status"],
+        "goal_first_added_over_status": STEP_FIRST_GOAL,
+        "python": python, "goal_python_skipped_us": STEP_PYTHON_GOAL_US,
+        "goal_met": {"skipped": skip_ratio <= STEP_SKIP_GOAL,
+                     "first": added / medians["status"] <= STEP_FIRST_GOAL,
+                     "python": python["skipped_us"] <= STEP_PYTHON_GOAL_US},
+    }
+
+
 # -- the table ---------------------------------------------------------------------------
 
 
@@ -1133,6 +1348,11 @@ def number(value: float | None, unit: str) -> str:
 IDLE_PEERS = {"huey": "huey consumer", "tsp": "tsp server"}  # name: label in the table
 CYCLE_PEERS = ("huey", "persist-queue", "litequeue", "bare loop")
 MEASURE_CLI = "status --json, whole process"
+MEASURE_IDLE_STEPS = "after a job with steps vs empty"
+STEP_ROWS = (("skipped shell step, whole process", "status --json"),
+             ("first-time shell step, whole process", "`true` alone"),
+             ("skipped Python step, in-process", "-"),
+             ("first-time Python step, in-process", "-"))
 
 
 def skipped(reason: str) -> str:
@@ -1162,6 +1382,11 @@ def idle_rows(idle: dict[str, Any], absent: dict[str, str]) -> list[Row]:
     later, empty = idle["sloth_job_1h"], idle["sloth"]
     polls = later["wakeups_per_min"] > empty["wakeups_per_min"] + 1
     rows.append(Row("idle", "job 1h ahead vs empty", "/min", later["wakeups_per_min"],
+                    "sloth, empty", empty["wakeups_per_min"], "",
+                    "starts polling!" if polls else "no polling"))
+    stepped = idle["sloth_after_steps"]
+    polls = stepped["wakeups_per_min"] > empty["wakeups_per_min"] + 1
+    rows.append(Row("idle", MEASURE_IDLE_STEPS, "/min", stepped["wakeups_per_min"],
                     "sloth, empty", empty["wakeups_per_min"], "",
                     "starts polling!" if polls else "no polling"))
     return rows
@@ -1239,6 +1464,30 @@ def scale_rows(scale: list[dict[str, Any]]) -> list[Row]:
     return rows
 
 
+def verdict(met: bool) -> str:
+    return "met" if met else "NOT met"
+
+
+def step_rows(steps: dict[str, Any]) -> list[Row]:
+    """A step against what it is held to: a skipped one against `status --json` (both whole
+    processes), a first one against its command alone, Python's against a millisecond."""
+    medians, met, python = steps["median_ms"], steps["goal_met"], steps["python"]
+    (skipped, status), (first, bare), (py_skipped, _), (py_first, _) = STEP_ROWS
+    return [
+        Row("steps", skipped, "ms", medians["skipped"], status, medians["status"], "",
+            f"skipped/status {steps['skipped_over_status']:.2f}x (goal <= "
+            f"{steps['goal_skipped_over_status']:g}x: {verdict(met['skipped'])})"),
+        Row("steps", first, "ms", medians["first"], bare, medians["bare"], "",
+            f"adds {steps['first_added_ms']:.1f} ms, {steps['first_added_over_status']:.2f} "
+            f"of a status --json (goal <= about {steps['goal_first_added_over_status']:g}: "
+            f"{verdict(met['first'])})"),
+        Row("steps", py_skipped, "us", python["skipped_us"],
+            note=f"goal <= {steps['goal_python_skipped_us']:,.0f} us: {verdict(met['python'])}"),
+        Row("steps", py_first, "us", python["first_us"],
+            note="its start and its end, each committed with an fsync"),
+    ]
+
+
 MEASURE_RSS, MEASURE_TRAY = "RSS, run --headless idle", "RSS, tray app idle"
 
 
@@ -1265,6 +1514,7 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
         "cli": lambda r: cli_rows(r, absent),
         "burst": lambda r: burst_rows(r, absent),
         "scale": scale_rows,
+        "steps": step_rows,
     }
     rows = [row for key, build in builders.items() if key in results
             for row in build(results[key])]
@@ -1281,6 +1531,7 @@ def expected_rows(mode: Mode) -> list[tuple[str, str, str]]:
             for label in ("wake-ups", "CPU") for when in ("empty queue", "job 1h ahead")
             for peer in IDLE_PEERS.values()]
     rows.append(("idle", "job 1h ahead vs empty", "sloth, empty"))
+    rows.append(("idle", MEASURE_IDLE_STEPS, "sloth, empty"))
     rows += [("latency", latency_measure(idle), peer)
              for idle in mode.idles for peer in ("huey", "tsp")]
     rows += [("queue", cycle_measure(label), peer)
@@ -1292,6 +1543,7 @@ def expected_rows(mode: Mode) -> list[tuple[str, str, str]]:
              for measure in scale_measures(done)]
     rows += [("memory", MEASURE_RSS, peer) for peer in IDLE_PEERS.values()]
     rows.append(("memory", MEASURE_TRAY, "-"))
+    rows += [("steps", measure, peer) for measure, peer in STEP_ROWS]
     return rows
 
 
@@ -1371,7 +1623,9 @@ def report(results: dict[str, Any], rows: list[Row]) -> str:
             f"- idle: median of {mode['sub_window']:g} s sub-windows over "
             f"{mode['idle_window']:g} s after a {mode['settle']:g} s settle; the job due in "
             f"1 h was still {results['idle']['sloth_job_1h']['status_after']['pending']} "
-            "pending afterwards")
+            "pending afterwards; the job with steps (a `sloth-tray step` and a "
+            "sloth_step.step(), run before the window) ended "
+            f"{results['idle']['sloth_after_steps']['job_after']['state']}")
     if "latency" in results:
         latency = results["latency"]
         lines += [
@@ -1389,6 +1643,8 @@ def report(results: dict[str, Any], rows: list[Row]) -> str:
         lines.append(cli_note(results["cli"]))
     if "burst" in results:
         lines += burst_notes(results["burst"])
+    if "steps" in results:
+        lines.append(steps_note(results["steps"]))
     lines += [f"- {note}" for note in results["notes"]]
     lines += [f"- {section}: FAILED, {why}" for section, why in results["failed"].items()]
     return "\n".join(lines)
@@ -1400,6 +1656,24 @@ def cli_note(cli: dict[str, Any]) -> str:
             "output read through pipes: `python -m sloth_tray status --json --home H` on an "
             "empty home vs `python -c \"import sqlite3, json\"`, the same interpreter with "
             f"the same site-packages{tsp}")
+
+
+def command_text(command: list[str]) -> str:
+    """`sloth-tray`, or `python -m sloth_tray`: the command without its folder."""
+    return " ".join([Path(command[0]).name, *command[1:]])
+
+
+def steps_note(steps: dict[str, Any]) -> str:
+    return (f"- steps: a run holding its job's lease with no daemon (the job claimed with a run "
+            "token on a Queue of the bench's; the run's environment as the runner sets it); "
+            "run 1 records the steps, run 2 (released and claimed again, as after a quit) "
+            f"skips them. Whole processes, median of {steps['runs']} interleaved runs each: "
+            f"`{command_text(steps['command'])} step NAME -- true` with "
+            "NAME done in run 1 (skipped) and new (first time, `true` runs), `status --json` "
+            "on the same home, `true` alone. In this process: sloth_step.step() over "
+            f"{steps['calls']} new names, run 1 (first time) then run 2 (skipped: its "
+            "function is never called), each call's median; the queue says every step was "
+            "skipped or recorded as it should")
 
 
 def burst_notes(burst: dict[str, Any]) -> list[str]:
@@ -1583,7 +1857,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-SECTIONS = ("idle", "latency", "cycles", "cli", "burst", "scale", "tray")
+SECTIONS = ("idle", "latency", "cycles", "cli", "burst", "scale", "tray", "steps")
 
 
 def run_all(mode: Mode, root: Path, reaper: Reaper, results: dict[str, Any]) -> None:
@@ -1606,6 +1880,7 @@ def run_all(mode: Mode, root: Path, reaper: Reaper, results: dict[str, Any]) -> 
         "burst": lambda: measure_burst(mode, root, reaper, tsp, peers),
         "scale": lambda: measure_scale(mode, root),
         "tray": lambda: measure_tray(mode, root, reaper, notes),
+        "steps": lambda: measure_steps(mode, root),
     }
     for name, measure in sections.items():
         try:
