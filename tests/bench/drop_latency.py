@@ -11,11 +11,12 @@ What it measures: the real daemon (`python -m sloth_tray run --headless`) runs a
 child process with a temporary home. Once it is ready (the lock file holds its pid and
 a probe script dropped into the jobs folder is recorded done), it is left idle for `--idle`
 seconds; the goal is the latency of an app that has sat idle for a minute. Then scripts
-are dropped one at a time: each is opened, written and closed directly in the jobs
-folder (on Linux the daemon takes a file on close-after-write), and the wall time is
-read right after close(). Each script is `#!/bin/sh` and its first command writes
-`date +%s%N` to a result file of its own; the latency of a drop is that timestamp minus
-the close timestamp. So it includes the job's own start-up (sh, then date), which
+are dropped one at a time, as the README says to drop one: each is written under a dot
+name in the jobs folder (ignored) and renamed to its own name (taken at once: a file
+written in place is taken only a quiet second after its writer's last close), and the
+wall time is read right after the rename. Each script is `#!/bin/sh` and its first
+command writes `date +%s%N` to a result file of its own; the latency of a drop is that
+timestamp minus the rename timestamp ("close" below). So it includes the job's own start-up (sh, then date), which
 is measured separately as the "spawn floor": the same script started directly by this
 process. After each drop the bench waits for the result file and for the queue to
 record the job as done (the Queue API on queue.db: the app's log is for people, and
@@ -228,9 +229,12 @@ def script_text(result: Path) -> str:
 
 
 def write_script(path: Path, text: str) -> int:
-    """Open, write, close in place; the wall time (ns) right after the close."""
-    with open(path, "w", encoding="utf-8") as file:
+    """Written under a dot name beside `path`, then renamed to it; the wall time (ns)
+    right after the rename."""
+    draft = path.with_name(f".{path.name}.draft")
+    with open(draft, "w", encoding="utf-8") as file:
         file.write(text)
+    os.rename(draft, path)
     return time.time_ns()
 
 
