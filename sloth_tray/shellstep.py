@@ -33,7 +33,21 @@ CHUNK = 65536
 
 
 def say(text: object) -> None:
-    print(f"sloth-tray: {text}", file=sys.stderr, flush=True)
+    if sys.stderr is None:  # stderr closed (2>&-): never onto stdout, the step's output
+        return
+    try:
+        print(f"sloth-tray: {text}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _flush_stdout() -> None:
+    """What this process wrote goes out before COMMAND writes (stdout may be closed)."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def main(name: str, command: list[str], *, ask: bool) -> int:
@@ -62,7 +76,7 @@ def main(name: str, command: list[str], *, ask: bool) -> int:
 
 
 def _exec(command: list[str]) -> int:
-    sys.stdout.flush()
+    _flush_stdout()
     try:
         os.execvp(command[0], command)
     except FileNotFoundError:
@@ -103,7 +117,7 @@ def _run_once(db, run: sloth_step.Run, name: str, occurrence: int, command: list
         signal.signal(signum, lambda signum, _frame: ended_by.append(signum))
     env = dict(os.environ)
     env[sloth_step.KEY_ENV] = sloth_step.step_key(run.job, name, occurrence)
-    sys.stdout.flush()
+    _flush_stdout()
     try:
         child = subprocess.Popen(command, stdout=subprocess.PIPE, env=env)
     except OSError as exc:

@@ -403,3 +403,25 @@ def test_no_command_writes_to_a_damaged_queue_and_each_says_so_once(home, tmp_pa
     assert (home / "queue.db").read_bytes() == damaged
     assert sorted(p.name for p in home.iterdir() if p.name.startswith("queue.db")) == [
         "queue.db"]
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["step", "n", "--", "cmd", "a"], ("n", ["cmd", "a"], False)),
+    (["step", "n", "--ask", "--", "cmd"], ("n", ["cmd"], True)),
+    (["step", "--ask", "n", "--", "cmd"], ("n", ["cmd"], True)),
+    (["step", "n", "cmd", "-h", "--version"], ("n", ["cmd", "-h", "--version"], False)),
+    (["step", "n", "--", "git", "checkout", "--", "f"], ("n", ["git", "checkout", "--", "f"],
+                                                         False)),
+    (["step", "n", "--", "cmd", "--ask"], ("n", ["cmd", "--ask"], False)),
+    (["step", "--", "-n", "--", "cmd"], ("-n", ["cmd"], False)),
+])
+def test_step_takes_its_name_ask_and_the_whole_command_after_the_double_dash(
+        monkeypatch, argv, expected):
+    from sloth_tray import shellstep
+
+    seen = []
+    monkeypatch.setattr(shellstep, "main", lambda name, command, *, ask: seen.append(
+        (name, command, ask)) or 0)
+    monkeypatch.delenv("SLOTH_TRAY_CONFIG")  # no settings are read: the run names its queue
+    assert main(argv) == 0
+    assert seen == [expected]

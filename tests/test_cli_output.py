@@ -323,3 +323,73 @@ def test_the_app_log_rotates_at_its_size_and_keeps_its_backups(tmp_path, app_log
     kept = [line.split()[4] for name in reversed(files)
             for line in (home.logs / name).read_text().splitlines()]
     assert kept == [f"{n:03d}" for n in range(int(kept[0]), 200)]
+
+
+# -- a job's steps, as `show` prints them -------------------------------------------------
+
+STEP_NAME = "pay\u202etxt.exe"  # a name may hold a bidi control: shown escaped, kept exact
+
+
+def seed_steps(home) -> str:
+    """A done job whose run recorded two steps: one done (binary output), one failed."""
+    import sqlite3
+
+    from sloth_tray.for_jobs import sloth_step
+
+    locate(home).ensure()
+    with Queue(home / "queue.db") as queue:
+        job_id = queue.push("stepped", max_attempts=1)
+        queue.claim("me")
+        assert queue.started(job_id, "me", {"token": "tok"})
+        run = sloth_step.Run(str(home / "queue.db"), job_id, "tok", "me")
+        db = sqlite3.connect(home / "queue.db", isolation_level=None)
+        try:
+            for name, ok, output in ((STEP_NAME, True, b"r\x00\n\x1b[2J"), ("send", False, b"")):
+                began = sloth_step.begin(db, run, name, ask=False, kind="shell", now=100.0)
+                assert sloth_step.finish(db, run, name, began.occurrence, ok=ok,
+                                         exit_code=0 if ok else 4, output=output,
+                                         output_size=len(output), now=101.0)
+        finally:
+            db.close()
+        queue.complete(job_id, "me", "ok")
+    return job_id
+
+
+def test_show_lists_steps_escaped_and_json_stays_exact(home, capsys):
+    job_id = seed_steps(home)
+    code, out, _ = run(capsys, "show", job_id, "--home", str(home))
+    assert code == 0
+    assert_clean(out)
+    rows = out.split("\nsteps\n")[1].splitlines()
+    assert len(rows) == 2 and "pay\\u202etxt.exe" in rows[0] and "done" in rows[0]
+    assert "failed (exit 4)" in rows[1] and "run 1" in rows[1]
+    code, out, _ = run(capsys, "show", job_id, "--json", "--home", str(home))
+    steps = json.loads(out)["steps"]
+    assert [(s["name"], s["occurrence"], s["state"], s["run"], s["exit_code"],
+             s["started_at"], s["ended_at"]) for s in steps] == [
+        (STEP_NAME, 1, "done", 1, 0, 100.0, 101.0), ("send", 1, "failed", 1, 4, 100.0, 101.0)]
+
+
+def test_show_step_prints_its_output_exactly_as_kept(home, capsysbinary):
+    job_id = seed_steps(home)
+    assert main(["show", job_id, "--step", STEP_NAME, "--home", str(home)]) == 0
+    assert capsysbinary.readouterr().out == b"r\x00\n\x1b[2J"  # bytes for a pipe, as kept
+    assert main(["show", job_id, "--step", "send", "--home", str(home)]) == 1
+    out, err = capsysbinary.readouterr()
+    assert out == b"" and err == b'sloth-tray: step "send" is failed: only a done step\'s ' \
+        b"output is kept\n"
+
+
+@pytest.mark.parametrize("argv, fine", [
+    (["retry", "ID", "--from", "a", "--fresh"], ["retry", "ID", "--from", "a"]),
+    (["retry", "ID", "--fresh", "--step-done", "a"], ["retry", "ID", "--step-done", "a"]),
+    (["show", "ID", "--step", "a", "--occurrence", "0"], ["show", "ID", "--step", "a",
+                                                          "--occurrence", "1"]),
+])
+def test_step_options_that_cannot_go_together_are_one_line(home, capsys, argv, fine):
+    code, out, err = run(capsys, *argv, "--home", str(home))
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("sloth-tray")
+    assert no_jobs(home)
+    code, out, err = run(capsys, *fine, "--home", str(home))  # each alone is understood
+    assert (code, out, err) == (1, "", "sloth-tray: no job with id 'id' (ids are 12 hex "
+                                       "characters)\n")

@@ -45,7 +45,9 @@ def test_reading_commands_load_nothing_they_do_not_use(tmp_path, command):
 
 # What `status` does without: the queue's writing code (store/reads.py reads), dataclasses
 # and typing (a fifth of its time), and the calendar unless a calendar job waits.
-GLANCE_NEVER = ("sloth_tray.store.queue", "sloth_tray.jobs.header", "dataclasses", "typing")
+# hashlib loads OpenSSL (5 ms): only a step's key needs it (sloth_step, which status loads)
+GLANCE_NEVER = ("sloth_tray.store.queue", "sloth_tray.jobs.header", "dataclasses", "typing",
+                "hashlib")
 CALENDAR = ("sloth_tray.jobs.schedule", "zoneinfo", "croniter")
 
 

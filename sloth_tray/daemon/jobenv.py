@@ -24,7 +24,7 @@ COMMAND = "sloth-tray.exe" if os.name == "nt" else "sloth-tray"
 
 def for_run(base: Mapping[str, str], *, job_id: str, name: str, attempt: int, home: Home,
             db: Path, owner: str, token: str) -> dict[str, str]:
-    env = procs.job_environment(base) | {
+    env = procs.job_environment(with_search_path(base)) | {
         "SLOTH_JOB_ID": job_id, "SLOTH_JOB_NAME": name, "SLOTH_ATTEMPT": str(attempt),
         "SLOTH_HOME": str(home.root), procs.RUN_TOKEN_ENV: token,
         sloth_step.OWNER_ENV: owner, sloth_step.QUEUE_ENV: str(Path(db).absolute()),
@@ -36,6 +36,21 @@ def for_run(base: Mapping[str, str], *, job_id: str, name: str, attempt: int, ho
         env["PATH"] = appended(env.get("PATH"), command_folder)
     env["PYTHONPATH"] = appended(env.get("PYTHONPATH"), step_module_folder())
     return env
+
+
+# What a shell searches when PATH is not set (dash's and systemd's default; launchd's
+# holds the same folders).
+DEFAULT_PATH = os.pathsep.join(("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin",
+                                "/sbin", "/bin")) if os.name == "posix" else os.defpath
+
+
+def with_search_path(environ: Mapping[str, str]) -> Mapping[str, str]:
+    """The app's environment as its jobs start from it: an app started with no PATH at all
+    (`env -i`, a bare service manager) hands them the PATH their shell would have
+    searched, since one holding only the app's folder would hide every other program."""
+    if "PATH" in environ:
+        return environ
+    return {**environ, "PATH": DEFAULT_PATH}
 
 
 def appended(value: str | None, folder: str) -> str:

@@ -31,6 +31,7 @@ from sloth_tray.daemon.alarm import Alarm, make_alarm
 from sloth_tray.daemon.capture import CappedLog, LastLine, pump, watch_child
 from sloth_tray.daemon.outcome import Attempt, Ending
 from sloth_tray.errors import DatabaseProblem
+from sloth_tray.for_jobs import sloth_step
 from sloth_tray.jobs.header import BadJobFile, NotAFile, command_for, read_head
 from sloth_tray.paths import Home
 from sloth_tray.store.queue import Job, Queue
@@ -226,7 +227,10 @@ class Runner:
             if run_log.error:
                 result = f"{result} ({run_log.error})".strip()
             return Attempt(Ending.SUCCEEDED, result, code=0)
-        error = err.text() or out.text() or exit_description(child.returncode)
+        # A skipped step's note on stderr says what happened, never why the job failed.
+        said = err.text()
+        error = (said if not sloth_step.is_note(said) else "") or out.text() \
+            or exit_description(child.returncode)
         if run_log.error:
             error = f"{error} ({run_log.error})"
         if child.returncode == EX_TEMPFAIL:

@@ -23,9 +23,9 @@ short: `cut`. A cut step runs again on the next run, unless it was started with
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import re
 import sqlite3
 import sys
 import threading
@@ -99,12 +99,16 @@ def name_problem(name: object) -> str | None:
     for char in name:
         if ord(char) < 32 or 0x7F <= ord(char) < 0xA0 or char in "\u2028\u2029":
             return f"a step's name has no control characters ({name!r} has {char!r})"
+        if 0xD800 <= ord(char) < 0xE000:  # a byte of a command line that is not UTF-8
+            return f"a step's name is UTF-8 text ({ascii(name)} is not)"
     return None
 
 
 def step_key(job: str, name: str, occurrence: int) -> str:
     """SLOTH_STEP_KEY: the same for every run of this step, for APIs that take an
     idempotency key (fixed length, letters and digits only)."""
+    import hashlib  # here: OpenSSL costs `status`, which loads this module, 5 ms
+
     return hashlib.sha256(f"{job}\0{name}\0{occurrence}".encode()).hexdigest()[:32]
 
 
@@ -429,6 +433,18 @@ def _say(text: str) -> None:
         sys.stderr.flush()
     except (OSError, ValueError, AttributeError):
         pass
+
+
+# The notes a step writes to the job's stderr when it is skipped, or its output kept
+# short: what happened, never why a job failed (the runner passes over them).
+_NOTE = re.compile(r"sloth-tray: step .+? (skipped \((done|marked done by hand) "
+                   r"\d{4}-\d\d-\d\d |had written \d|wrote \d)")
+
+
+def is_note(line: str) -> bool:
+    """Whether this line of a job's stderr is a step's note (skipped_line and the notes
+    of output kept short), not something the job said."""
+    return _NOTE.match(line) is not None
 
 
 def skipped_line(name: str, row: dict) -> str:

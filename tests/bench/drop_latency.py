@@ -16,11 +16,12 @@ name in the jobs folder (ignored) and renamed to its own name (taken at once: a 
 written in place is taken only a quiet second after its writer's last close), and the
 wall time is read right after the rename. Each script is `#!/bin/sh` and its first
 command writes `date +%s%N` to a result file of its own; the latency of a drop is that
-timestamp minus the rename timestamp ("close" below). So it includes the job's own start-up (sh, then date), which
-is measured separately as the "spawn floor": the same script started directly by this
-process. After each drop the bench waits for the result file and for the queue to
-record the job as done (the Queue API on queue.db: the app's log is for people, and
-its wording changes), then pauses a short gap, so drops never overlap.
+timestamp minus the rename timestamp ("close" below). So it includes the job's own
+start-up (sh, then date), which is measured separately as the "spawn floor": the same
+script started directly by this process. After each drop the bench waits for the
+result file and for the queue to record the job as done (the Queue API on queue.db:
+the app's log is for people, and its wording changes), then pauses a short gap, so
+drops never overlap.
 
 Reported: p50, p90, p99 and max in milliseconds (nearest-rank percentiles: with 50
 drops, p99 is the max), the first drop (the one after the long idle) on its own, and

@@ -35,9 +35,14 @@ def test_the_apps_tools_come_last_so_the_jobs_own_win(tmp_path):
     assert python_path == ["/opt/mine/lib", jobenv.step_module_folder()]
 
 
-def test_a_bare_environment_still_finds_the_command_and_the_module(tmp_path):
+def test_a_bare_environment_still_finds_the_command_the_systems_programs_and_the_module(
+        tmp_path):
+    """An app started with no PATH at all: its jobs search what a shell would, then the
+    app's own folder."""
     env = environment({}, tmp_path)
-    assert Path(env["PATH"], jobenv.COMMAND).is_file()
+    path = env["PATH"].split(os.pathsep)
+    assert path == [*jobenv.DEFAULT_PATH.split(os.pathsep), jobenv.own_command_folder()]
+    assert Path(path[-1], jobenv.COMMAND).is_file()
     assert env["PYTHONPATH"] == jobenv.step_module_folder()
 
 

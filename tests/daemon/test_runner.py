@@ -530,3 +530,73 @@ def test_a_job_that_ended_as_the_quit_came_is_recorded_done_not_given_back(
         thread.join(10)
     assert results and results[0].effect == Effect.DONE, results
     assert queue.get(job.id).state == State.DONE
+
+
+# -- a run's environment: what names it, and the app's tools at the end of PATH ---------
+
+
+def needs_the_command() -> None:
+    from sloth_tray.daemon import jobenv
+
+    if jobenv.own_command_folder() is None:
+        pytest.skip("no sloth-tray command installed beside this Python (a source tree)")
+
+
+def test_a_run_is_named_in_its_environment_and_the_apps_tools_come_last(home, tmp_path,
+                                                                        monkeypatch):
+    from sloth_tray.daemon import jobenv
+
+    needs_the_command()
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setenv("PYTHONPATH", "/mine")
+    monkeypatch.setenv("SLOTH_STEP_KEY", "the app's own, never a job's")
+    queue = Queue(home.db)
+    out = tmp_path / "env.txt"
+    names = ("SLOTH_RUN_TOKEN", "SLOTH_LEASE_OWNER", "SLOTH_QUEUE", "SLOTH_DOORBELL", "PATH",
+             "PYTHONPATH")
+    job = start(queue, script(home, "env.py", "import os\n"
+                              f"open({str(out)!r}, 'w').write(repr([os.environ.get(name) "
+                              f"for name in {names!r} + ('SLOTH_STEP_KEY',)]))\n"))
+    assert run_and_record(Runner(queue, home, "me"), job).effect == Effect.DONE
+    token, owner, db, doorbell, path, pythonpath, key = eval(out.read_text())
+    assert token == queue.get(job.id).child["token"] and owner == "me" and key is None
+    assert db == str(home.db.absolute()) and doorbell == str(home.doorbell.absolute())
+    assert path == f"/usr/bin:/bin:{jobenv.own_command_folder()}"
+    assert pythonpath == f"/mine:{jobenv.step_module_folder()}"
+    assert (Path(jobenv.own_command_folder()) / "sloth-tray").is_file()
+    assert (Path(jobenv.step_module_folder()) / "sloth_step.py").is_file()
+
+
+def test_with_no_path_at_all_a_job_still_finds_the_systems_programs(home, tmp_path,
+                                                                    monkeypatch):
+    from sloth_tray.daemon import jobenv
+
+    needs_the_command()
+    monkeypatch.delenv("PATH")
+    queue = Queue(home.db)
+    out = tmp_path / "found"
+    job = start(queue, script(home, "bare.sh", f'echo "$PATH" > {out}\n'
+                                               f"command -v date >> {out}\n"
+                                               f"command -v sloth-tray >> {out}\n"))
+    assert run_and_record(Runner(queue, home, "me"), job).effect == Effect.DONE, \
+        queue.get(job.id).last_error
+    path, date, sloth = out.read_text().splitlines()
+    assert path == f"{jobenv.DEFAULT_PATH}:{jobenv.own_command_folder()}"
+    assert Path(date).name == "date" and Path(sloth).parent == Path(jobenv.own_command_folder())
+
+
+def test_a_skipped_steps_note_is_never_a_failed_jobs_error(home):
+    from sloth_tray.for_jobs import sloth_step
+
+    queue = Queue(home.db)
+    note = "sloth-tray: " + sloth_step.skipped_line("fetch", {"ended_at": 1e9, "run": 1})
+    job = start(queue, script(home, "quiet.sh", f"echo replayed\necho '{note}' >&2\nexit 3\n"))
+    run_and_record(Runner(queue, home, "me"), job)
+    assert queue.get(job.id).last_error == "replayed"
+    job = start(queue, script(home, "silent.sh", f"echo '{note}' >&2\nexit 3\n"))
+    run_and_record(Runner(queue, home, "me"), job)
+    assert queue.get(job.id).last_error == "exit code 3"
+    job = start(queue, script(home, "says.sh", f"echo '{note}' >&2\necho 'no disk' >&2\n"
+                                               "exit 3\n"))
+    run_and_record(Runner(queue, home, "me"), job)
+    assert queue.get(job.id).last_error == "no disk"

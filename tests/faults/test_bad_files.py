@@ -108,6 +108,8 @@ def job(matrix, case: str):
 
 
 FAILED = {
+    "empty file": "empty.sh is empty: there is nothing to run (write the script elsewhere, "
+                  "then move it into the jobs folder)",
     "binary garbage": f"don't know how to run garbage.bin: {NOT_RUNNABLE}",
     "no #! and an unknown extension": f"don't know how to run notes.txt: {NOT_RUNNABLE}",
     "a missing interpreter":
@@ -115,7 +117,6 @@ FAILED = {
     "an endless loop with timeout=1": "timed out after 1s",
 }
 DONE = {
-    "empty file": "",
     "an unknown extension, a valid script": "valid ran",
     "a 50 MB script": "huge done",
     "a non-UTF-8 file name": "latin-1 name ran",

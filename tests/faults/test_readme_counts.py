@@ -10,6 +10,7 @@ import test_database
 import test_disk_full
 import test_kill
 import test_sleep
+import test_steps_faults
 
 README = Path(__file__).with_name("README.md")
 
@@ -24,6 +25,14 @@ def trials_column() -> dict[str, str]:
     return {name: " / ".join(found) for name, found in cells.items()}
 
 
+def steps_trials() -> int:
+    """The test cases test_steps_faults.py holds, parametrized ones counted each."""
+    text = Path(test_steps_faults.__file__).read_text()
+    tests = re.findall(r"^(?:@pytest\.mark\.parametrize\([^\n]*\[([^\]]*)\][^\n]*\n)?"
+                       r"def test_", text, flags=re.MULTILINE)
+    return sum(len(values.split(",")) if values else 1 for values in tests)
+
+
 def test_the_readme_counts_match_the_code():
     locks = len(re.findall(r"= Lock\(pids, home.db\)", Path(test_database.__file__).read_text()))
     expected = {
@@ -32,5 +41,6 @@ def test_the_readme_counts_match_the_code():
         "test_database.py": f"{locks} locks / {len(test_database.DAMAGED)} files",
         "test_bad_files.py": f"{len(test_bad_files.files(Path('/x')))} files + 1 final job",
         "test_disk_full.py": f"{test_disk_full.JOBS} jobs",
+        "test_steps_faults.py": str(steps_trials()),
     }
     assert trials_column() == expected
