@@ -79,11 +79,20 @@ class FakePortal(ServiceInterface):
         return "/org/freedesktop/portal/desktop/request/1/t"
 
     @dbus_method()
+    def OpenFile(self, parent_window: DBusStr, fd: DBusUnixFd,
+                 options: DBusDict) -> DBusObjectPath:
+        return self._given("OpenFile", fd, options)
+
+    @dbus_method()
     def OpenDirectory(self, parent_window: DBusStr, fd: DBusUnixFd,
                       options: DBusDict) -> DBusObjectPath:
+        return self._given("OpenDirectory", fd, options)
+
+    def _given(self, method: str, fd: int, options: dict) -> str:
+        """A call handed a file descriptor: recorded as the path it is open on."""
         self.options.append(options)
         try:
-            self.calls.append(("OpenDirectory", os.readlink(f"/proc/self/fd/{fd}")))
+            self.calls.append((method, os.readlink(f"/proc/self/fd/{fd}")))
         finally:
             os.close(fd)
         return "/org/freedesktop/portal/desktop/request/1/t"

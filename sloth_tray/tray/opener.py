@@ -1,7 +1,9 @@
 """Open a file or folder in the desktop's own app, never with a traceback.
 
 On Linux (and other freedesktop desktops) each way is tried in turn: the desktop portal
-(org.freedesktop.portal.OpenURI), the file manager (org.freedesktop.FileManager1), then
+(org.freedesktop.portal.OpenURI: OpenFile for a file, so a log opens in its app), the
+file manager (org.freedesktop.FileManager1; only for a folder, or a file to show in its
+folder: it never opens a file), then
 the programs: `xdg-open`, `gio open` and KDE's own (`kde-open`, `kde-open5`, `kioclient
 exec`, `kioclient5 exec`; before gio on Plasma). A program that fails at once hands over
 to the next. macOS has `open`, Windows os.startfile. When nothing can open it, the user
@@ -251,9 +253,11 @@ async def _ask_desktop(target: Path, *, reveal: bool, token: str | None, tried: 
         log.debug("no session bus to open %s: %s", target, _describe(exc))
         tried.fail(BOTH_SERVICES, "no session bus")
         return ""
+    ways = [("portal", "the desktop portal", _portal)]
+    if reveal or target.is_dir():  # it shows a file in its folder, never opens one
+        ways.append(("file-manager", "the file manager", _file_manager))
     try:
-        for way, who, ask in (("portal", "the desktop portal", _portal),
-                              ("file-manager", "the file manager", _file_manager)):
+        for way, who, ask in ways:
             try:
                 await ask(bus, target, reveal, token)
                 return way
@@ -276,20 +280,24 @@ def _dbus_failure(exc: Exception) -> str:
 
 
 async def _portal(bus: Any, target: Path, reveal: bool, token: str | None) -> None:
-    """OpenURI for a file or a folder itself. OpenDirectory (given the file as a
-    descriptor) shows the folder the file is in, so it serves `reveal`: for a folder it
-    would show the folder's parent."""
+    """OpenURI for a folder itself; OpenFile for a file, given as a descriptor (the
+    portal's way to open a file in its app: a log is read, not shown in its folder).
+    OpenDirectory (given the file as a descriptor) shows the folder the file is in, so
+    it serves `reveal`: for a folder it would show the folder's parent."""
     from dbus_fast import Variant
 
     options = {"activation_token": Variant("s", token)} if token else {}
-    if not reveal:
+    if not reveal and target.is_dir():
         await _call(bus, PORTAL, PORTAL_PATH, OPEN_URI, "OpenURI", "ssa{sv}",
                     ["", target.as_uri(), options])
         return
-    flags = os.O_RDONLY | getattr(os, "O_PATH", 0) | getattr(os, "O_CLOEXEC", 0)
+    method = "OpenDirectory" if reveal else "OpenFile"
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+    if reveal:
+        flags |= getattr(os, "O_PATH", 0)  # only where it is: nothing is read
     fd = os.open(target, flags)
     try:
-        await _call(bus, PORTAL, PORTAL_PATH, OPEN_URI, "OpenDirectory", "sha{sv}",
+        await _call(bus, PORTAL, PORTAL_PATH, OPEN_URI, method, "sha{sv}",
                     ["", 0, options], unix_fds=[fd])
     finally:
         os.close(fd)

@@ -298,7 +298,7 @@ def test_a_file_and_a_folder_go_to_the_portal_when_there_is_one(desktop, place):
     manager = desktop.file_manager()
     assert open_now(place / "tidy.log") == "portal"
     assert open_now(place / "jobs") == "portal"
-    assert portal.calls == [("OpenURI", (place / "tidy.log").as_uri()),
+    assert portal.calls == [("OpenFile", str(place / "tidy.log")),  # a file: as a descriptor
                             ("OpenURI", (place / "jobs").as_uri())]
     assert manager.calls == []
 
@@ -309,12 +309,17 @@ def test_showing_a_file_in_its_folder_hands_the_portal_the_file_itself(desktop, 
     assert portal.calls == [("OpenDirectory", str(place / "tidy.log"))]
 
 
-def test_without_a_portal_the_file_manager_shows_the_folder_or_the_file(desktop, place):
+def test_without_a_portal_the_file_manager_shows_a_folder_but_a_log_opens_in_its_app(
+        desktop, place, tmp_path, monkeypatch):
+    """The file manager only shows a file in its folder: a log to read goes to a
+    program that opens it."""
     manager = desktop.file_manager()
+    record = fake_opener(tmp_path, monkeypatch)
     assert open_now(place / "jobs") == "file-manager"
-    assert open_now(place / "tidy.log") == "file-manager"
-    assert manager.calls == [("ShowFolders", [(place / "jobs").as_uri()]),
-                             ("ShowItems", [(place / "tidy.log").as_uri()])]
+    assert open_now(place / "tidy.log") == "xdg-open"
+    assert manager.calls == [("ShowFolders", [(place / "jobs").as_uri()])]
+    wait_for(record.exists, what="xdg-open to run")
+    assert record.read_text() == f"{place / 'tidy.log'}\n"
 
 
 def test_without_portal_or_file_manager_xdg_open_is_started(desktop, place, tmp_path,
@@ -383,7 +388,7 @@ def test_the_portal_gets_the_activation_token_for_a_file_and_a_folder(desktop, p
     assert open_now(place / "jobs", activation_token="tok-1") == "portal"
     assert reveal_now(place / "tidy.log", activation_token="tok-2") == "portal"
     assert open_now(place / "tidy.log") == "portal"
-    assert [call[0] for call in portal.calls] == ["OpenURI", "OpenDirectory", "OpenURI"]
+    assert [call[0] for call in portal.calls] == ["OpenURI", "OpenDirectory", "OpenFile"]
     assert portal.options == [{"activation_token": Variant("s", "tok-1")},
                               {"activation_token": Variant("s", "tok-2")}, {}]
 
