@@ -172,7 +172,7 @@ def cmd_show(args: argparse.Namespace, home: Home) -> int:
         now = queue.clock()
         unmet = queue.unmet()
         paused = queue.paused()
-    logs = home.job_logs(job.id)
+    logs = home.job_logs(job.id, job.name)
     if args.json:
         emit_json(job.as_dict() | {"history": [event.as_dict() for event in history],
                                    "steps": steps, "logs": str(logs)})

@@ -48,8 +48,33 @@ class Home(namedtuple("Home", ["root", "jobs"])):
     def lock(self) -> Path:
         return self.root / "sloth-tray.lock"
 
-    def job_logs(self, job_id: str) -> Path:
-        return self.logs / job_id
+    def job_logs(self, job_id: str, name: str | None = None) -> Path:
+        """The folder of a job's run logs, named so a person finds it: `backup-<id>`.
+        With `name`, where its runs write (made when the first one starts); without,
+        the one it has (found by its id), else where one would be. A folder from an
+        older version, named by the id alone, is kept and used."""
+        old = self.logs / job_id
+        if name is None and not old.exists():
+            found = self.log_folders(job_id)
+            return found.get(job_id, old)
+        return old if old.exists() else self.logs / log_folder_name(job_id, name or "")
+
+    def log_folders(self, *job_ids: str) -> dict[str, Path]:
+        """{id: its log folder} for the jobs asked about that have one, in one look at
+        the logs folder however many are asked about (none asked: all of them)."""
+        wanted = set(job_ids)
+        found: dict[str, Path] = {}
+        try:
+            entries = os.scandir(self.logs)
+        except OSError:
+            return found
+        with entries:
+            for entry in entries:
+                job_id = entry.name[-12:]
+                if (entry.name == job_id or entry.name[-13:-12] == "-") and \
+                        (not wanted or job_id in wanted) and entry.is_dir(follow_symlinks=False):
+                    found[job_id] = Path(entry.path)
+        return found
 
     @property
     def own_files(self) -> tuple[Path, ...]:
@@ -81,6 +106,20 @@ class Home(namedtuple("Home", ["root", "jobs"])):
             pass
         finally:
             os.close(fd)
+
+
+# What a job's name may not bring into a folder name: separators, and what Windows forbids.
+_NOT_IN_FOLDER_NAMES = set('/\\:*?"<>|')
+LOG_NAME_CHARACTERS = 60  # of the job's name in its log folder's name
+
+
+def log_folder_name(job_id: str, name: str) -> str:
+    """`<name>-<id>`: the name made safe for a folder (no separators, no control
+    characters, no leading dot, at most LOG_NAME_CHARACTERS), the id for uniqueness."""
+    safe = "".join("_" if char in _NOT_IN_FOLDER_NAMES or ord(char) < 32 or ord(char) == 127
+                   else char for char in name)
+    safe = safe.strip().lstrip(".")[:LOG_NAME_CHARACTERS].strip() or "job"
+    return f"{safe}-{job_id}"
 
 
 def locate(

@@ -188,7 +188,7 @@ def test_show_json_has_the_fields_history_and_logs(home, capsys):
     shown = json.loads(out)
     assert shown["id"] == ids["ok"] and shown["result"] == "tidy: moved 4 files"
     assert [event["kind"] for event in shown["history"]] == ["pushed", "claimed", "completed"]
-    assert shown["logs"] == str(home / "logs" / ids["ok"])
+    assert shown["logs"] == str(home / "logs" / f"tidy_downloads-{ids['ok']}")
 
 
 def test_show_says_the_options_as_a_header_would_and_the_series_clock_as_a_time(home, capsys):

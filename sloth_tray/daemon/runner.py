@@ -133,7 +133,7 @@ class Runner:
                              home=self.home, db=self.queue.path, owner=self.owner,
                              token=token)
         # One log per run, numbered across retries: two runs never share a file.
-        run_log = CappedLog(self.home.job_logs(job.id) / f"{max(job.runs, 1)}.log",
+        run_log = CappedLog(self.home.job_logs(job.id, job.name) / f"{max(job.runs, 1)}.log",
                             self.log_cap)
         try:
             self._spawned_at = self.monotonic()

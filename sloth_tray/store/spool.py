@@ -330,8 +330,9 @@ def prune(home: Home, queue: Queue, before: float) -> int:
         if _in_spool(home, folder) and folder.is_dir():
             _mark_queued(folder)
     pruned = queue.prune(before)
-    for job_id, _ in pruned:
-        shutil.rmtree(home.job_logs(job_id), ignore_errors=True)
+    logs = home.log_folders(*(job_id for job_id, _ in pruned)) if pruned else {}
+    for folder in logs.values():
+        shutil.rmtree(folder, ignore_errors=True)
     folders = sorted({str(Path(script).parent) for _, script in pruned
                       if script and _in_spool(home, Path(script).parent)})
     in_use = queue.folders_in_use(folders, str(home.spool))

@@ -74,7 +74,7 @@ def test_prune_then_restart_never_runs_a_finished_job_again(home, tmp_path, pids
     assert runs.read_text().splitlines() == ["ran", "fresh"]
     assert [job["name"] for job in jobs(home)] == ["fresh"]
     assert not (home.spool / done).exists() and not (home.spool / cancelled).exists()
-    assert not (home.logs / done).exists()
+    assert not home.job_logs(done).exists()
 
 
 def test_prune_then_restart_keeps_a_recurring_series_single_and_its_script(home, tmp_path,
@@ -162,10 +162,10 @@ def test_after_a_retry_each_run_writes_a_log_of_its_own(home):
     sloth(home, "work", "--once")
     sloth(home, "retry", job_id)
     sloth(home, "work", "--once")
-    logs = sorted(p.name for p in (home.logs / job_id).iterdir())
+    logs = sorted(p.name for p in home.job_logs(job_id).iterdir())
     assert logs == ["1.log", "2.log"]
     for log in logs:
-        assert (home.logs / job_id / log).read_text() == "run of attempt 1\n"
+        assert (home.job_logs(job_id) / log).read_text() == "run of attempt 1\n"
 
 
 def test_a_refused_drop_is_never_run_by_retry_retry_all_or_the_tray(home, tmp_path, pids):

@@ -60,7 +60,7 @@ def test_exit_0_completes_with_the_last_stdout_line_and_logs_both_streams(home):
     result = run_and_record(Runner(queue, home, "me"), job)
     assert (result.effect, result.detail) == (Effect.DONE, "tidy: moved 4 files")
     assert queue.get(job.id).result == "tidy: moved 4 files"
-    log = (home.logs / job.id / "1.log").read_text()
+    log = (home.logs / f"tidy-{job.id}" / "1.log").read_text()  # found by the job's name
     assert "moving" in log and "oops" in log
     assert [e.kind for e in queue.history(job.id)] == ["pushed", "claimed", "started", "completed"]
 
@@ -232,7 +232,7 @@ def test_200_mb_of_output_is_capped_and_memory_stays_flat(home):
     result = run_and_record(Runner(queue, home, "me", log_cap=1024 * 1024), job)
     grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     assert (result.effect, result.detail) == (Effect.DONE, "the end")
-    log = home.logs / job.id / "1.log"
+    log = home.job_logs(job.id) / "1.log"
     assert 1024 * 1024 < log.stat().st_size < 1024 * 1024 + 200
     total = 200 * 1024 * 1024 + len(b"the end\n")
     assert log.read_bytes().endswith(f"was dropped: {total - 1024 * 1024} bytes]\n".encode())
@@ -485,7 +485,7 @@ def test_a_script_replaced_by_a_link_in_the_spool_is_refused_and_its_target_neve
     assert (result.effect, failed.reason) == (Effect.FAILED, Reason.REFUSED)
     assert failed.last_error == (f"refused: its script {path} is now a symbolic link (to "
                                  f"{target}); sloth-tray will not follow it")
-    assert not (home.logs / job.id).exists(), "nothing was started"
+    assert not home.job_logs(job.id).exists(), "nothing was started"
 
 
 def test_a_job_pushed_without_a_script_fails_with_a_sentence_saying_so(home):
