@@ -514,7 +514,9 @@ class Engine:
         self._next_overdue = verdict.next_change
         running = self._running
         if running is not None:  # the step it is in: a step's start or end rings wake()
-            running = replace(running, step=self.queue.running_step(running.id))
+            step = self.queue.running_step(running.id)
+            running = replace(running, step=step[:2] if step else None,
+                              step_asks=bool(step and step[2]))
         return Snapshot(
             pending=counts["pending"], done=counts["done"], failed_count=counts["failed"],
             due_now=counts["due_now"], running=running, failed_jobs=failed,

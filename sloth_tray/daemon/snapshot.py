@@ -21,6 +21,7 @@ class RunningJob:
     max_attempts: int
     started_at: float
     step: tuple[int, str] | None = None  # the step it is in: (its place from 1, its name)
+    step_asks: bool = False  # that step asks before it runs again (--ask): a quit fails it
 
 
 @dataclass(frozen=True)

@@ -377,13 +377,14 @@ def progress(db: sqlite3.Connection, jobs: list[str]) -> dict[str, tuple[int, in
     return result
 
 
-def running(db: sqlite3.Connection, job: str) -> tuple[int, str] | None:
-    """The step the job is in now: (its place among the job's steps, from 1; its name)."""
+def running(db: sqlite3.Connection, job: str) -> tuple[int, str, bool] | None:
+    """The step the job is in now: (its place among the job's steps, from 1; its name;
+    whether it asks before it runs again)."""
     found = db.execute(
         "SELECT (SELECT count(*) FROM steps AS earlier WHERE earlier.job = steps.job "
-        "AND earlier.rowid <= steps.rowid), name FROM steps WHERE job = ? "
+        "AND earlier.rowid <= steps.rowid), name, ask FROM steps WHERE job = ? "
         "AND state = 'running' ORDER BY rowid DESC LIMIT 1", (job,)).fetchone()
-    return None if found is None else (found[0], found[1])
+    return None if found is None else (found[0], found[1], bool(found[2]))
 
 
 # -- a job's side: the connection, and the Python helper --------------------------------

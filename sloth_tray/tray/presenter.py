@@ -327,6 +327,9 @@ def quit_label(snapshot: Snapshot) -> str:
     job = snapshot.running
     if job is None:
         return "Quit"
+    if job.step and job.step_asks:  # its run ends in that step: the job fails step_unsure
+        return (f"Quit (cuts {printable(job.name)} short in step "
+                f"\"{printable(job.step[1])}\": it will ask whether that happened)")
     again = "once resumed" if snapshot.paused else "at the next start"
     return f"Quit (stops {printable(job.name)}; it runs again {again})"
 

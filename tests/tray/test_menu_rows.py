@@ -4,6 +4,7 @@ jobs and Quit say and offer what can be done to them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -245,6 +246,15 @@ def test_quit_says_what_becomes_of_a_running_job():
         "Quit (stops tidy; it runs again at the next start)"
     assert menu(SNAPSHOTS["paused while running"])[-1].label == \
         "Quit (stops tidy; it runs again once resumed)"
+
+
+def test_quit_in_a_step_that_asks_says_the_job_will_ask_instead_of_running_again():
+    running = replace(SNAPSHOTS["running"].running, step=(2, "send"), step_asks=True)
+    assert menu(replace(SNAPSHOTS["running"], running=running))[-1].label == \
+        'Quit (cuts tidy short in step "send": it will ask whether that happened)'
+    plain = replace(running, step_asks=False)
+    assert menu(replace(SNAPSHOTS["running"], running=plain))[-1].label == \
+        "Quit (stops tidy; it runs again at the next start)"
 
 
 def by_key(items, key: str):
