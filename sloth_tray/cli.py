@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
 Command = Callable[[argparse.Namespace, Home], int]
 BROKEN_PIPE_STATUS = 128 + 13  # 128 + SIGPIPE, as a shell reports a tool the signal stopped
+INTERRUPTED = 128 + 2  # 128 + SIGINT: Ctrl-C, after a clean stop
 COMMANDS: dict[str, Command] = {}
 
 
@@ -58,6 +60,37 @@ def open_queue(home: Home) -> Queue:
     from sloth_tray.store.queue import Queue  # here: `status` reads without it (reads.py)
 
     return Queue(sound_home(home).db)
+
+
+def read_queue(home: Home) -> Queue | None:
+    """The queue, for a command that only reads; None when there is none to read: a
+    home or jobs folder that does not exist is not made (Home.readable)."""
+    from sloth_tray.store.queue import Queue
+    from sloth_tray.store.schema import verify
+
+    if not home.readable():
+        return None
+    verify(home.db)
+    return Queue(home.db)
+
+
+def no_queue_here(home: Home) -> None:
+    """Say, on stderr, that there is no queue to read (the command's output stays empty)."""
+    print(f"sloth-tray: {printable(home.no_queue)}", file=sys.stderr)
+
+
+def find_job(queue: Queue, given: str) -> str:
+    """The id of the job `given` names: an id, enough of its start, or a name (its
+    newest job); see reads.find_job."""
+    from sloth_tray.store import reads
+
+    if len(given) == 12 and queue.exists(given):  # a whole id: nothing else to look at
+        return given
+    db = reads.reader(queue.path)
+    try:
+        return reads.find_job(db, given)
+    finally:
+        db.close()
 
 
 def emit_json(data: Any) -> None:
@@ -104,6 +137,8 @@ def cmd_paths(args: argparse.Namespace, home: Home) -> int:
         emit_json({key: str(path) for key, path in places.items()})
     else:
         print(table([(key, str(path)) for key, path in places.items()]))
+    if not home.db.exists():  # where they will be: nothing is made by looking
+        no_queue_here(home)
     return 0
 
 
@@ -112,19 +147,38 @@ def cmd_status(args: argparse.Namespace, home: Home) -> int:
     from sloth_tray.store import reads
 
     counts = reads.read(home)  # "overdue": recurring jobs with no success for a period + grace
+    if counts is None:  # no home or jobs folder, and no queue: nothing was made
+        counts = reads.empty()
+        no_queue_here(home)
     if args.json:
         emit_json(counts)
-    else:
-        waiting_on = counts.pop("waiting_on", {})  # jobs due that wait for a condition
-        print(table([(key, str(value)) for key, value in counts.items() if key != "paused"]
-                    + [("paused", "yes" if counts["paused"] else "no")]
-                    + [(f"waiting for {name}", str(n)) for name, n in waiting_on.items()]))
+        return 0
+    now = time.time()
+    waiting_on = counts.pop("waiting_on", {})  # jobs due that wait for a condition
+    running, next_job = counts.pop("running_job"), counts.pop("next")
+    rows = ([(key, str(value)) for key, value in counts.items() if key != "paused"]
+            + [("paused", "yes" if counts["paused"] else "no")]
+            + [(f"waiting for {name}", str(n)) for name, n in waiting_on.items()])
+    if running is not None:
+        rows.append(("running now", f"{running['name']} ({running['id']}), started "
+                                    f"{relative(running['since'], now)}"))
+    if next_job is not None:
+        due = "due now" if next_job["due"] <= now else f"due {relative(next_job['due'], now)}"
+        rows.append(("next", f"{next_job['name']} ({next_job['id']}), {due}"
+                             + (" (paused)" if counts["paused"] else "")))
+    print(table(rows))
     return 0
 
 
 @command
 def cmd_list(args: argparse.Namespace, home: Home) -> int:
-    with open_queue(home) as queue:
+    queue = read_queue(home)
+    if queue is None:
+        no_queue_here(home)
+        if args.json:
+            emit_json([])
+        return 0
+    with queue:
         limit = args.limit or None
         jobs = queue.jobs(args.state, limit=limit + 1 if limit else None, reason=args.reason)
         more = limit is not None and len(jobs) > limit
@@ -163,8 +217,11 @@ def _waiting_note(job: Job, unmet: frozenset[str]) -> str | None:
 
 @command
 def cmd_show(args: argparse.Namespace, home: Home) -> int:
-    with open_queue(home) as queue:
-        job = queue.get(queue.resolve(args.id))
+    queue = read_queue(home)
+    if queue is None:
+        raise SlothError(home.no_queue)
+    with queue:
+        job = queue.get(find_job(queue, args.id))
         if args.step is not None:
             return _print_step_output(queue.step(job.id, args.step, args.occurrence))
         history = queue.history(job.id)
@@ -261,7 +318,7 @@ def _each_job(queue: Queue, ids: Sequence[str], act: Callable[[Queue, str], bool
     status = 0
     for given in ids:
         try:
-            job = queue.get(queue.resolve(given))
+            job = queue.get(find_job(queue, given))
             if act(queue, job.id):
                 print(f"{done:<9} {printable(job.name)} ({job.id})")
             else:
@@ -349,8 +406,17 @@ def cmd_resume(args: argparse.Namespace, home: Home) -> int:
 
 @command
 def cmd_cancel(args: argparse.Namespace, home: Home) -> int:
+    if args.all_failed == bool(args.ids):  # a usage mistake: argparse's exit code, 2
+        print("sloth-tray: give job ids to cancel, or --all-failed (not both)", file=sys.stderr)
+        return 2
     with open_queue(home) as queue:
-        status = _each_job(queue, args.ids, lambda queue, job_id: queue.cancel(job_id),
+        ids = args.ids
+        if args.all_failed:  # refused drops too: cancel is how they go
+            ids = [job.id for job in queue.jobs(State.FAILED)]
+            if not ids:
+                print("no failed jobs")
+                return 0
+        status = _each_job(queue, ids, lambda queue, job_id: queue.cancel(job_id),
                            "cancel", "cancelled")
     home.ring_doorbell()
     return status
@@ -360,19 +426,22 @@ def cmd_cancel(args: argparse.Namespace, home: Home) -> int:
 def cmd_config(args: argparse.Namespace, home: Home) -> int:
     settings = args.settings
     shown = {key: settings[key] for key in config.KEYS} | {"jobs_dir": str(home.jobs)}
+    # As config.toml says them: 60s, 10MiB (the values: seconds and bytes, for scripts).
+    texts = {key: settings.text(key) for key in config.KEYS} | {"jobs_dir": str(home.jobs)}
     sources = {key: "default (home)" if key == "jobs_dir" and source == "default" else source
                for key, source in settings.sources.items()}
     if args.json:
         emit_json({"file": str(settings.path), "home": str(home.root),
-                   "settings": {key: {"value": value, "from": sources[key]}
+                   "settings": {key: {"value": value, "text": texts[key], "from": sources[key]}
                                 for key, value in shown.items()}})
-        return 0
-    print(f"config file: {printable(settings.path)}"
-          + ("" if settings.path.exists() else " (none yet)"))
-    print(f"home:        {printable(home.root)}\n")
-    print(table([("SETTING", "VALUE", "FROM")] + [
-        (key, "-" if value is None else str(value), sources[key])
-        for key, value in shown.items()]))
+    else:
+        print(f"config file: {printable(settings.path)}"
+              + ("" if settings.path.exists() else " (none yet)"))
+        print(f"home:        {printable(home.root)}\n")
+        print(table([("SETTING", "VALUE", "FROM")] + [
+            (key, "-" if texts[key] is None else texts[key], sources[key]) for key in shown]))
+    if not home.db.exists():
+        no_queue_here(home)
     return 0
 
 
@@ -413,11 +482,134 @@ def cmd_prune(args: argparse.Namespace, home: Home) -> int:
 def cmd_add(args: argparse.Namespace, home: Home) -> int:
     from sloth_tray.store import spool
 
-    job_id = spool.add(sound_home(home), Path(args.path), name=args.name, delay=args.delay,
-                       max_attempts=args.max_attempts)
+    inline = getattr(args, "inline", None)  # after `--` (_main takes it off the line)
+    if (args.path is None) == (inline is None):
+        print("sloth-tray add: give a script or a command after --, not both" if args.path
+              else "sloth-tray add: give a script (add PATH) or a command after -- (add -- "
+              "COMMAND [ARG...])", file=sys.stderr)
+        return 2
+    if inline == []:
+        print("sloth-tray add: give the command after --, as in `sloth-tray add -- make "
+              "test`", file=sys.stderr)
+        return 2
+    # A command runs where `add` was called from; a script in the home folder, as a
+    # dropped one does, unless --cwd says otherwise.
+    cwd = spool.working_folder(args.cwd, default_here=inline is not None)
+    options = {"name": args.name, "delay": args.delay, "max_attempts": args.max_attempts,
+               "cwd": cwd}
+    if inline is not None:
+        job_id = spool.add_command(sound_home(home), inline, **options)
+    else:
+        job_id = spool.add(sound_home(home), Path(args.path), **options)
     home.ring_doorbell()
     print(job_id)
     return 0
+
+
+ENDED = (State.DONE, State.FAILED, State.CANCELLED)  # what `wait` and `log -f` wait for
+
+
+@command
+def cmd_wait(args: argparse.Namespace, home: Home) -> int:
+    from sloth_tray.daemon.follow import Changes
+    from sloth_tray.errors import UnknownJob
+
+    queue = read_queue(home)
+    if queue is None:
+        raise SlothError(home.no_queue)
+    with queue, Changes(home) as changes:  # watched before the first look: nothing missed
+        ids = list(dict.fromkeys(find_job(queue, given) for given in args.ids))
+        names: dict[str, str] = {}
+        endings: dict[str, str] = {}  # id -> how it ended, for each not done
+        while ids:
+            for job_id in list(ids):
+                try:
+                    job = queue.get(job_id)
+                except UnknownJob:  # pruned meanwhile: it ended, but how is not known
+                    endings[job_id] = "was pruned"
+                    print(f"{'pruned':<9} {printable(names.get(job_id, '?'))} ({job_id})")
+                    ids.remove(job_id)
+                    continue
+                names[job_id] = job.name
+                if job.state not in ENDED:
+                    continue
+                ids.remove(job_id)
+                said = f": {job.last_error}" if job.state == State.FAILED and job.last_error \
+                    else ""
+                print(f"{job.state.value:<9} {printable(job.name)} ({job.id})"
+                      f"{printable(said)}", flush=True)
+                if job.state != State.DONE:
+                    endings[job_id] = "failed" if job.state == State.FAILED else "was cancelled"
+            if ids:
+                changes.wait()
+    if not endings:
+        return 0
+    total = len(names) + sum(1 for job_id in endings if job_id not in names)
+    told = ", ".join(f"{printable(names.get(job_id, '?'))} ({job_id}) {how}"
+                     for job_id, how in endings.items())
+    print(f"sloth-tray: {len(endings)} of {total} job{'' if total == 1 else 's'} did not end "
+          f"done: {told}", file=sys.stderr)
+    return 1
+
+
+@command
+def cmd_log(args: argparse.Namespace, home: Home) -> int:
+    from sloth_tray.daemon.follow import read_new
+
+    queue = read_queue(home)
+    if queue is None:
+        raise SlothError(home.no_queue)
+    with queue:
+        job = queue.get(find_job(queue, args.id))
+        who = f"{printable(job.name)} ({job.id})"
+        if args.run is not None and args.run > max(job.runs, 1 if args.follow else 0):
+            raise SlothError(f"{who} has run {job.runs} time{'' if job.runs == 1 else 's'}: "
+                             + (f"--run takes 1 to {job.runs}" if job.runs else
+                                "it has no log yet"))
+        if args.follow:
+            return _follow_log(queue, home, job, args.run or max(job.runs, 1))
+        if not job.runs:
+            raise SlothError(f"{who} has not run yet: it has no log (`sloth-tray log -f "
+                             f"{job.id}` waits for it)")
+    run = args.run or job.runs
+    path = home.job_logs(job.id, job.name) / f"{run}.log"
+    if not path.is_file():
+        why = f": {job.last_error}" if run == job.runs and job.last_error else ""
+        raise SlothError(f"run {run} of {who} left no log{printable(why)}")
+    sys.stdout.flush()
+    read_new(path, 0, sys.stdout.buffer)
+    return 0
+
+
+def _follow_log(queue: Queue, home: Home, job: Job, run: int) -> int:
+    """`log -f`: the run's log as it grows, then each later run's, until the job ends:
+    0 when it ended done, else 1."""
+    from sloth_tray.daemon.follow import Changes, read_new
+
+    folder = home.job_logs(job.id, job.name)
+    offset = 0
+    sys.stdout.flush()
+    out = sys.stdout.buffer
+    with Changes(home) as changes:
+        while True:
+            changes.also(folder)  # made when the first run starts
+            log_file = folder / f"{run}.log"
+            was = offset
+            offset = read_new(log_file, offset, out)
+            job = queue.get(job.id)
+            if job.runs > run:  # a later run began: this one's log is whole
+                read_new(log_file, offset, out)
+                run, offset = run + 1, 0
+                print(f"sloth-tray: run {run} of {printable(job.name)} ({job.id}) began",
+                      file=sys.stderr, flush=True)
+                changes.saw_change()
+                continue
+            if job.state in ENDED:  # its run's log was closed before it ended
+                read_new(log_file, offset, out)
+                return 0 if job.state == State.DONE else 1
+            if offset != was:
+                changes.saw_change()
+            changes.wait()
 
 
 @command
@@ -437,7 +629,7 @@ def cmd_run(args: argparse.Namespace, home: Home) -> int:
         log.info("stopped")
     if daemon.fatal:  # it stopped itself, cleanly: say why, and fail
         raise SlothError(daemon.fatal)
-    return 0
+    return INTERRUPTED if daemon.interrupted else 0
 
 
 def open_tray(daemon: Daemon, args: argparse.Namespace):
@@ -469,7 +661,7 @@ def cmd_work(args: argparse.Namespace, home: Home) -> int:
         daemon.run_until_stopped(drain=args.once)
     if daemon.fatal:
         raise SlothError(daemon.fatal)
-    return 0
+    return INTERRUPTED if daemon.interrupted else 0
 
 
 def print_result(job: Job, result: Recorded) -> None:
@@ -501,6 +693,19 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {printable(message)}\n")
 
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """A choice mistyped (a command, a --state) gets the nearest one: `did you mean
+        status?`."""
+        if action.choices is not None and value not in action.choices:
+            import difflib  # here: only a mistake needs it
+
+            choices = [str(choice) for choice in action.choices]
+            near = difflib.get_close_matches(str(value), choices, n=1)
+            if near:
+                raise argparse.ArgumentError(
+                    action, f"invalid choice: {value!r}; did you mean {near[0]}?")
+        super()._check_value(action, value)
+
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
         for action in self._actions:
@@ -511,7 +716,8 @@ class Parser(argparse.ArgumentParser):
         return namespace, extras
 
 
-ID_HELP = "a job id, or enough of its start to be unique (`sloth-tray list` shows them)"
+ID_HELP = ("a job id, enough of its start to be unique (`sloth-tray list` shows them), or "
+           "a job's name (its newest job)")
 
 
 class _NotBuilt:
@@ -574,7 +780,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--limit", type=limits.LIST_LIMIT.argument, default=50,
                    help="at most N jobs (0: all; default 50)")
     p = add("show", "one job: its fields, history, steps and logs", json_flag)
-    p.add_argument("id", help="a job id, or enough of its start to be unique")
+    p.add_argument("id", metavar="ID", help=ID_HELP)
     p.add_argument("--step", metavar="NAME", help="print that step's recorded output")
     p.add_argument("--occurrence", type=limits.OCCURRENCE.argument, metavar="N",
                    help="with --step: its Nth call in the run (default: the last)")
@@ -590,19 +796,35 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     steps.add_argument("--step-done", metavar="STEP",
                        help="a step cut short did happen: mark it done, then go on")
     p = add("cancel", "cancel pending, running or failed jobs")
-    p.add_argument("ids", nargs="+", metavar="ID", help=ID_HELP)
+    p.add_argument("ids", nargs="*", metavar="ID", help=ID_HELP)
+    p.add_argument("--all-failed", action="store_true",
+                   help="every failed job (then `prune` can remove them)")
     p = add("run-now", "make waiting jobs due now (failed ones: use retry)")
     p.add_argument("ids", nargs="+", metavar="ID", help=ID_HELP)
     add("pause", "start no new job until resume, in this and every later start "
                  "(a running job finishes)")
     add("resume", "start due jobs again after a pause")
-    p = add("add", "queue a script (a copy of it: later edits change nothing)")
-    p.add_argument("path", help="the script")
+    p = add("add", "queue a script (a copy of it: later edits change nothing), or a "
+                   "command: add -- COMMAND [ARG...]")
+    p.add_argument("path", nargs="?", help="the script")
+    p.add_argument("--cwd", metavar="DIR",
+                   help="the folder it runs in (default: a script, the home folder; a "
+                        "command, the folder add is called from)")
     p.add_argument("--delay", type=limits.DELAY.argument, metavar="SECONDS",
                    help="wait this long before the first run (90, 90s, 10m, 2h, 1d)")
     p.add_argument("--max-attempts", type=limits.ATTEMPTS.argument, metavar="N",
                    help="tries before giving up (1 to 1000)")
-    p.add_argument("--name", help="the job's name (default: the file's name without extension)")
+    p.add_argument("--name", help="the job's name (default: the file's name without "
+                                  "extension, or the command line)")
+    p = add("wait", "wait until the jobs end; exit 0 when all ended done")
+    p.add_argument("ids", nargs="+", metavar="ID", help=ID_HELP)
+    p = add("log", "the output of a job's last run (or of --run N)")
+    p.add_argument("id", metavar="ID", help=ID_HELP)
+    p.add_argument("--run", type=limits.OCCURRENCE.argument, metavar="N",
+                   help="that run's output (1 is the first; default: the last)")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="follow the output as it is written until the job ends "
+                        "(exit 0 when it ended done)")
     p = add("step", "inside a job: run COMMAND once; a later run of the job skips it "
                     "and writes its recorded output again")
     p.add_argument("name", metavar="NAME", help="the step's name, unique within the job")
@@ -653,10 +875,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     line = list(sys.argv[1:] if argv is None else argv)
+    # `sloth-tray add -- COMMAND ...`: the command's words are its own, whatever they
+    # look like (--cwd, -h, another --): they are taken off before the parse.
+    inline = None
+    if _command_of(line) == "add" and "--" in line:
+        cut = line.index("--")
+        line, inline = line[:cut], line[cut + 1:]
     # `sloth-tray status --json`: the command comes first, so only its parser is
     # needed; anything else (help, options first, no command) gets them all.
     parser = build_parser(only=line[0] if line and line[0] in COMMANDS else None)
     args = parser.parse_args(line)
+    if inline is not None:
+        args.inline = inline
     if args.command is None:  # plain `sloth-tray` starts the app
         args = parser.parse_args([*line, "run"])
     if args.command == "step":  # inside a job: no settings, no home: the run names its queue
@@ -671,16 +901,34 @@ def _main(argv: Sequence[str] | None) -> int:
         args.settings = load_settings(args)
         home = locate(getattr(args, "home", None), args.settings["jobs_dir"],
                       jobs_source=args.settings.sources.get("jobs_dir"))
-        with interrupted_at_once(args.command not in DAEMONS):
+        with interrupted_at_once(args.command not in (*DAEMONS, *WAITING)):
             return COMMANDS[args.command](args, home)
     except SlothError as exc:
         print(f"sloth-tray: {printable(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        return 130
+        return INTERRUPTED
 
 
 DAEMONS = ("run", "work")  # they stop cleanly on Ctrl-C themselves (stopsignals.py)
+# They only read, and may wait for long: Ctrl-C ends them with 130 (KeyboardInterrupt).
+WAITING = ("wait", "log")
+# The options every command takes that are followed by a value (before the command too).
+COMMON_VALUED = ("--home", "--config", "--jobs-dir")
+
+
+def _command_of(line: Sequence[str]) -> str | None:
+    """The command a command line names: its first word that is not an option (nor
+    the value of one) before any `--`."""
+    words = iter(line)
+    for word in words:
+        if word == "--":
+            return None
+        if word in COMMON_VALUED:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
 
 
 @contextlib.contextmanager

@@ -64,20 +64,53 @@ KEYS: dict[str, Key] = {
 }
 
 
+# The defaults as config.toml would say them (README's Settings shows them so).
+DEFAULT_TEXTS = {"lease": "60s", "log_cap": "10MiB"}
+
+
+def value_text(key: str, value: Any) -> str | None:
+    """A setting's value as config.toml takes it: durations and sizes in their short
+    forms (`90s`, `2h`, `10MiB`), true or false; None for no value."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    limit = KEYS[key].limit if key in KEYS else None
+    if limit is not None and limit.kind == limits.Kind.DURATION:
+        return limits.compact_duration(value)
+    if limit is not None and limit.kind == limits.Kind.SIZE:
+        return "1 byte" if value == 1 else limits._compact_size(int(value))
+    return str(value)
+
+
 class Settings:
     """The effective `values`, where each came from (`sources`: key -> default, file PATH,
-    env NAME or flag), and the config file they were read from (`path`)."""
+    env NAME or flag), the config file they were read from (`path`), and the words a
+    value was written in there (`texts`: "90s" stays "90s")."""
 
-    __slots__ = ("values", "sources", "path")
+    __slots__ = ("values", "sources", "path", "texts")
 
     def __init__(self, values: dict[str, Any] | None = None,
-                 sources: dict[str, str] | None = None, path: Path | None = None) -> None:
+                 sources: dict[str, str] | None = None, path: Path | None = None,
+                 texts: dict[str, str] | None = None) -> None:
         self.values = dict(values or {})
         self.sources = dict(sources or {})
         self.path = path
+        self.texts = dict(texts or {})
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
+
+    def text(self, key: str) -> str | None:
+        """The value as it was written: in config.toml's words when it came from there,
+        the default as README's Settings says it, else in its short form (value_text)."""
+        source = self.sources.get(key, "default")
+        if source.startswith("file") and key in self.texts:
+            return self.texts[key]
+        if source == "default" and key in DEFAULT_TEXTS and \
+                self.values.get(key) == KEYS[key].default:
+            return DEFAULT_TEXTS[key]
+        return value_text(key, self.values.get(key))
 
 
 def load(path: Path | None = None, *, env: Mapping[str, str] = os.environ,
@@ -86,7 +119,8 @@ def load(path: Path | None = None, *, env: Mapping[str, str] = os.environ,
     path = path or (Path(env[CONFIG_ENV]) if env.get(CONFIG_ENV) else default_path())
     values = {key: spec.default for key, spec in KEYS.items()}
     sources = dict.fromkeys(KEYS, "default")
-    for key, value in _read(path).items():
+    texts: dict[str, str] = {}
+    for key, value in _read(path, texts).items():
         values[key], sources[key] = value, f"file {path}"
     if env.get(JOBS_ENV):
         values["jobs_dir"], sources["jobs_dir"] = Path(env[JOBS_ENV]).expanduser(), \
@@ -97,10 +131,12 @@ def load(path: Path | None = None, *, env: Mapping[str, str] = os.environ,
             if limit is not None:  # argparse checked it already; a caller in Python may not
                 value = limit.check(value, f"--{key.replace('_', '-')}")
             values[key], sources[key] = value, "flag"
-    return Settings(values, sources, path)
+    return Settings(values, sources, path, texts)
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: Path, texts: dict[str, str] | None = None) -> dict[str, Any]:
+    """The settings config.toml at `path` holds (none when there is no file); `texts`
+    gets the words each was written in (a number written bare: its short form)."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -125,6 +161,9 @@ def _read(path: Path) -> dict[str, Any]:
             parsed[key] = KEYS[key].parse(value)
         except ValueError as exc:
             raise SlothError(f"{path}, line {line}: bad value for {key}: use {exc}") from None
+        if texts is not None:
+            texts[key] = value.strip() if isinstance(value, str) else \
+                value_text(key, parsed[key])
     return parsed
 
 

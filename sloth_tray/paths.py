@@ -85,7 +85,9 @@ class Home(namedtuple("Home", ["root", "jobs"])):
     def ensure(self) -> Home:
         """Create the folders the app needs, private to the user (0700), and refuse a home
         someone else owns or could write to, before anything is written in it (safety.py).
-        Every start and every command that opens the queue passes here."""
+        Every start and every command that writes to the queue passes here."""
+        if not self.root.parent.is_dir():  # the platform's data folder, on a first start
+            self.root.parent.mkdir(parents=True, exist_ok=True)
         safety.home_folder(self.root)
         for folder in (self.spool, self.logs, self.doorbell.parent):
             safety.own_folder(folder)
@@ -93,6 +95,36 @@ class Home(namedtuple("Home", ["root", "jobs"])):
             safety.own_entry(file, folder=False)
         safety.jobs_folder(self.jobs)
         return self
+
+    def vet(self) -> Home:
+        """The checks of ensure() on what is there, making nothing: for a command that
+        only reads (a home that does not exist passes: there is nothing to read)."""
+        if not os.path.lexists(self.root):
+            return self
+        safety.home_folder(self.root)  # there already: checked, not made
+        for folder in (self.spool, self.logs, self.doorbell.parent):
+            safety.own_entry(folder, folder=True)
+        for file in self.own_files:
+            safety.own_entry(file, folder=False)
+        if os.path.isdir(self.jobs):
+            safety.jobs_folder(self.jobs)
+        return self
+
+    def readable(self) -> bool:
+        """For a command that only reads (`status`, `list`, `show`, `log`, `wait`): whether
+        there is a queue to read, the home vetted. Where the home and the jobs folder
+        both are, a missing queue file is made, as every command always did; where
+        either is missing, nothing at all is made (False when there is no queue)."""
+        if os.path.isdir(self.root) and os.path.isdir(self.jobs):
+            self.ensure()
+            return True
+        self.vet()
+        return self.db.exists()
+
+    @property
+    def no_queue(self) -> str:
+        """The sentence for a home with no queue in it (yet)."""
+        return f"there is no queue in {self.root} yet: no job was ever added there"
 
     def ring_doorbell(self) -> None:
         """Tell a running daemon that the queue changed (it watches this file)."""
@@ -145,8 +177,9 @@ def locate(
     else:
         import platformdirs  # here: not needed when the home is named (--home, the env)
 
+        # Its parent is made by Home.ensure, when something is to be written: a
+        # command that only reads makes nothing.
         root = Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
-        root.parent.mkdir(parents=True, exist_ok=True)
     if root.exists() and not root.is_dir():
         raise SlothError(f"the home folder {root} is not a folder")
     jobs_dir = jobs or env.get(JOBS_ENV)

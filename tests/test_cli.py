@@ -40,12 +40,22 @@ def test_version_and_module_entry_point():
     assert done.returncode == 0 and done.stdout.strip() == f"sloth-tray {__version__}"
 
 
-def test_status_json_on_a_brand_new_home_is_all_zero_and_creates_it_private(home):
+def test_status_json_on_a_brand_new_home_is_all_zero_and_makes_nothing(home, tmp_path):
     done = sloth("status", "--json", "--home", str(home))
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {
         "pending": 0, "running": 0, "done": 0, "failed": 0, "cancelled": 0, "due_now": 0,
-        "paused": False, "overdue": 0}
+        "paused": False, "overdue": 0, "running_job": None, "next": None}
+    assert done.stderr == f"sloth-tray: there is no queue in {home} yet: no job was ever " \
+        "added there\n"
+    assert not home.exists()
+
+
+def test_the_first_add_makes_the_home_private(home, tmp_path):
+    script = tmp_path / "job.sh"
+    script.write_text("echo hi\n")
+    done = sloth("add", str(script), "--home", str(home))
+    assert done.returncode == 0, done.stderr
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
     assert stat.S_IMODE((home / "queue.db").stat().st_mode) == 0o600
 
@@ -58,10 +68,11 @@ def test_home_comes_from_the_environment_too(home):
 
 
 def test_show_of_an_unknown_id_is_one_line_and_non_zero(home):
+    home_db(home)
     done = sloth("show", "nosuchid", "--home", str(home))
     assert done.returncode == 1
     assert done.stdout == ""
-    assert done.stderr == "sloth-tray: no job with id 'nosuchid' (ids are 12 hex characters)\n"
+    assert done.stderr == "sloth-tray: no job has the id or name 'nosuchid'\n"
 
 
 @pytest.mark.parametrize("content", [b"garbage, not a database\n" * 50, b"\n"])
@@ -106,7 +117,8 @@ def test_status_brings_a_queue_of_an_older_schema_up_to_date_and_counts_its_jobs
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {
         "pending": 1, "running": 0, "done": 0, "failed": 0, "cancelled": 0, "due_now": 1,
-        "paused": False, "overdue": 0}
+        "paused": False, "overdue": 0, "running_job": None,
+        "next": {"id": "0123456789ab", "name": "old", "due": 0}}
     with sqlite3.connect(home / "queue.db") as raw:
         assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
@@ -257,7 +269,8 @@ def test_pause_and_resume_are_kept_in_the_queue_and_ring_the_doorbell(home, caps
     status = json.loads(out)
     assert (status["paused"], status["due_now"], status["pending"]) == (True, 0, 2)
     code, out, _ = run(capsys, "status", "--home", str(home))
-    assert out.splitlines()[-1].split() == ["paused", "yes"]
+    assert ["paused", "yes"] in [line.split() for line in out.splitlines()]
+    assert out.splitlines()[-1].endswith("due now (paused)")  # the next job, held back
     (home / "doorbell" / "ring").unlink()
     code, out, _ = run(capsys, "resume", "--home", str(home))
     assert code == 0 and out.startswith("resumed")

@@ -391,5 +391,6 @@ def test_step_options_that_cannot_go_together_are_one_line(home, capsys, argv, f
     assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("sloth-tray")
     assert no_jobs(home)
     code, out, err = run(capsys, *fine, "--home", str(home))  # each alone is understood
-    assert (code, out, err) == (1, "", "sloth-tray: no job with id 'id' (ids are 12 hex "
-                                       "characters)\n")
+    said = f"there is no queue in {home} yet: no job was ever added there" \
+        if fine[0] == "show" else "no job has the id or name 'ID'"  # show reads; retry makes
+    assert (code, out, err) == (1, "", f"sloth-tray: {said}\n")

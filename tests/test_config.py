@@ -73,8 +73,9 @@ def test_config_command_says_where_each_value_comes_from(tmp_path):
                                            "SLOTH_TRAY_CONFIG": str(path)})
     shown = json.loads(done.stdout)
     assert shown["file"] == str(path)
-    assert shown["settings"]["max_attempts"] == {"value": 3, "from": f"file {path}"}
-    assert shown["settings"]["lease"] == {"value": 60.0, "from": "default"}
+    assert shown["settings"]["max_attempts"] == {"value": 3, "text": "3",
+                                                 "from": f"file {path}"}
+    assert shown["settings"]["lease"] == {"value": 60.0, "text": "60s", "from": "default"}
     assert shown["settings"]["jobs_dir"]["value"] == str(tmp_path / "home" / "jobs")
 
 

@@ -286,7 +286,7 @@ def test_the_daemon_does_not_start_on_a_home_others_could_write_to(shared, unsaf
 def test_a_home_another_user_prepared_in_a_shared_folder_is_refused(shared):
     """The other user runs sloth-tray first, with a umask that opens everything."""
     home = shared / "sloth"
-    made = sloth_as_other(shared, "status", "--home", str(home), umask=0)
+    made = sloth_as_other(shared, "pause", "--home", str(home), umask=0)  # makes the queue
     assert made.returncode == 0, made.stderr
     os.chmod(home / "queue.db", 0o666)  # and opens the queue to everyone
     before = snapshot(shared)
@@ -466,8 +466,8 @@ def test_the_daemon_never_takes_its_own_files_as_jobs(tmp_path):
 def test_a_jobs_folder_of_its_own_is_fine(places, capsys, given):
     _, home = places
     jobs = (home.root / given).resolve()
-    assert main(["status", "--home", str(home.root), "--jobs-dir", str(jobs)]) == 0
-    assert jobs.is_dir()
+    assert main(["pause", "--home", str(home.root), "--jobs-dir", str(jobs)]) == 0
+    assert jobs.is_dir()  # made by a command that writes (one that only reads makes nothing)
 
 
 # -- one sentence, not a traceback -----------------------------------------------------------

@@ -7,12 +7,14 @@ crash recovery and the same clean quit.
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sloth_tray.config import KEYS, Settings
+from sloth_tray.daemon import stopsignals
 from sloth_tray.daemon.engine import Engine, default_owner
 from sloth_tray.daemon.inbox import Inbox, start_inbox
 from sloth_tray.daemon.lock import InstanceLock
@@ -198,6 +200,12 @@ class Daemon:
         return (f"{self.home.db} was replaced while sloth-tray was running; "
                 "stopping. Start it again to use the new one.")
 
+    @property
+    def interrupted(self) -> bool:
+        """Whether Ctrl-C (SIGINT) stopped it: its command exits 130 then, as a shell
+        reports a program the signal ended (SIGTERM and SIGHUP: 0, a clean stop)."""
+        return stopsignals.stopped_by() == signal.SIGINT
+
     def run_until_stopped(self, *, drain: bool = False,
                           on_signal: Callable[[], None] | None = None) -> None:
         """Run the engine on a thread of its own; a stop signal stops it cleanly."""
@@ -210,6 +218,7 @@ class Daemon:
             except BaseException as exc:  # handed to the main thread below
                 errors.append(exc)
 
+        stopsignals.forget()
         with StopSignals(on_signal or engine.stop):
             thread = threading.Thread(target=loop, name="engine")
             thread.start()

@@ -116,11 +116,10 @@ class Runner:
             return Attempt.failed(Reason.REFUSED, str(exc))
         except BadJobFile as exc:
             return Attempt.failed(Reason.UNRUNNABLE, str(exc))
-        workdir = Path.home()
-        if not workdir.is_dir():
-            return Attempt.failed(Reason.COULD_NOT_START,
-                                  f"cannot start the job: its working folder {workdir} (the "
-                                  "home folder, $HOME) does not exist")
+        gone = working_folder_gone(job)
+        if gone:
+            return Attempt.failed(Reason.COULD_NOT_START, gone)
+        workdir = Path(job.options.get("cwd") or Path.home())
         # The run's token must be in the queue before the spawn, so that a crash
         # right after it still leaves a way to find the orphan: the engine's claim
         # wrote it already; otherwise it is written here.
@@ -316,6 +315,22 @@ class SleepWatch:
         offset = self.wall() - self.monotonic()
         gap, self._offset = offset - self._offset, offset
         return gap if gap > SLEEP_THRESHOLD else 0.0
+
+
+def working_folder_gone(job: Job) -> str | None:
+    """Why the job cannot start in its working folder (the one `add` gave it, else the
+    home folder), in one sentence; None when it can."""
+    given = job.options.get("cwd")
+    workdir = Path(given) if given else Path.home()
+    if not workdir.is_dir():
+        if given:
+            return (f"cannot start the job: its working folder {workdir} is gone (it was "
+                    "there when the job was added)")
+        return (f"cannot start the job: its working folder {workdir} (the home folder, "
+                "$HOME) does not exist")
+    if not os.access(workdir, os.X_OK):
+        return f"cannot start the job: its working folder {workdir} cannot be entered"
+    return None
 
 
 def exit_description(returncode: int) -> str:

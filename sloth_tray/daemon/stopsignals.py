@@ -23,9 +23,32 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SI
                      if hasattr(signal, name))
 
 
+# The first stop signal any StopSignals acted on in this process: Ctrl-C (SIGINT) ends
+# the command with 130, as a shell reports a program the signal stopped; SIGTERM with 0.
+received: list[int] = []
+
+
+def note(signum: int) -> None:
+    """Remember a stop signal that ended the app (a loop that catches them itself
+    says so here), for the exit status (`stopped_by`)."""
+    if not received:
+        received.append(signum)
+
+
+def stopped_by() -> int | None:
+    """The stop signal that ended the app, or None."""
+    return received[0] if received else None
+
+
+def forget() -> None:
+    """Before a run: no signal has ended it yet."""
+    received.clear()
+
+
 class StopSignals:
     """While entered (on the main thread), a stop signal calls `stop` on a thread
-    of its own. Restores the previous handlers on exit."""
+    of its own. Restores the previous handlers on exit. The first signal is
+    noted (`stopped_by`)."""
 
     def __init__(self, stop: Callable[[], None],
                  signals: tuple[int, ...] = STOP_SIGNALS) -> None:
@@ -39,7 +62,7 @@ class StopSignals:
         if os.name != "posix":
             # Windows takes only a socket as the wake-up fd; its console signals
             # reach Python's handler on the main thread anyway.
-            self._previous = {sig: signal.signal(sig, lambda *_: self.stop())
+            self._previous = {sig: signal.signal(sig, lambda signum, _: self._act(signum))
                               for sig in self.signals}
             return self
         read_end, self._write_end = os.pipe()
@@ -71,11 +94,17 @@ class StopSignals:
 
     def _listen(self, read_end: int) -> None:
         try:
-            while received := os.read(read_end, 64):
-                if any(byte in self.signals for byte in received):
-                    self.stop()
+            while bytes_read := os.read(read_end, 64):
+                for byte in bytes_read:
+                    if byte in self.signals:
+                        self._act(byte)
+                        break
         finally:
             os.close(read_end)
+
+    def _act(self, signum: int) -> None:
+        note(signum)
+        self.stop()
 
 
 def _noted(signum: int, frame: object) -> None:

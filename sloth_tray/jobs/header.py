@@ -167,10 +167,26 @@ SCHEDULES = ("every", "at", "cron")  # each says when a job repeats; one at most
 CALENDARS = ("at", "cron")
 
 
+# Options `sloth-tray add` gives a job, never its header: kept when a retry reads the
+# header again. cwd: the folder the job runs in (absolute; default: the home folder).
+ADDED_OPTIONS = ("cwd",)
+
+
+def checked_cwd(value: Any, where: str = "the job's options") -> str:
+    """A job's working folder as stored: an absolute path (that it exists is for the
+    one who adds it to say, and for the run to find out)."""
+    if not isinstance(value, str) or "\0" in value or not os.path.isabs(value):
+        raise SlothError(f"{where}: bad value {limits.shown(value)} for cwd: use the "
+                         "absolute path of a folder")
+    return value
+
+
 def checked_options(given: dict[str, Any], where: str = "the job's options") -> dict[str, Any]:
     """Options given as values (a push's, not a header's words): each known option
     read as a header's would be, a value no claim could use refused (SlothError)."""
     options = dict(given)
+    if "cwd" in options:
+        options["cwd"] = checked_cwd(options["cwd"], where)
     for key in options.keys() & OPTIONS.keys():
         options[key] = OPTIONS[key].check(options[key], where)
     for key in options.keys() & WORD_OPTIONS.keys():

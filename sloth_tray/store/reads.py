@@ -15,7 +15,9 @@ import re
 import sqlite3
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+from sloth_tray.errors import SlothError, UnknownJob
 from sloth_tray.paths import Home
 from sloth_tray.store.schema import connect, translated_errors
 from sloth_tray.store.states import State
@@ -174,22 +176,99 @@ def overdue_count(db: sqlite3.Connection, now: float, *, is_paused: bool) -> int
     return len(overdue.find(series, now, None, paused=is_paused).overdue)
 
 
+def running_job(db: sqlite3.Connection) -> dict[str, Any] | None:
+    """The job running now (the one claimed last, should there be more): its id, name,
+    and when its run began (`since`); None when none runs."""
+    row = db.execute("SELECT id, name, updated_at FROM jobs INDEXED BY jobs_leased "
+                     "WHERE state = 'running' ORDER BY updated_at DESC, rowid DESC "
+                     "LIMIT 1").fetchone()
+    return None if row is None else {"id": row[0], "name": row[1], "since": row[2]}
+
+
+def next_job(db: sqlite3.Connection, unmet: frozenset[str] = frozenset()) -> dict[str, Any] | None:
+    """The waiting job a claim takes next (the soonest due, a job that waits for an
+    unmet condition left out): its id, name and due time; None when none waits."""
+    waits, params = not_waiting(unmet)
+    row = db.execute("SELECT id, name, not_before FROM jobs INDEXED BY jobs_due "
+                     f"WHERE state = 'pending'{waits} ORDER BY not_before, rowid LIMIT 1",
+                     params).fetchone()
+    return None if row is None else {"id": row[0], "name": row[1], "due": row[2]}
+
+
+def newest_named(db: sqlite3.Connection, name: str) -> str | None:
+    """The id of the newest job called `name` exactly, or None. (Names have no index:
+    found from the newest row back, at once for a name in use; a name no job has
+    is a walk of the whole table, about 0.1 s per million jobs.)"""
+    row = db.execute("SELECT id FROM jobs WHERE name = ? ORDER BY rowid DESC LIMIT 1",
+                     (name,)).fetchone()
+    return None if row is None else row[0]
+
+
+def ids_starting(db: sqlite3.Connection, prefix: str, limit: int = 2) -> list[str]:
+    """The ids that start with `prefix` (at most `limit`), on the primary key."""
+    prefix = prefix.lower()
+    if not prefix or any(c not in "0123456789abcdef" for c in prefix):
+        return []
+    return [row[0] for row in db.execute(
+        "SELECT id FROM jobs WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
+        (prefix, prefix + "g", limit))]
+
+
+def find_job(db: sqlite3.Connection, given: str) -> str:
+    """The id of the job `given` names, as a person types it: its id, enough of the
+    start of its id to name one job, or its name (a name means its newest job).
+    When `given` is both the start of an id and another job's name, it is neither:
+    one sentence names both (nothing is done to a job the person may not mean).
+    UnknownJob, in one sentence, when it names none."""
+    text = given.strip()
+    ids = ids_starting(db, text)
+    if len(text) == 12 and ids == [text.lower()]:
+        return ids[0]  # a whole id
+    named = newest_named(db, given)
+    if named is not None and ids in ([], [named]):
+        return named
+    if named is None and len(ids) == 1:
+        return ids[0]
+    if named is None and ids:
+        raise UnknownJob(given, f"{given!r} matches more than one job; give more of the id")
+    if named is None:
+        raise UnknownJob(given, f"no job has the id or name {given!r}")
+    starts = f"the start of job {ids[0]}'s id" if len(ids) == 1 else "the start of other ids"
+    raise SlothError(f"{given!r} is the name of job {named} and {starts}: give the whole id "
+                     "of the job you mean")
+
+
+def reader(path: Path) -> sqlite3.Connection:
+    """A connection that cannot write (query_only), for reads beside a Queue's."""
+    return connect(path, BUSY_TIMEOUT, query_only=True)
+
+
 # -- `sloth-tray status` ---------------------------------------------------------------
 
 
-def read(home: Home, clock: Callable[[], float] = time.time) -> dict[str, Any]:
-    """summary() and the overdue count, as `sloth-tray status` shows them, read in one
-    snapshot of the file. The home is vetted first, as for every command; a new file
-    gets the schema, an older one is migrated (schema.connect), and the connection
-    read through cannot write (query_only)."""
-    home.ensure()
-    db = connect(home.db, BUSY_TIMEOUT, query_only=True)
+def empty() -> dict[str, Any]:
+    """What `status` says of a home with no queue in it: nothing anywhere."""
+    return {state.value: 0 for state in State} | {
+        "due_now": 0, "paused": False, "overdue": 0, "running_job": None, "next": None}
+
+
+def read(home: Home, clock: Callable[[], float] = time.time) -> dict[str, Any] | None:
+    """summary(), the overdue count, and the job running and the one next, as
+    `sloth-tray status` shows them, read in one snapshot of the file; None when
+    there is no queue to read (Home.readable: a missing home is never made). The
+    home is vetted first, as for every command; an older file is migrated
+    (schema.connect), and the connection read through cannot write (query_only)."""
+    if not home.readable():
+        return None
+    db = reader(home.db)
     try:
         with translated_errors(home.db, BUSY_TIMEOUT):
             db.execute("BEGIN")  # one read transaction: every number from the same moment
             now = clock()
             found = summary(db, now)
             found["overdue"] = overdue_count(db, now, is_paused=found["paused"])
+            found["running_job"] = running_job(db)
+            found["next"] = next_job(db, unmet(db))
             db.execute("COMMIT")
     finally:
         db.close()

@@ -30,6 +30,7 @@ from typing import Any
 
 from sloth_tray.errors import SlothError
 from sloth_tray.jobs.header import (
+    ADDED_OPTIONS,
     BadJobFile,
     empty_sentence,
     job_name,
@@ -207,12 +208,14 @@ def _scripts(folder: Path) -> list[Path]:
 
 def push(queue: Queue, script: Path, job_id: str, *, name: str | None = None,
          delay: float | None = None, max_attempts: int | None = None,
-         refused: str | None = None, final: Path | None = None) -> str:
+         refused: str | None = None, final: Path | None = None,
+         cwd: str | None = None) -> str:
     """Queue a script already in the spool, with the options of its header.
 
     A bad header or a refusal makes a job born failed with that sentence: the
     user sees why in the failed list, and nothing runs. `final` is where the
-    script will live, when it is still being staged elsewhere (`add`).
+    script will live, when it is still being staged elsewhere (`add`); `cwd` the
+    folder it runs in (`add`'s; else the home folder).
     """
     options: dict = {}
     error, reason = refused, Reason.REFUSED
@@ -226,6 +229,8 @@ def push(queue: Queue, script: Path, job_id: str, *, name: str | None = None,
             error = empty_sentence(script.name, head)
             reason = Reason.UNRUNNABLE
     name = name or job_name(script)
+    if cwd is not None:
+        options["cwd"] = cwd
     pushed = queue.push(
         name, script=str(final or script), job_id=job_id,
         delay=delay if delay is not None else options.get("delay", 0.0),
@@ -238,8 +243,9 @@ def push(queue: Queue, script: Path, job_id: str, *, name: str | None = None,
 
 
 def add(home: Home, source: Path, *, name: str | None = None, delay: float | None = None,
-        max_attempts: int | None = None) -> str:
+        max_attempts: int | None = None, cwd: str | None = None) -> str:
     """`sloth-tray add`: copy `source` into the spool and queue it; returns the job id.
+    `cwd`: the folder it runs in (checked by working_folder; default: the home folder).
 
     Here a bad header is the caller's mistake, said at once: nothing is queued.
     The copy waits in a staging folder that start-up never queues, and moves
@@ -256,19 +262,91 @@ def add(home: Home, source: Path, *, name: str | None = None, delay: float | Non
     if empty_sentence(source.name, head):
         raise SlothError(f"{source.name} is empty: there is nothing to run; nothing was "
                          "queued")
+    return _staged(home, lambda staging: _place_in(staging, source, move=False),
+                   f"cannot copy {source} into the spool", name=name, delay=delay,
+                   max_attempts=max_attempts, cwd=cwd)
+
+
+COMMAND_FILE = "command.sh"  # the script `add -- COMMAND` writes into the spool
+NAME_CHARACTERS = 80  # of a command line, as the name of its job
+
+
+def command_script(argv: list[str]) -> bytes:
+    """The script that runs `argv` as given, whatever its words hold: each one quoted
+    for sh, and the script become the command (exec), so its exit status, its signals
+    and its output are the command's own. The empty `sloth:` line is the header: a
+    word of the command that holds "# sloth:" on a line of its own is only a word."""
+    from shlex import join
+
+    return (f"#!/bin/sh\n# sloth:\nexec {join(argv)}\n").encode(
+        "utf-8", "surrogateescape")  # words from a command line that were not UTF-8
+
+
+def command_name(argv: list[str]) -> str:
+    """The job's name: the command line, as a shell would take it, cut to a length."""
+    from shlex import join
+
+    line = join(argv)
+    return line if len(line) <= NAME_CHARACTERS else line[:NAME_CHARACTERS - 1] + "…"
+
+
+def add_command(home: Home, argv: list[str], *, cwd: str, name: str | None = None,
+                delay: float | None = None, max_attempts: int | None = None) -> str:
+    """`sloth-tray add -- COMMAND [ARG...]`: a script that runs the command, written into
+    the spool and queued as add() queues a copy; it runs in `cwd`. Its job id."""
+    if not argv:
+        raise SlothError("no command to queue: give it after --, as in "
+                         "`sloth-tray add -- make test`")
+    text = command_script(argv)
+
+    def write(staging: Path) -> Path:
+        script = staging / COMMAND_FILE
+        fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+        with open(fd, "wb") as file:
+            file.write(text)
+        return script
+
+    return _staged(home, write, "cannot write the command into the spool",
+                   name=name or command_name(argv), delay=delay, max_attempts=max_attempts,
+                   cwd=cwd)
+
+
+def working_folder(given: str | None, *, default_here: bool) -> str | None:
+    """The folder a job is to run in, as `add` is told it (--cwd, or where `add` runs
+    with `default_here`): absolute, and a folder you can enter now (SlothError
+    otherwise). None: none given, and not here."""
+    if given is None and not default_here:
+        return None
+    if given is None:
+        try:
+            folder = os.getcwd()
+        except OSError:
+            raise SlothError("the current folder is gone; give the folder to run in with "
+                             "--cwd DIR") from None
+    else:
+        folder = os.path.abspath(os.path.expanduser(given))
+    if not os.path.isdir(folder):
+        raise SlothError(f"{folder} is not a folder (--cwd); nothing was queued")
+    if not os.access(folder, os.X_OK):
+        raise SlothError(f"{folder} cannot be entered by you (--cwd); nothing was queued")
+    return folder
+
+
+def _staged(home: Home, make: Any, cannot: str, **push_options: Any) -> str:
+    """The copy `make(staging)` places in a staging folder, queued, then moved into
+    place: the job's id. Nothing is left behind when the push fails."""
     job_id = new_job_id()
     staging = home.spool / f"{STAGING}{job_id}"
     final = home.spool / job_id
     try:
         staging.mkdir(mode=0o700)
-        copy = _place_in(staging, source, move=False)
+        copy = make(staging)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        raise SlothError(f"cannot copy {source} into the spool: {exc.strerror}") from None
+        raise SlothError(f"{cannot}: {exc.strerror}") from None
     try:
         with Queue(home.db) as queue:
-            push(queue, copy, job_id, name=name, delay=delay, max_attempts=max_attempts,
-                 final=final / copy.name)
+            push(queue, copy, job_id, final=final / copy.name, **push_options)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)  # told "failed": it must stay so
         raise
@@ -299,6 +377,8 @@ def retry(queue: Queue, job_id: str, **steps: Any) -> bool:
             queue.refuse(job.id, str(exc), Reason.BAD_HEADER)
             raise BadJobFile(f"{job.name} ({job.id}) still cannot run: {exc}") from None
         max_attempts = options.get("max_attempts")
+        # What `add` gave the job, no header says: kept (the folder it runs in).
+        options.update({key: job.options[key] for key in ADDED_OPTIONS if key in job.options})
     return queue.retry(job.id, options=options, max_attempts=max_attempts, **steps)
 
 
