@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable, Mapping
 from types import ModuleType
 
+from sloth_tray.daemon import stopsignals
 from sloth_tray.daemon.stopsignals import StopSignals
 from sloth_tray.tray.icons import Look, render
 from sloth_tray.tray.presenter import SEPARATOR, Item
@@ -132,11 +133,12 @@ class PystraySurface:
             from gi.repository import GLib
 
             for sig in self._stop_signals:
-                GLib.unix_signal_add(GLib.PRIORITY_HIGH, sig, self._quit_from_signal)
+                GLib.unix_signal_add(GLib.PRIORITY_HIGH, sig, self._quit_from_signal, sig)
             return contextlib.nullcontext()
         return StopSignals(lambda: self._quit(), self._stop_signals)
 
-    def _quit_from_signal(self) -> bool:
+    def _quit_from_signal(self, sig: int) -> bool:
+        stopsignals.note(sig)  # the exit status says which (Ctrl-C: 130)
         self._quit()
         return True  # keep the source; the loop is ending anyway
 

@@ -45,6 +45,7 @@ from dbus_fast.service import (
 )
 from PIL import Image
 
+from sloth_tray.daemon import stopsignals
 from sloth_tray.desktop.bus import (
     DBUS_NAME,
     BusLoop,
@@ -295,9 +296,13 @@ class SniSurface:
         when the session bus cannot be reached. A stop signal calls `on_signal`
         (default: stop) on the loop's thread."""
 
+        def stopped_by(sig: int) -> None:
+            stopsignals.note(sig)  # the exit status says which (Ctrl-C: 130)
+            (on_signal or self.stop)()
+
         async def start(bus: MessageBus) -> None:
             for sig in self._stop_signals:
-                self._loop.loop.add_signal_handler(sig, on_signal or self.stop)
+                self._loop.loop.add_signal_handler(sig, stopped_by, sig)
             await self._start(bus)
             ready()
 

@@ -293,16 +293,19 @@ def test_a_cli_retry_while_a_job_runs_shows_in_the_panel_within_a_second(panel, 
     assert state(home, failing) == State.PENDING
 
 
-@pytest.mark.parametrize("how", ["a stop signal to any thread", "Quit in the menu"])
-def test_a_quit_while_a_job_runs_gives_the_job_back_and_stops_it(panel, pids, tmp_path, how):
+@pytest.mark.parametrize("how, status", [("a stop signal to any thread", 0),
+                                         ("Ctrl-C to any thread", 130),
+                                         ("Quit in the menu", 0)])
+def test_a_quit_while_a_job_runs_gives_the_job_back_and_stops_it(panel, pids, tmp_path, how,
+                                                                  status):
     home = locate(tmp_path / "home").ensure()
     app = start_app(home, panel, pids, stderr=subprocess.PIPE, text=True)
     slow, child = start_slow(home, panel, pids, tmp_path)
     if how == "Quit in the menu":
         choose(panel, "Up")  # Quit: the last row
     else:
-        to_other_thread(app.pid, signal.SIGTERM)
-    assert app.wait(timeout=20) == 0
+        to_other_thread(app.pid, signal.SIGINT if how.startswith("Ctrl-C") else signal.SIGTERM)
+    assert app.wait(timeout=20) == status
     assert (state(home, slow), history(home, slow)[-1]) == (State.PENDING, "released")
     assert not alive(child)
     assert "Traceback" not in app.stderr.read()

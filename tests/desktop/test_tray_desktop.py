@@ -163,9 +163,13 @@ def _menu_drawn(image, below: int) -> bool:
     return ImageStat.Stat(area).mean[0] > 100
 
 
-def test_sigterm_quits_the_tray_cleanly_and_releases_the_running_job(desktop, pids,
-                                                                     tmp_path):
-    """Whichever thread the kernel gives the signal to."""
+@pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 0), (signal.SIGINT, 130)],
+                         ids=["SIGTERM", "Ctrl-C"])
+def test_a_stop_signal_quits_the_tray_cleanly_and_releases_the_running_job(desktop, pids,
+                                                                           tmp_path, sig,
+                                                                           status):
+    """Whichever thread the kernel gives the signal to; Ctrl-C exits 130, as a shell
+    reports a program it stopped."""
     home = locate(tmp_path / "home").ensure()
     started = tmp_path / "started"
     (home.jobs / "long.sh").write_text(f"echo $$ > {started}\nsleep 300\n")
@@ -175,8 +179,8 @@ def test_sigterm_quits_the_tray_cleanly_and_releases_the_running_job(desktop, pi
                          what="the job to start"))
     pids.add(child)
     wait_for(lambda: "sloth: running long" in tree(desktop), what="the title to say running")
-    to_other_thread(app.pid, signal.SIGTERM)
-    assert app.wait(timeout=20) == 0
+    to_other_thread(app.pid, sig)
+    assert app.wait(timeout=20) == status
     with Queue(home.db) as queue:
         (job,) = queue.jobs()
         assert (job.state, job.attempts) == (State.PENDING, 0)
