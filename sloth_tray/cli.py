@@ -355,14 +355,26 @@ def cmd_retry(args: argparse.Namespace, home: Home) -> int:
     with open_queue(home) as queue:
         if args.all_failed:
             failed = queue.jobs(State.FAILED)
-            ids = [job.id for job in failed if job.reason != Reason.REFUSED]
-            refused = len(failed) - len(ids)
+            # A refused drop never runs; a step that asks is answered job by job, never
+            # by a sweep: it may have happened.
+            ids = [job.id for job in failed
+                   if job.reason not in (Reason.REFUSED, Reason.STEP_UNSURE)]
+            refused = sum(job.reason == Reason.REFUSED for job in failed)
+            unsure = [job.id for job in failed if job.reason == Reason.STEP_UNSURE]
             if refused:
                 print(f"skipped {refused} refused job{'' if refused == 1 else 's'}: a refused "
                       "drop never runs (`sloth-tray list --reason refused` shows them, "
                       "`sloth-tray cancel ID` removes one)")
+            if unsure:
+                which = unsure[0] if len(unsure) == 1 else "ID"
+                jobs_ask = "job that asks" if len(unsure) == 1 else "jobs that ask"
+                print(f"skipped {len(unsure)} {jobs_ask} about a step cut short: "
+                      f"`sloth-tray retry {which}` runs the step again, "
+                      f"`sloth-tray retry {which} --step-done NAME` says it happened"
+                      + ("" if len(unsure) == 1 else
+                         " (`sloth-tray list --reason step_unsure` shows them)"))
             if not ids:
-                print("no failed jobs" if not refused else "nothing else to retry")
+                print("no failed jobs" if not (refused or unsure) else "nothing else to retry")
                 return 0
         steps = {"step_done": args.step_done, "forget_from": args.forget_from,
                  "fresh": args.fresh}

@@ -438,3 +438,32 @@ def test_step_takes_its_name_ask_and_the_whole_command_after_the_double_dash(
     monkeypatch.delenv("SLOTH_TRAY_CONFIG")  # no settings are read: the run names its queue
     assert main(argv) == 0
     assert seen == [expected]
+
+
+def unsure_job(home) -> str:
+    """A job whose run was cut short in a step that asks (a quit): failed step_unsure."""
+    from sloth_tray.for_jobs import sloth_step
+
+    locate(home).ensure()
+    with Queue(home / "queue.db") as q:
+        job_id = q.push("invoice")
+        q.claim("me", token="t1")
+        run = sloth_step.Run(str(home / "queue.db"), job_id, "t1", "me")
+        sloth_step.begin(q._db, run, "send", ask=True, kind="shell", now=q.clock())
+        q.release(job_id, "me")
+        assert q.get(job_id).reason == "step_unsure"
+    return job_id
+
+
+def test_retry_all_failed_leaves_a_step_that_asks_to_its_own_retry(home, capsys):
+    """Retry all never answers a step's question for the user: the step may have
+    happened, and only a retry of that job (or --step-done) says what to do."""
+    job_id = unsure_job(home)
+    code, out, _ = run(capsys, "retry", "--all-failed", "--home", str(home))
+    assert code == 0
+    assert out.splitlines() == [
+        f"skipped 1 job that asks about a step cut short: `sloth-tray retry {job_id}` runs "
+        f"the step again, `sloth-tray retry {job_id} --step-done NAME` says it happened",
+        "nothing else to retry"]
+    with Queue(home / "queue.db") as q:
+        assert q.get(job_id).state == "failed"

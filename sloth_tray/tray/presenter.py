@@ -16,6 +16,7 @@ from typing import Protocol
 
 from sloth_tray.daemon.snapshot import FailedJob, FailedSeries, Snapshot, StepProgress, WaitingJob
 from sloth_tray.jobs.overdue import OverdueJob
+from sloth_tray.store.states import Reason
 from sloth_tray.text import printable
 from sloth_tray.timefmt import format_duration
 from sloth_tray.tray.icons import Look
@@ -339,7 +340,10 @@ def menu(snapshot: Snapshot, controls: Controls, now: float, *,
          jobs_folder: str = "", tz: tzinfo | None = None) -> tuple[Item, ...]:
     """The menu for `snapshot`, its times counted from `now` and read in `tz` (this
     machine's zone when None). Every row has a key (see Item)."""
-    retryable = any(not job.refused for job in snapshot.failed_jobs)
+    # A refused drop never runs; a step that asks is answered in its own row, never by
+    # a sweep (it may have happened).
+    retryable = any(not job.refused and job.reason != Reason.STEP_UNSURE
+                    for job in snapshot.failed_jobs)
     failed = failed_rows(snapshot, controls, now, tz)
     waiting = waiting_rows(snapshot, controls, now)
     return (

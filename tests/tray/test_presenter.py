@@ -105,6 +105,16 @@ def test_failed_menu_retries_on_click_and_offers_retry_log_cancel_per_job():
                               ("retry_all_failed",)]
 
 
+def test_retry_all_never_answers_a_steps_question():
+    """A job cut short in a step that asks waits for that job's own answer."""
+    unsure = FailedJob("u1", "invoice", 'step "send" was cut short', NOW,
+                       reason=Reason.STEP_UNSURE, unsure_step="send")
+    items = presenter.menu(Snapshot(failed_count=1, failed_jobs=(unsure,)), Recorder(), NOW)
+    by_label = {item.label: item for item in items}
+    assert not by_label["Retry all failed"].enabled
+    assert presenter.default_action(items).label == "Open jobs folder"
+
+
 def test_a_refused_drop_can_only_be_removed_and_never_claims_the_click():
     controls = Recorder()
     refused = FailedJob("r1", "link", "refused: it is a symbolic link; drop the script itself",
