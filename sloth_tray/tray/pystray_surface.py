@@ -128,12 +128,20 @@ class PystraySurface:
 
     def _catching_signals(self) -> contextlib.AbstractContextManager:
         """GLib's own handlers on a GTK loop (it would hold Python's back); elsewhere
-        the main thread sits in pystray's loop, so a thread of ours listens."""
+        the main thread sits in pystray's loop, so a thread of ours listens.
+
+        On GTK they are added once the loop runs: pystray's start sets SIGINT back to
+        its default (the process dies, its job left running) after anything added
+        before it, and GLib installs its handler only for a signal's first source."""
         if self.name in ("gtk", "appindicator"):
             from gi.repository import GLib
 
-            for sig in self._stop_signals:
-                GLib.unix_signal_add(GLib.PRIORITY_HIGH, sig, self._quit_from_signal, sig)
+            def add_handlers() -> bool:
+                for sig in self._stop_signals:
+                    GLib.unix_signal_add(GLib.PRIORITY_HIGH, sig, self._quit_from_signal, sig)
+                return False  # once
+
+            GLib.idle_add(add_handlers)  # the first thing the running loop does
             return contextlib.nullcontext()
         return StopSignals(lambda: self._quit(), self._stop_signals)
 
