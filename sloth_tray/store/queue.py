@@ -403,6 +403,11 @@ class Queue:
                     "id": job_id, **params})
         return True
 
+    @staticmethod
+    def _state(db: sqlite3.Connection, job_id: str) -> State:
+        """The job's state as this transaction left it."""
+        return State(db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()[0])
+
     def heartbeat(self, job_id: str, owner: str, lease: float | None = None) -> bool:
         """Extend the lease; False means `owner` no longer holds it (stop the work).
 
@@ -514,7 +519,7 @@ class Queue:
                                    f"{format_duration(delay)}"),
                          last_error=detail, not_before=now + delay,
                          attempts=max(attempts - 1, 0))  # this attempt does not count
-            return State.PENDING
+            return self._state(db, job_id)  # failed, when a step it cut short asks
 
     def fail(self, job_id: str, owner: str, error: str,
              reason: Reason = Reason.EXIT_CODE) -> State | None:
@@ -546,7 +551,7 @@ class Queue:
                          ("backoff", f"attempt {attempts} of {max_attempts} failed: {error}; "
                                      f"next try in {format_duration(delay)}"),
                          last_error=error, reason=reason.value, not_before=now + delay)
-            return State.PENDING
+            return self._state(db, job_id)  # failed, when a step it cut short asks
 
     def refuse(self, job_id: str, error: str, reason: Reason = Reason.SCRIPT_GONE) -> bool:
         """A pending or failed job that cannot run as it is (its script vanished,
