@@ -75,6 +75,16 @@ def lost(queue: Queue, job: Job) -> Recorded:
     return Recorded(Effect.LOST, f"it was changed elsewhere while it ran (now {now.state})")
 
 
+def _said(queue: Queue, job: Job, state: State | None, meant: Recorded) -> Recorded:
+    """What a complete or release did: `meant`; failed instead, when the run ended in a
+    step that asks whether it happened (step_unsure); lost, when it was not ours."""
+    if state is None:
+        return lost(queue, job)
+    if state == State.FAILED:
+        return Recorded(Effect.FAILED, queue.get(job.id).last_error or meant.detail)
+    return meant
+
+
 def record(queue: Queue, owner: str, job: Job, attempt: Attempt) -> Recorded:
     """Write the attempt's outcome, owner-checked: complete, fail or release.
 
@@ -82,17 +92,14 @@ def record(queue: Queue, owner: str, job: Job, attempt: Attempt) -> Recorded:
     decides whether to wait and try again).
     """
     if attempt.ending == Ending.SUCCEEDED:
-        if queue.complete(job.id, owner, attempt.detail):
-            return Recorded(Effect.DONE, attempt.detail)
-        return lost(queue, job)
+        return _said(queue, job, queue.complete(job.id, owner, attempt.detail),
+                     Recorded(Effect.DONE, attempt.detail))
     if attempt.ending == Ending.STOPPED:
-        if queue.release(job.id, owner):
-            return Recorded(Effect.RELEASED, "stopped for quit; due again at the next start")
-        return lost(queue, job)
+        return _said(queue, job, queue.release(job.id, owner),
+                     Recorded(Effect.RELEASED, "stopped for quit; due again at the next start"))
     if attempt.ending == Ending.INTERRUPTED:
-        if queue.release(job.id, owner, attempt.detail):
-            return Recorded(Effect.RELEASED, attempt.detail)
-        return lost(queue, job)
+        return _said(queue, job, queue.release(job.id, owner, attempt.detail),
+                     Recorded(Effect.RELEASED, attempt.detail))
     if attempt.ending == Ending.LATER:
         state = queue.later(job.id, owner, attempt.detail)
         if state is None:

@@ -341,11 +341,15 @@ class Queue:
                        "attempts = max(attempts - 1, 0), lease_owner = NULL, "
                        f"lease_until = NULL, updated_at = :now, {given_back} WHERE id = :id",
                        {"now": now, "id": job_id, **params})
-            self._cut_steps(db, job_id, now)
+            unsure = self._cut_steps(db, job_id, now)
+            if unsure is not None:
+                self._fail_unsure(db, job_id, now, unsure)
             return None
         if attempts < max_attempts:
-            if self._cut_steps(db, job_id, now):
-                return None  # a step that asks was cut short: failed, for a person's word
+            unsure = self._cut_steps(db, job_id, now)
+            if unsure is not None:  # a step that asks was cut short: failed, for a word
+                self._fail_unsure(db, job_id, now, unsure)
+                return None
             return f"lease of {owner} expired {format_duration(now - lease_until)} ago"
         expiries = 1 + sum(1 for _, kind, _ in json.loads(history) if kind == "reclaimed")
         error = (
@@ -358,14 +362,27 @@ class Queue:
 
     def _finish(self, db: sqlite3.Connection, job_id: str, now: float, state: str,
                 event: tuple[str, str], *, owner: str | None = None, follow: bool = False,
-                **columns: Any) -> bool:
+                **columns: Any) -> State | None:
         """Move a job out of running and record why: only if `owner` holds it, when
-        given (else the caller checked). False when it was not moved.
+        given (else the caller checked). The state it was left in; None when it was not
+        moved.
+
+        Its steps still running were cut short. If one of them (or one earlier, still
+        waiting for an answer) asks before it runs again, the run ends failed for that
+        (STEP_UNSURE), whatever `state` it would have ended in, unless a person ended it
+        (cancelled): a person says whether the step happened.
 
         A run of a series that ends (done, or failed for good, or stopped: `follow`)
         is followed by its next run in this same transaction: a crash can never end a
         series.
         """
+        if state != State.CANCELLED and columns.get("reason") != Reason.STEP_UNSURE \
+                and self._holds(db, job_id, owner):
+            unsure = self._cut_steps(db, job_id, now)
+            if unsure is not None:  # an attempt that did not count still does not
+                state, event = State.FAILED, ("failed", unsure)
+                columns = {"last_error": unsure, "reason": Reason.STEP_UNSURE.value,
+                           **{k: v for k, v in columns.items() if k == "attempts"}}
         history, params = rows.history(event)
         sets = "".join(f", {name} = :{name}" for name in columns)
         held = " AND state = 'running' AND lease_owner = :owner" if owner is not None else ""
@@ -376,37 +393,36 @@ class Queue:
             {"state": state, "now": now, "id": job_id, "owner": owner, **columns, **params},
         ).fetchall()  # all: the statement runs to its end
         if not found:
-            return False
-        asks = state != State.CANCELLED and columns.get("reason") != Reason.STEP_UNSURE
-        if self._cut_steps(db, job_id, now, asks=asks):
-            state = State.FAILED
+            return None
+        sloth_step.cut_run(db, job_id, now)  # cancelled, or cut above already: asks nothing
         if follow or state in (State.DONE, State.FAILED):
             calendar.follow_series_run(db, job_id, now, self._local, *found[0])
-        return True
-
-    def _cut_steps(self, db: sqlite3.Connection, job_id: str, now: float, *,
-                   asks: bool = True) -> bool:
-        """The job's run has ended: its steps still running were cut short. If one of
-        them (or an earlier one still waiting for an answer) asks before it runs again,
-        and `asks`, the job is failed for that (STEP_UNSURE) whatever the run's own
-        ending: a person says whether it happened. True when it was."""
-        sloth_step.cut_run(db, job_id, now)
-        unsure = sloth_step.first_unsure(db, job_id) if asks else None
-        if unsure is None:
-            return False
-        error = sloth_step.unsure_sentence(job_id, unsure["name"], unsure)
-        history, params = rows.history(("failed", error))
-        db.execute("UPDATE jobs SET state = 'failed', lease_owner = NULL, lease_until = NULL, "
-                   f"last_error = :error, reason = :reason, updated_at = :now, {history} "
-                   "WHERE id = :id",
-                   {"error": error, "reason": Reason.STEP_UNSURE.value, "now": now,
-                    "id": job_id, **params})
-        return True
+        return State(state)
 
     @staticmethod
-    def _state(db: sqlite3.Connection, job_id: str) -> State:
-        """The job's state as this transaction left it."""
-        return State(db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()[0])
+    def _holds(db: sqlite3.Connection, job_id: str, owner: str | None) -> bool:
+        """Whether `owner` holds the running job (no owner: the caller checked)."""
+        if owner is None:
+            return True
+        return db.execute("SELECT 1 FROM jobs WHERE id = ? AND state = 'running' "
+                          "AND lease_owner = ?", (job_id, owner)).fetchone() is not None
+
+    @staticmethod
+    def _cut_steps(db: sqlite3.Connection, job_id: str, now: float) -> str | None:
+        """The job's run has ended: its steps still running were cut short. The
+        sentence for the first cut step that asks before it runs again (step_unsure),
+        if there is one waiting for a person's word."""
+        sloth_step.cut_run(db, job_id, now)
+        unsure = sloth_step.first_unsure(db, job_id)
+        if unsure is None:
+            return None
+        return sloth_step.unsure_sentence(job_id, unsure["name"], unsure)
+
+    def _fail_unsure(self, db: sqlite3.Connection, job_id: str, now: float, error: str,
+                     **columns: Any) -> State | None:
+        """The run ended in a step that asks: failed for good, for a person's word."""
+        return self._finish(db, job_id, now, State.FAILED, ("failed", error),
+                            last_error=error, reason=Reason.STEP_UNSURE.value, **columns)
 
     def heartbeat(self, job_id: str, owner: str, lease: float | None = None) -> bool:
         """Extend the lease; False means `owner` no longer holds it (stop the work).
@@ -440,7 +456,9 @@ class Queue:
             ).rowcount
         return changed == 1
 
-    def complete(self, job_id: str, owner: str, result: str = "") -> bool:
+    def complete(self, job_id: str, owner: str, result: str = "") -> State | None:
+        """Done, when `owner` holds it: the state it left the job in (failed, when the run
+        ended in a step that asks: see _finish), or None."""
         now = self.clock()
         with self._transaction() as db:
             return self._finish(db, job_id, now, "done", ("completed", result), owner=owner,
@@ -479,17 +497,25 @@ class Queue:
             finally:
                 self._db.execute(f"PRAGMA synchronous = {self._synchronous}")
 
-    def release(self, job_id: str, owner: str, why: str | None = None) -> bool:
+    def release(self, job_id: str, owner: str, why: str | None = None) -> State | None:
         """Give the lease back (a clean quit, or `why`); the attempt does not count.
-        A step it cut short that asks first fails the job instead (_cut_steps)."""
+        The state it left the job in (pending; failed, when the run was cut short in a
+        step that asks: see _finish), or None when `owner` did not hold it."""
         with self._transaction() as db:
+            now = self.clock()
+            if not self._holds(db, job_id, owner):
+                return None
+            unsure = self._cut_steps(db, job_id, now)
+            if unsure is not None:  # the attempt does not count, as for any release
+                attempts = db.execute("SELECT attempts FROM jobs WHERE id = ?",
+                                      (job_id,)).fetchone()[0]
+                return self._fail_unsure(db, job_id, now, unsure,
+                                         attempts=max(attempts - 1, 0))
             released = self._owned_update(
                 job_id, owner, "state = 'pending', not_before = :now, "
                 "attempts = max(attempts - 1, 0), lease_owner = NULL, lease_until = NULL, "
                 "updated_at = :now", ("released", why or f"by {owner}"))
-            if released:
-                self._cut_steps(db, job_id, self.clock())
-            return released
+            return State.PENDING if released else None
 
     def later(self, job_id: str, owner: str, detail: str) -> State | None:
         """The script asked to be run again later (exit 75, EX_TEMPFAIL): back off
@@ -514,12 +540,11 @@ class Queue:
                              reason=Reason.LATER_TOO_LONG.value)
                 return State.FAILED
             delay = min(2.0 ** (len(earlier) + 1), self.backoff_cap)
-            self._finish(db, job_id, now, "pending",
-                         ("later", f"{detail}; asked to run later: next try in "
-                                   f"{format_duration(delay)}"),
-                         last_error=detail, not_before=now + delay,
-                         attempts=max(attempts - 1, 0))  # this attempt does not count
-            return self._state(db, job_id)  # failed, when a step it cut short asks
+            return self._finish(db, job_id, now, "pending",  # failed, in a step that asks
+                                ("later", f"{detail}; asked to run later: next try in "
+                                          f"{format_duration(delay)}"),
+                                last_error=detail, not_before=now + delay,
+                                attempts=max(attempts - 1, 0))  # this attempt does not count
 
     def fail(self, job_id: str, owner: str, error: str,
              reason: Reason = Reason.EXIT_CODE) -> State | None:
@@ -547,11 +572,10 @@ class Queue:
                              reason=reason.value)
                 return State.FAILED
             delay = min(2.0**attempts, self.backoff_cap)
-            self._finish(db, job_id, now, "pending",
-                         ("backoff", f"attempt {attempts} of {max_attempts} failed: {error}; "
-                                     f"next try in {format_duration(delay)}"),
-                         last_error=error, reason=reason.value, not_before=now + delay)
-            return self._state(db, job_id)  # failed, when a step it cut short asks
+            return self._finish(db, job_id, now, "pending",  # failed, in a step that asks
+                                ("backoff", f"attempt {attempts} of {max_attempts} failed: "
+                                            f"{error}; next try in {format_duration(delay)}"),
+                                last_error=error, reason=reason.value, not_before=now + delay)
 
     def refuse(self, job_id: str, error: str, reason: Reason = Reason.SCRIPT_GONE) -> bool:
         """A pending or failed job that cannot run as it is (its script vanished,
@@ -660,7 +684,7 @@ class Queue:
                                      "state = 'cancelled', lease_owner = NULL, "
                                      "lease_until = NULL")
             if cancelled:  # a person's word ends it: a step it cut short asks nothing
-                self._cut_steps(db, job_id, self.clock(), asks=False)
+                sloth_step.cut_run(db, job_id, self.clock())
             return cancelled
 
     def stop(self, job_id: str) -> bool:
@@ -677,7 +701,7 @@ class Queue:
             if row[0] != "running":
                 return False
             return self._finish(db, job_id, now, "cancelled", ("cancelled", "stopped"),
-                                follow=True)
+                                follow=True) is not None
 
     def _change(
         self, job_id: str, from_states: tuple[str, ...], kind: str, assignments: str,

@@ -384,11 +384,14 @@ def retry(queue: Queue, job_id: str, **steps: Any) -> bool:
 
 def retry_all_failed(queue: Queue) -> tuple[int, int]:
     """Retry every failed job but the refused ones: (how many retried, how many
-    refused were skipped). A job whose header is still bad stays failed."""
+    refused were skipped). A job whose header is still bad stays failed, and so does
+    one cut short in a step that asks (step_unsure): only its own retry answers it."""
     retried = refused = 0
     for job in queue.jobs(State.FAILED):
         if job.reason == Reason.REFUSED:
             refused += 1
+            continue
+        if job.reason == Reason.STEP_UNSURE:
             continue
         try:
             retried += retry(queue, job.id)

@@ -517,3 +517,22 @@ def test_the_menus_answers_to_a_cut_step_retry_the_job_and_a_stale_click_does_no
     engine.retry(done)
     engine.run(drain=True)
     assert (queue.get(done).state, queue.get(done).runs) == (State.DONE, runs)
+
+
+def test_retry_all_failed_from_the_menu_leaves_a_step_that_asks(tmp_path):
+    """The tray's Retry all: a job cut short in a step that asks waits for its own
+    answer, while the other failed jobs go back in line."""
+    from sloth_tray.for_jobs import sloth_step
+    from sloth_tray.store import spool
+
+    with Queue(tmp_path / "q.db") as queue:
+        unsure = queue.push("invoice")
+        queue.claim("w", token="t1")
+        run = sloth_step.Run(str(queue.path), unsure, "t1", "w")
+        sloth_step.begin(queue._db, run, "send", ask=True, kind="shell", now=queue.clock())
+        queue.release(unsure, "w")
+        plain = queue.push("plain", max_attempts=1)
+        queue.claim("w")
+        queue.fail(plain, "w", "exit 1")
+        assert spool.retry_all_failed(queue) == (1, 0)
+        assert (queue.get(unsure).state, queue.get(plain).state) == ("failed", "pending")

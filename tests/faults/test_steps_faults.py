@@ -203,7 +203,7 @@ def test_quit_mid_asking_step_stops_the_job_and_a_plain_retry_runs_the_step_agai
     job = show(home, tag, job_id)
     assert (job["state"], job["reason"]) == ("failed", "step_unsure")
     assert job["attempts"] == 0  # a quit never counts the attempt
-    assert [e["kind"] for e in job["history"]][-2:] == ["released", "failed"]
+    assert [e["kind"] for e in job["history"]][-2:] == ["started", "failed"]  # not released
     assert "--step-done middle" in job["last_error"]
 
     sloth(home, tag, "retry", job_id)  # no word about the step: it runs again

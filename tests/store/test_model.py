@@ -686,7 +686,7 @@ class SpoolMachine(RuleBasedStateMachine):
 
     def _complete(self, row: Row, owner: str) -> None:
         held = row.owner == owner
-        assert self.queue.complete(row.id, owner, "ok") == held, (row.id, owner)
+        assert bool(self.queue.complete(row.id, owner, "ok")) == held, (row.id, owner)
         if held:
             self.m.completions[row.id] = self.m.completions.get(row.id, 0) + 1
             if row.script not in self.m.series:
@@ -730,7 +730,7 @@ class SpoolMachine(RuleBasedStateMachine):
 
     def _release(self, row: Row, owner: str) -> None:
         held = row.owner == owner
-        assert self.queue.release(row.id, owner) == held
+        assert bool(self.queue.release(row.id, owner)) == held
         if held:
             row.state, row.owner, row.lease_until = State.PENDING, None, None
             row.not_before = row.updated_at = self.now
@@ -1589,10 +1589,11 @@ class StepMachine(RuleBasedStateMachine):
         run = job.run
         assert run is not None
         if how == "complete":
-            assert self.queue.complete(job.id, run.owner, "ok")
+            said = self.queue.complete(job.id, run.owner, "ok")
             self._run_ends(job)
             job.state = State.DONE
             self._unsure_fails(job)
+            assert said == job.state, f"complete() says {said}; the model says {job.state}"
         elif how == "fail":
             said = self.queue.fail(job.id, run.owner, "it failed", reason)
             self._run_ends(job)
@@ -1615,11 +1616,12 @@ class StepMachine(RuleBasedStateMachine):
                 f"later() says the job is {said} now; it is {self.queue.get(job.id).state}, "
                 f"the model says {job.state}")
         else:
-            assert self.queue.release(job.id, run.owner)
+            said = self.queue.release(job.id, run.owner)
             self._run_ends(job)
             job.state, job.not_before = State.PENDING, self.now
             job.attempts = max(job.attempts - 1, 0)
             self._unsure_fails(job)
+            assert said == job.state, f"release() says {said}; the model says {job.state}"
 
     @rule(pick=st.integers(0, 255), how=st.sampled_from(["cancel", "stop"]))
     def cancel(self, pick: int, how: str) -> None:

@@ -125,11 +125,11 @@ def test_complete_and_fail_from_a_replaced_owner_change_nothing(queue, clock):
     queue.claim("new")
     before = queue.get(job_id)
     events_before = queue.history(job_id)
-    assert queue.complete(job_id, "old", "stale result") is False
+    assert queue.complete(job_id, "old", "stale result") is None
     assert queue.fail(job_id, "old", "stale error") is None
     assert queue.get(job_id) == before
     assert queue.history(job_id) == events_before
-    assert queue.complete(job_id, "new", "fresh") is True
+    assert queue.complete(job_id, "new", "fresh") == State.DONE
     assert queue.get(job_id).result == "fresh"
 
 
@@ -196,7 +196,7 @@ def test_cancel_pending_failed_and_running(queue, clock):
     queue.claim("w")
     assert queue.cancel(running)
     assert not queue.heartbeat(running, "w"), "the worker must learn it lost the job"
-    assert queue.complete(running, "w") is False
+    assert queue.complete(running, "w") is None
     assert queue.retry(running) and queue.get(running).state == State.PENDING
 
 
@@ -450,7 +450,7 @@ def test_cancelling_a_recurring_job_ends_the_series(queue, clock):
     job_id = queue.push("hourly", options={"every": 3600})
     queue.claim("w")
     queue.cancel(job_id)  # while running: the worker loses its lease, nothing follows
-    assert queue.complete(job_id, "w") is False
+    assert queue.complete(job_id, "w") is None
     assert queue.jobs(State.PENDING) == []
 
 
@@ -462,7 +462,7 @@ def test_stopping_a_running_run_gives_up_the_run_not_the_series(queue, clock):
     clock.advance(60)
     assert queue.stop(job_id)
     assert queue.get(job_id).state == State.CANCELLED
-    assert not queue.heartbeat(job_id, "w") and queue.complete(job_id, "w") is False
+    assert not queue.heartbeat(job_id, "w") and queue.complete(job_id, "w") is None
     [following] = queue.jobs(State.PENDING)
     assert following.name == "hourly" and following.not_before == pytest.approx(
         clock() - 60 + 3600)
@@ -590,3 +590,25 @@ def test_the_started_note_waits_for_no_fsync_of_its_own_and_the_token_does(queue
     queue._db.set_trace_callback(None)
     assert queue._db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     assert [e.kind for e in queue.history(job_id)][-1] == "started"
+
+
+@pytest.mark.parametrize("ending", ["fail", "later", "release", "complete"])
+def test_a_run_that_ends_in_a_step_that_asks_is_failed_once_and_says_so(tmp_path, clock, ending):
+    """Whatever ended the run, the job's history says one thing: failed, for the step
+    (no `backoff` or `released` first), and the call says the state it left."""
+    from sloth_tray.for_jobs import sloth_step
+
+    with Queue(tmp_path / "q.db", clock=clock) as queue:
+        job_id = queue.push("invoice")
+        queue.claim("w", token="t1")
+        run = sloth_step.Run(str(queue.path), job_id, "t1", "w")
+        sloth_step.begin(queue._db, run, "send", ask=True, kind="shell", now=clock.now)
+        said = {"fail": lambda: queue.fail(job_id, "w", "exit 1"),
+                "later": lambda: queue.later(job_id, "w", "busy"),
+                "release": lambda: queue.release(job_id, "w"),
+                "complete": lambda: queue.complete(job_id, "w")}[ending]()
+        job = queue.get(job_id)
+        assert said == job.state == State.FAILED and job.reason == Reason.STEP_UNSURE
+        assert [event.kind for event in queue.history(job_id)] == ["pushed", "claimed", "failed"]
+        assert job.last_error.startswith('step "send" was cut short')
+        assert job.attempts == (0 if ending in ("later", "release") else 1)
