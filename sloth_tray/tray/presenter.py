@@ -215,8 +215,11 @@ def failed_submenu(job: FailedJob, controls: Controls) -> tuple[Item, ...]:
             Item(f'Run "{name}" again', lambda: controls.retry(job.id), key="run-again"))
     else:
         retry = (Item("Retry", lambda: controls.retry(job.id), key="retry"),)
-    return (*error, *retry,
-            Item("Show log", lambda: controls.show_log(job.id), key="show-log"),
+    # A bad header failed the drop before it ran: no log, the script is what to fix.
+    show = (Item("Show script", lambda: controls.show_log(job.id), key="show-script")
+            if job.reason == Reason.BAD_HEADER else
+            Item("Show log", lambda: controls.show_log(job.id), key="show-log"))
+    return (*error, *retry, show,
             Item("Cancel", lambda: controls.cancel(job.id), key="cancel"))
 
 

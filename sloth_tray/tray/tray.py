@@ -26,6 +26,7 @@ from sloth_tray.daemon.snapshot import FailedJob, Snapshot
 from sloth_tray.daemon.stopsignals import STOP_SIGNALS
 from sloth_tray.errors import SlothError
 from sloth_tray.jobs.overdue import OverdueJob
+from sloth_tray.store.states import Reason
 from sloth_tray.tray import presenter
 from sloth_tray.tray.announce import Announcer, Notice, Withdraw, overdue_to_announce, retryable
 from sloth_tray.tray.surface import Appearance, Status, Surface
@@ -244,6 +245,12 @@ class Tray:
         self.engine.run_now(job_id)
 
     def show_log(self, job_id: str) -> None:
+        """Its last run's log, opened; for a bad header, which stopped it before any
+        run, its script shown in its folder (what there is to fix)."""
+        failed = {job.id: job for job in (self._snapshot or Snapshot()).failed_jobs}
+        if job_id in failed and failed[job_id].reason == Reason.BAD_HEADER:
+            self._show_script(failed[job_id])
+            return
         logs = sorted(self.home.job_logs(job_id).glob("*.log"),
                       key=lambda p: int(p.stem) if p.stem.isdigit() else 0)
         self.opener(logs[-1] if logs else self.home.logs)

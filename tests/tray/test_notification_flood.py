@@ -181,6 +181,22 @@ def test_show_script_shows_the_spooled_copy_of_a_bad_header_in_its_folder(deskto
     assert app.opened == []  # never opened: a script opened may be run
 
 
+def test_the_menu_shows_a_bad_headers_script_not_a_log_it_never_wrote(desktop, app):  # noqa: F811
+    """A bad header fails the drop before anything runs: its row offers the script."""
+    revealed: list[Path] = []
+    app.tray.revealer = revealed.append
+    drop(app.home, "bad.sh", BAD_HEADER)
+    wait_for(lambda: app.tray._snapshot and app.tray._snapshot.failed_jobs,
+             what="the failed job in the tray")
+    items = app.tray._menu_items()
+    (row,) = next(item for item in items if item.key == "failed").submenu
+    show = next(item for item in row.submenu if item.key == "show-script")
+    assert show.label == "Show script"
+    show.action()
+    wait_for(lambda: revealed, what="the script to be shown")
+    assert revealed[0].name == "bad.sh" and app.opened == []
+
+
 def cut_short_by_a_crash(home, script: str) -> str:
     """A job whose run was in step "send" (started with --ask) when its app died: its
     lease still held by the dead app, its step still running. Its id."""
