@@ -236,7 +236,7 @@ def test_every_menu_item_works_in_a_real_statusnotifier_panel(panel, pids, tmp_p
         wait_for(lambda: state(home, failing) == State.FAILED, what="the job to fail again")
 
         choose(panel, *row(FAILED_JOBS), "Right", "Right", "Down")  # ... > Show log
-        wait_for(lambda: opened.exists() and f"logs/{failing}/" in opened.read_text(),
+        wait_for(lambda: opened.exists() and f"{home.job_logs(failing)}/" in opened.read_text(),
                  what="Show log to open the job's log")
 
         choose(panel, *row(OPEN_JOBS))
@@ -383,7 +383,7 @@ def test_the_running_jobs_show_log_and_stop_and_a_waiting_jobs_cancel(panel, pid
     waiting = add(home, panel, "later", "echo later\n", "--delay", "1h")
     # The running line is the first enabled row: Running slow > Stop, Show log
     choose(panel, "Down", "Right", "Down")
-    wait_for(lambda: opened.exists() and f"logs/{slow}/1.log" in opened.read_text(),
+    wait_for(lambda: opened.exists() and f"{home.job_logs(slow)}/1.log" in opened.read_text(),
              what="Show log to open the running job's log")
     choose(panel, "Down", "Right")
     wait_for(lambda: state(home, slow) == State.CANCELLED, what="Stop to stop the job")
