@@ -770,6 +770,8 @@ class SpoolMachine(RuleBasedStateMachine):
             if row.reason == Reason.REFUSED:
                 refused += 1
                 continue
+            if row.reason == Reason.STEP_UNSURE:  # a step's question: only its own retry
+                continue
             if self._model_retry(row) is True:
                 retried.append(row)
         assert spool.retry_all_failed(self.queue) == (len(retried), refused)
