@@ -1943,7 +1943,7 @@ class StepMachine(RuleBasedStateMachine):
 
 
 StepMachine.TestCase.settings = settings(
-    max_examples=250, stateful_step_count=60, deadline=None, database=None, print_blob=True,
+    max_examples=150, stateful_step_count=60, deadline=None, database=None, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestStepModel = StepMachine.TestCase
