@@ -401,8 +401,13 @@ class SniSurface:
         self._later(pause, self._register)
 
     def _later(self, delay: float, work: Callable[[], Awaitable[None]]) -> None:
-        """One registration or check waits at a time: a newer one replaces it."""
+        """One registration or check waits at a time: a newer one replaces it, except
+        that a check never replaces a registration. (A watcher may drop the item while
+        its registration is still answering: the check that registration then asks
+        for would put off being told again.)"""
         if self._next_try is not None:
+            if self._next_work == self._register and work != self._register:
+                return  # the registration to come asks for its own check
             self._next_try.cancel()
 
         def run() -> None:
