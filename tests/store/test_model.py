@@ -1096,7 +1096,7 @@ class SpoolMachine(RuleBasedStateMachine):
 
 
 SpoolMachine.TestCase.settings = settings(
-    max_examples=350, stateful_step_count=80, deadline=None, database=None, print_blob=True,
+    max_examples=250, stateful_step_count=80, deadline=None, database=None, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestSpoolModel = SpoolMachine.TestCase
