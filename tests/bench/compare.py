@@ -124,6 +124,7 @@ from drop_latency import Places, read_text, wait_for  # noqa: E402
 from queue_bench import log  # noqa: E402
 
 from sloth_tray.for_jobs import sloth_step  # noqa: E402
+from sloth_tray.paths import locate  # noqa: E402
 from sloth_tray.store.queue import Job, Queue  # noqa: E402
 from sloth_tray.store.states import State  # noqa: E402
 
@@ -889,6 +890,7 @@ def measure_cli(mode: Mode, root: Path, reaper: Reaper, tsp: str | None) -> dict
     log(f"command-line start-up: {mode.cli_runs} runs of each command, interleaved")
     home = root / "cli-sloth" / "home"
     home.parent.mkdir(parents=True)
+    locate(home).ensure()  # a queue to read: on no home at all, `status` only says so
     commands = {
         "sloth": ([sys.executable, "-m", "sloth_tray", "status", "--json", "--home", str(home)],
                   clean_env()),
@@ -921,11 +923,14 @@ def measure_cli(mode: Mode, root: Path, reaper: Reaper, tsp: str | None) -> dict
 
 
 def write_executable(path: Path) -> Path:
-    """The burst's script, executable from its creation on: the daemon takes a file when
-    it is closed, so a chmod after that would come too late."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755)
+    """The burst's script, executable from its creation on, written under a dot name
+    beside `path` and renamed to it, as the README says to drop a file: the daemon takes
+    a file renamed in at once (one written in place, a quiet second after its close)."""
+    draft = path.with_name(f".{path.name}.draft")
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755)
     with open(fd, "w", encoding="utf-8") as file:
         file.write(BURST_SCRIPT)
+    os.rename(draft, path)
     return path
 
 
@@ -1233,9 +1238,10 @@ def measure_steps(mode: Mode, root: Path) -> dict[str, Any]:
     log(f"steps: {runs} runs of each command, interleaved; {calls} step() calls in-process")
     home = root / "steps" / "home"
     home.parent.mkdir(parents=True)
+    locate(home).ensure()  # `status` only reads: it makes nothing
     sloth = sloth_command()
     status = (sloth + ["status", "--json", "--home", str(home)], clean_env())
-    wall_ms(*status)  # makes the home, and is the warm-up
+    wall_ms(*status)  # the warm-up
     doorbell = {sloth_step.DOORBELL_ENV: str(home / "doorbell" / "ring")}
     count = runs + 1  # the first call of each command is a warm-up, not counted
     with Queue(home / "queue.db") as queue:
