@@ -135,9 +135,13 @@ echo "$status_out"
 "$PYTHON" - "$status_out" <<'EOF' || die "status --json is not all-zero counts"
 import json, sys
 status = json.loads(sys.argv[1])
-# A new home: every count zero (whatever counts there are), and not paused.
+# A new home: every count zero (whatever counts there are), and not paused; the other
+# keys (the running job, the next one) say there is none.
 counts = {"pending", "running", "done", "failed", "cancelled", "due_now"}
-numbers = {key: value for key, value in status.items() if key != "paused"}
+numbers = {key: value for key, value in status.items()
+           if isinstance(value, int) and not isinstance(value, bool)}
+if any(status[key] is not None for key in ("running_job", "next") if key in status):
+    raise SystemExit(f"expected no running and no next job, got {status}")
 if not counts <= set(numbers) or any(value != 0 for value in numbers.values()) \
         or status.get("paused") is not False:
     raise SystemExit(f"expected every count zero and not paused, got {status}")
