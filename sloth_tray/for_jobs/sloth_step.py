@@ -130,6 +130,22 @@ _HELD = ("EXISTS (SELECT 1 FROM jobs WHERE jobs.id = :job AND jobs.state = 'runn
          "AND jobs.lease_owner = :owner AND json_extract(jobs.child, '$.token') = :token)")
 
 
+def ring(doorbell: str | os.PathLike) -> None:
+    """Touch the app's doorbell, the file a running daemon watches (made 0600, never
+    through a link); quietly nothing where it cannot be written: no daemon listens there.
+    The command line rings it too (paths.Home.ring_doorbell)."""
+    try:
+        fd = os.open(doorbell, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except OSError:
+        return
+    try:
+        os.utime(fd if os.utime in os.supports_fd else doorbell)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 class Run:
     """A job's run as its environment names it: the queue file, the job, the token and
     the owner of its lease."""
@@ -141,19 +157,8 @@ class Run:
 
     def ring(self) -> None:
         """Tell the app a step started or ended (its tray names the running step)."""
-        if not self.doorbell:
-            return
-        try:
-            fd = os.open(self.doorbell, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
-                         0o600)
-        except OSError:
-            return
-        try:
-            os.utime(fd if os.utime in os.supports_fd else self.doorbell)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        if self.doorbell:
+            ring(self.doorbell)
 
     @classmethod
     def from_environment(cls, environ=None) -> Run | None:
