@@ -180,19 +180,20 @@ class Runner:
             self.alarm.wait(deadline)
             # Its own end first, before a stop or a timeout, even if the watcher has not
             # reaped it yet: a job that ran to its end is recorded as it ended, never
-            # given back to run a second time.
+            # given back to run a second time. The requests are read before that look,
+            # so one that came after the end is always seen with the end.
+            stopping, interrupted, now = self._stopping, self._interrupted, self.monotonic()
             if child.poll() is not None:
                 break
-            if show is not None and show_at is not None and self.monotonic() >= show_at:
+            if show is not None and show_at is not None and now >= show_at:
                 show_at = None
                 show()
-            if self._stopping:
+            if stopping:
                 self._end(child, readers, token)
                 return Attempt(Ending.STOPPED)
-            if self._interrupted is not None and self._interrupted[:2] == (job.id, job.runs):
+            if interrupted is not None and interrupted[:2] == (job.id, job.runs):
                 self._end(child, readers, token)
-                return Attempt(Ending.INTERRUPTED, self._interrupted[2])
-            now = self.monotonic()
+                return Attempt(Ending.INTERRUPTED, interrupted[2])
             if timeout is not None and now >= started + timeout:
                 self._end(child, readers, token)
                 return Attempt.failed(Reason.TIMED_OUT,

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import resource
+import signal
 import sqlite3
+import subprocess
 import sys
 import threading
 import time
@@ -527,6 +530,53 @@ def test_a_job_that_ended_as_the_quit_came_is_recorded_done_not_given_back(
         runner.stop()
     finally:
         gate.set()
+        thread.join(10)
+    assert results and results[0].effect == Effect.DONE, results
+    assert queue.get(job.id).state == State.DONE
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the pidfd watcher is Linux's")
+def test_a_quit_that_lands_between_the_check_for_the_end_and_the_stop_records_done(
+        home, tmp_path, monkeypatch):
+    """A wake-up for another reason finds the job still running; the job ends and the
+    quit comes before the runner looks at the quit. The job has run to its end: given
+    back, it would run a second time at the next start."""
+    gate = threading.Event()
+    watch = runner_module.watch_child
+    monkeypatch.setattr(runner_module, "watch_child",
+                        lambda *args: (gate.wait(10), watch(*args)))
+    fifo = tmp_path / "go"
+    os.mkfifo(fifo)
+    queue = Queue(home.db)
+    job = start(queue, script(home, "quick.sh", f"read line < {fifo}\n"))
+    runner = Runner(queue, home, "me")
+    real_poll = subprocess.Popen.poll
+    armed, quit_sent = threading.Event(), threading.Event()
+
+    def poll_then_quit(child):
+        code = real_poll(child)
+        if code is None and armed.is_set() and not quit_sent.is_set():
+            with open(fifo, "w") as go:  # the job ends now...
+                go.write("go\n")
+            wait_for(lambda: open(f"/proc/{child.pid}/stat").read()
+                     .rsplit(")", 1)[1].split()[0] == "Z", what="the job to end")
+            runner.stop()  # ...and the quit comes right after
+            quit_sent.set()
+        return code
+
+    monkeypatch.setattr(subprocess.Popen, "poll", poll_then_quit)
+    thread, results = run_in_thread(runner, job)
+    pid = None
+    try:
+        pid = wait_for(lambda: (queue.get(job.id).child or {}).get("pid"),
+                       what="the job to start")
+        armed.set()
+        runner.nudge()  # the other reason to wake
+        wait_for(quit_sent.is_set, what="the runner to look")
+    finally:
+        gate.set()
+        if pid and not quit_sent.is_set():  # it never got that far: the job must not wait on
+            os.kill(pid, signal.SIGKILL)
         thread.join(10)
     assert results and results[0].effect == Effect.DONE, results
     assert queue.get(job.id).state == State.DONE
