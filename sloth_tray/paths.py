@@ -48,6 +48,11 @@ class Home(namedtuple("Home", ["root", "jobs"])):
     def lock(self) -> Path:
         return self.root / "sloth-tray.lock"
 
+    def lane_folder(self, lane: str) -> Path:
+        """Where drops go to `lane`: the jobs folder itself for main, else the folder of
+        that name in it (store/lanes.py)."""
+        return self.jobs if lane == "main" else self.jobs / lane
+
     def job_logs(self, job_id: str, name: str | None = None) -> Path:
         """The folder of a job's run logs, named so a person finds it: `backup-<id>`.
         With `name`, where its runs write (made when the first one starts); without,

@@ -1,11 +1,17 @@
-"""The daemon loop: wait (no polling) -> claim -> run -> repeat.
+"""The daemon loop: wait (no polling) -> claim -> run -> repeat, one job at a time per
+lane, lanes side by side.
 
-With nothing due, the loop blocks in its Alarm until something rings it (a new
-job, a retry, the CLI's doorbell, pause, quit) or until the queue's next
-wake-up time. After every change it publishes an immutable Snapshot to its
-listeners, so a UI never has to touch SQLite: the loop publishes around each
-job, and every wake() and menu action publishes from the action thread, so a
-change shows at once even while a job runs for hours.
+The loop claims a job for each free lane and hands it to a lane's worker thread,
+which runs it, records its outcome and claims that lane's next job in one commit,
+until its lane has nothing due; then the thread ends. The loop itself is the one
+wait: with nothing due, it blocks in its Alarm until something rings it (a new
+job, a retry, the CLI's doorbell, pause, quit, a lane's worker ending) or until the
+queue's next wake-up time. With nothing running, no other thread of it exists.
+
+After every change it publishes an immutable Snapshot to its listeners, so a UI
+never has to touch SQLite: the workers publish around each job, and every wake()
+and menu action publishes from the action thread, so a change shows at once even
+while a job runs for hours.
 
 The pause lives in the queue's file (Queue.paused), read on every pass of the
 loop: the command line's `pause` and a restart see the same one.
@@ -18,7 +24,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from sloth_tray.daemon import procs
 from sloth_tray.daemon.alarm import Alarm, make_alarm
@@ -28,6 +34,7 @@ from sloth_tray.daemon.serial import SerialThread
 from sloth_tray.daemon.snapshot import (
     FailedJob,
     FailedSeries,
+    Lane,
     RunningJob,
     Snapshot,
     StepProgress,
@@ -36,7 +43,7 @@ from sloth_tray.daemon.snapshot import (
 from sloth_tray.errors import DatabaseProblem, SlothError
 from sloth_tray.jobs.conditions import Conditions, waiting_for
 from sloth_tray.paths import Home
-from sloth_tray.store import spool
+from sloth_tray.store import lanes, spool
 from sloth_tray.store.queue import Job, Queue
 from sloth_tray.store.states import Reason, State
 
@@ -68,8 +75,21 @@ Listener = Callable[[Snapshot], None]
 RecordedListener = Callable[[Job, Recorded], None]
 
 
+@dataclass
+class LaneWork:
+    """One lane's worker thread while it runs: its runner (a run and an alarm of its
+    own), the job it runs, and the next one, claimed with the last outcome."""
+
+    lane: str
+    runner: Runner
+    job: Job | None = None
+    running: RunningJob | None = None
+    claimed: Job | None = None
+    thread: threading.Thread | None = None
+
+
 class Engine:
-    """Runs the queue's due jobs one at a time, for one owner."""
+    """Runs the queue's due jobs, one at a time per lane, for one owner."""
 
     def __init__(
         self,
@@ -86,6 +106,7 @@ class Engine:
         self.conditions = conditions
         self.home = home
         self.owner = owner or default_owner()
+        # What each lane's runner is made like (Runner.twin): the settings, never a run.
         self.runner = runner or Runner(queue, home, self.owner)
         self.alarm = alarm or make_alarm(queue.clock)
         self._listeners: list[Listener] = []
@@ -96,12 +117,12 @@ class Engine:
         self._publish_queued = False  # a publish waits on the action thread
         self._publish_queued_lock = threading.Lock()
         self._problem: str | None = None
-        self._running: RunningJob | None = None
-        self._running_job: Job | None = None  # the claimed job behind _running
+        self._workers: list[LaneWork] = []  # the lanes running a job now
+        self._workers_lock = threading.Lock()
+        self._worker_problem: DatabaseProblem | None = None  # for drain: the loop raises it
         self._last: Snapshot | None = None
         self._next_overdue: float | None = None  # when a series next becomes overdue
         self._probed_at: float | None = None  # when probed conditions were last read
-        self._claimed: Job | None = None  # claimed with the last outcome, to run next
         self._published_at = float("-inf")  # monotonic time of the last snapshot read
         self._publishing = threading.Lock()
         self._actions = SerialThread("actions")
@@ -121,9 +142,10 @@ class Engine:
     def wake(self) -> None:
         """The queue changed: look again (and let a running job check its lease).
 
-        The loop may be inside a job for hours, so the new state is published
-        from the action thread too (the CLI's retry must clear the red badge now)."""
-        self.runner.nudge()
+        Jobs may run for hours, so the new state is published from the action thread
+        too (the CLI's retry must clear the red badge now)."""
+        for work in self._working():
+            work.runner.nudge()
         self.job_added()
 
     def job_added(self) -> None:
@@ -140,23 +162,27 @@ class Engine:
         """A condition changed: record it for the command line, and look again (a job
         that waited for it may start now)."""
         log.info("conditions not met now: %s", ", ".join(sorted(unmet)) or "none")
-        job = self._running_job
-        if job is not None and job.options.get("interrupt"):
-            lost = waiting_for(job.options, unmet)
-            if lost:
-                self.runner.interrupt(job, f"interrupted: {lost} was lost; it waits "
-                                      "for it again")
+        for work in self._working():
+            job = work.job
+            if job is not None and job.options.get("interrupt"):
+                lost = waiting_for(job.options, unmet)
+                if lost:
+                    work.runner.interrupt(job, f"interrupted: {lost} was lost; it waits "
+                                          "for it again")
         self._act(lambda queue: queue.set_unmet(unmet))
 
-    def pause(self) -> None:
+    def pause(self, lane: str | None = None) -> None:
         """Claim nothing new, in this app and every later start, until resume();
-        a running job finishes."""
-        self._paused = True  # at once, for a menu that toggles twice quickly
-        self._act(lambda queue: queue.set_paused(True))
+        a running job finishes. `lane`: that lane only; none: every lane."""
+        if lane is None:
+            self._paused = True  # at once, for a menu that toggles twice quickly
+        self._act(lambda queue: queue.set_paused(True, lane))
 
-    def resume(self) -> None:
-        self._paused = False
-        self._act(lambda queue: queue.set_paused(False))
+    def resume(self, lane: str | None = None) -> None:
+        """`lane`: that lane only; none: every lane, those paused one by one too."""
+        if lane is None:
+            self._paused = False
+        self._act(lambda queue: queue.set_paused(False, lane))
 
     @property
     def paused(self) -> bool:
@@ -165,10 +191,15 @@ class Engine:
         return self._paused
 
     def stop(self) -> None:
-        """Quit cleanly: a running job is stopped and its lease released."""
+        """Quit cleanly: every running job is stopped and its lease released."""
         self._stopping = True
-        self.runner.stop()
+        for work in self._working():
+            work.runner.stop()
         self.alarm.ring()
+
+    def _working(self) -> list[LaneWork]:
+        with self._workers_lock:
+            return list(self._workers)
 
     @property
     def snapshot(self) -> Snapshot:
@@ -198,9 +229,10 @@ class Engine:
 
         self._act(again)
 
-    def retry_all_failed(self) -> None:
+    def retry_all_failed(self, lane: str | None = None) -> None:
+        """Every failed job (`lane`: of that lane) runs again, as `retry` would."""
         def retry_all(queue: Queue) -> None:
-            retried, refused = spool.retry_all_failed(queue)
+            retried, refused = spool.retry_all_failed(queue, lane)
             if refused:
                 log.info("retried %d failed job(s); skipped %d refused (they never run)",
                          retried, refused)
@@ -241,7 +273,8 @@ class Engine:
                 log.warning("%s", exc)
             except Exception:  # a bug of ours: said in the log, the app goes on
                 log.exception("a change asked for from the menu failed")
-            self.runner.nudge()
+            for work in self._working():
+                work.runner.nudge()
             self.alarm.ring()
             self._publish()
 
@@ -295,24 +328,22 @@ class Engine:
             log.info("taking back %d job(s) left running by a previous run", expired)
 
     def run(self, *, drain: bool = False) -> None:
-        """Run jobs until stop(); with `drain`, return once nothing is due now."""
+        """Run jobs until stop(); with `drain`, return once nothing is due now and
+        nothing runs."""
         try:
             while not self._stopping:
                 try:
                     paused = self._read_pause()
                     self._probe_if_due()
-                    # A job claimed with the last outcome runs even if a pause came
-                    # since: it was claimed before the pause, as a running job is.
-                    if (not paused or self._claimed is not None) and self._step():
-                        continue
+                    started = not paused and self._start_due()
+                    self._raise_worker_problem()
                     self._problem = None
                     self._publish()
-                    if drain:
+                    if drain and not started and not self._working():
                         return
                     self._start_conditions_if_waited_on()
                     self.alarm.wait(self._wake_at(paused))
                 except DatabaseProblem as exc:
-                    self._give_back_claimed()  # its lease would lapse while the loop waits
                     self._report(exc)
                     if drain:
                         raise
@@ -321,18 +352,67 @@ class Engine:
                     self.alarm.wait(self.queue.clock() + PROBLEM_RETRY)
         finally:
             self._stopping = True
-            self._give_back_claimed()
+            for work in self._working():
+                work.runner.stop()
+                if work.thread is not None:
+                    work.thread.join()  # each gives its job back as it stops
             self._actions.shutdown()
             self._publish(stopped=True)
 
-    def _give_back_claimed(self) -> None:
-        """A job claimed with the last outcome that the loop will not run now."""
-        job, self._claimed = self._claimed, None
-        if job is not None:
-            try:
-                self.queue.release(job.id, self.owner)
-            except DatabaseProblem as exc:  # its lease lapses; the next start takes it
-                log.warning("could not give back %s: %s", job.name, exc)
+    def _raise_worker_problem(self) -> None:
+        """A lane's worker met the database's trouble: the loop says it, and waits."""
+        problem, self._worker_problem = self._worker_problem, None
+        if problem is not None:
+            raise problem
+
+    def _start_due(self) -> bool:
+        """Claim a due job for every free lane and start each lane's worker; whether
+        one started. The claim itself keeps one job per lane (store/lanes.py)."""
+        started = False
+        while not self._stopping:
+            job = self.queue.claim(self.owner, self._unmet(), procs.new_token())
+            if job is None:
+                return started
+            self._start_worker(job)
+            started = True
+        return started
+
+    def _start_worker(self, job: Job) -> None:
+        work = LaneWork(job.lane, self.runner.twin())
+        work.thread = threading.Thread(target=self._work_lane, args=(work, job),
+                                       name=f"lane {job.lane}", daemon=True)
+        with self._workers_lock:
+            self._workers.append(work)
+        if self._stopping:  # a quit that came as it was claimed
+            work.runner.stop()
+        work.thread.start()
+
+    def _work_lane(self, work: LaneWork, job: Job | None) -> None:
+        """A lane's worker: run the job, then each next one of its lane claimed with
+        the last outcome, until none is due; a quit gives back the one claimed."""
+        try:
+            while job is not None and not self._stopping:
+                self._run_one(work, job)
+                job, work.claimed = work.claimed, None
+            if job is not None:
+                self._give_back(job)
+        except DatabaseProblem as exc:
+            # The runner stopped the child; the job's lease lapses into a reclaim.
+            self._worker_problem = exc
+        except Exception:  # a bug of ours must not leave the lane's job unsaid
+            log.exception("the worker of lane %s failed", work.lane)
+        finally:
+            with self._workers_lock:
+                self._workers.remove(work)
+            self.alarm.ring()  # the loop looks again: this lane is free
+            self._publish()
+
+    def _give_back(self, job: Job) -> None:
+        """A job claimed with the last outcome that will not run now (a quit)."""
+        try:
+            self.queue.release(job.id, self.owner)
+        except DatabaseProblem as exc:  # its lease lapses; the next start takes it
+            log.warning("could not give back %s: %s", job.name, exc)
 
     def _wake_at(self, paused: bool) -> float | None:
         """The queue's next due time (none while paused), or the moment a series
@@ -341,7 +421,9 @@ class Engine:
         # still wake the loop: that is when the conditions are first asked for.
         told = self.conditions is None or self.conditions.told
         unmet = self._unmet() if told else frozenset()
-        times = [t for t in (None if paused else self.queue.next_wakeup(unmet),
+        # Leases this app holds are renewed by its workers: they are no time to wake.
+        times = [t for t in (None if paused else self.queue.next_wakeup(unmet,
+                                                                        held_by=self.owner),
                              None if paused else self._next_probe(),
                              self._next_overdue)
                  if t is not None]
@@ -389,17 +471,11 @@ class Engine:
             self._pause_seen = paused
         return paused
 
-    def _step(self) -> bool:
-        """Run one job: the one claimed with the last outcome, or one claimed now.
-        False when nothing could be claimed."""
-        job, self._claimed = self._claimed, None
-        if job is None:
-            job = self.queue.claim(self.owner, self._unmet(), procs.new_token())
-        if job is None:
-            return False
-        self._running = RunningJob(job.id, job.name, job.attempts, job.max_attempts,
-                                   self.queue.clock())
-        self._running_job = job
+    def _run_one(self, work: LaneWork, job: Job) -> None:
+        """Run one claimed job on its lane's worker and record how it ended."""
+        work.job = job
+        work.running = RunningJob(job.id, job.name, job.attempts, job.max_attempts,
+                                  self.queue.clock(), lane=job.lane)
         # Back to back, a job is shown as running only once it has run a moment:
         # a burst of tiny jobs would otherwise pay a full snapshot each.
         running_for = None
@@ -410,67 +486,64 @@ class Engine:
         if job.options.get("interrupt") and waiting_for(job.options, self._unmet()):
             # Lost between the claim and now: the change's interrupt may have come
             # before this job was running.
-            self.runner.interrupt(job, "interrupted: what it requires was lost as it "
+            work.runner.interrupt(job, "interrupted: what it requires was lost as it "
                                   "started")
         try:
-            attempt = self.runner.run(job, running_for=running_for)
+            attempt = work.runner.run(job, running_for=running_for)
         except DatabaseProblem:
-            # The database's trouble: the runner has stopped the child; the loop
-            # reports it and waits, and the job's lease lapses into a reclaim.
-            self._running = None
+            work.running = work.job = None
             raise
         except Exception as exc:  # a bug of ours must not take the daemon down
             log.exception("running %s (%s) failed", job.name, job.id)
             attempt = Attempt.failed(Reason.INTERNAL_ERROR, f"sloth-tray could not run it: {exc}")
         try:
-            result = self._record(job, attempt)
+            result = self._record(work, job, attempt)
         finally:
-            self._running = None
-            self._running_job = None
+            work.running = work.job = None
         log.info("%s %s (%s)%s", result.effect, job.name, job.id,
                  f": {result.detail}" if result.detail else "")
         for listener in self._result_listeners:
             listener(job, result)
-        if self._claimed is None:
+        if work.claimed is None:
             self._publish()
         # else the next job, claimed with this outcome, is published as it starts:
         # one snapshot between two jobs, not two (a burst of tiny jobs pays for each)
-        return True
 
-    def _record(self, job: Job, attempt: Attempt) -> Recorded:
+    def _record(self, work: LaneWork, job: Job, attempt: Attempt) -> Recorded:
         """The attempt is over: its outcome must reach the queue, or the job would
         run again. While the database is locked, wait and try again.
 
-        The next job is claimed in the same commit: back to back, a job costs two
-        commits (this one, and the runner's `started`) where it cost four."""
+        The lane's next job is claimed in the same commit: back to back, a job costs
+        two commits (this one, and the runner's `started`) where it cost four."""
         self._probe_if_due()  # outside the transaction: it may read the machine
         while True:
             try:
                 with self.queue.batch():
                     result = record(self.queue, self.owner, job, attempt)
-                    self._claim_next()
+                    self._claim_next(work)
                 return result
             except DatabaseProblem as exc:
-                self._claimed = None  # rolled back with the outcome
+                work.claimed = None  # rolled back with the outcome
                 if self._stopping:
                     raise
                 log.warning("could not record the outcome of %s yet: %s", job.name, exc)
-                self.alarm.wait(self.queue.clock() + RECORD_RETRY)
+                work.runner.alarm.wait(self.queue.clock() + RECORD_RETRY)
 
-    def _claim_next(self) -> None:
-        """Inside the outcome's transaction: the job to run next, unless stopping or
-        paused. A claim that fails is undone alone (the outcome still commits), and
-        the loop claims again the usual way, which reports what is wrong."""
+    def _claim_next(self, work: LaneWork) -> None:
+        """Inside the outcome's transaction: the lane's job to run next, unless
+        stopping or paused. A claim that fails is undone alone (the outcome still
+        commits), and the loop claims again the usual way, which reports what is
+        wrong."""
         if self._stopping:
             return
         try:
             with self.queue.savepoint():
                 if not self.queue.paused():
-                    self._claimed = self.queue.claim(self.owner, self._unmet(),
-                                                     procs.new_token())
+                    work.claimed = self.queue.claim(self.owner, self._unmet(),
+                                                    procs.new_token(), lane=work.lane)
         except Exception as exc:  # the loop's own claim says what is wrong
             log.debug("claiming the next job with the outcome failed: %s", exc)
-            self._claimed = None
+            work.claimed = None
 
     def _report(self, exc: SlothError) -> None:
         if str(exc) != self._problem:
@@ -488,8 +561,9 @@ class Engine:
             try:
                 snapshot = self._read(stopped)
             except SlothError as exc:
-                snapshot = Snapshot(running=self._running, paused=self._paused,
-                                    problem=str(exc), stopped=stopped)
+                runs = self._runs()
+                snapshot = Snapshot(running=runs[0] if runs else None, runs=runs,
+                                    paused=self._paused, problem=str(exc), stopped=stopped)
             if snapshot == self._last:
                 return
             self._last = snapshot
@@ -508,24 +582,40 @@ class Engine:
                           for j, series, failures, since in runs if series}
         unmet = self._unmet()
         waiting = tuple(WaitingJob(j.id, j.name, j.not_before,
-                                   waiting_for(j.options, unmet))
+                                   waiting_for(j.options, unmet), lane=j.lane)
                         for j in self.queue.upcoming(SHOWN_WAITING))
         verdict = self.queue.overdue(paused=bool(counts["paused"]))
         self._next_overdue = verdict.next_change
-        running = self._running
-        if running is not None:  # the step it is in: a step's start or end rings wake()
-            step = self.queue.running_step(running.id)
-            running = replace(running, step=step[:2] if step else None,
-                              step_asks=bool(step and step[2]))
+        runs = tuple(self._in_its_step(running) for running in self._runs())
+        lane_states = self._lanes(counts["lanes"], runs)
         return Snapshot(
             pending=counts["pending"], done=counts["done"], failed_count=counts["failed"],
-            due_now=counts["due_now"], running=running, failed_jobs=failed,
+            due_now=counts["due_now"], running=runs[0] if runs else None, runs=runs,
+            lanes=lane_states, failed_jobs=failed,
             failed_series=tuple(failing_series.values()),
             waiting=waiting,
             next_wakeup=self.queue.next_wakeup(unmet), paused=bool(counts["paused"]),
             problem=self._problem,
             stopped=stopped, overdue=verdict.overdue,
         )
+
+    def _runs(self) -> tuple[RunningJob, ...]:
+        """The jobs running now, main's first, then by lane."""
+        runs = [work.running for work in self._working() if work.running is not None]
+        return tuple(sorted(runs, key=lambda run: (run.lane != lanes.MAIN, run.lane)))
+
+    def _in_its_step(self, running: RunningJob) -> RunningJob:
+        """The step it is in: a step's start or end rings wake()."""
+        step = self.queue.running_step(running.id)
+        return replace(running, step=step[:2] if step else None,
+                       step_asks=bool(step and step[2]))
+
+    @staticmethod
+    def _lanes(counted: dict[str, dict], runs: tuple[RunningJob, ...]) -> tuple[Lane, ...]:
+        running = {run.lane: run for run in runs}
+        return tuple(Lane(name, running.get(name), lane["pending"], lane["due_now"],
+                          lane["failed"], bool(lane["paused"]))
+                     for name, lane in counted.items())
 
     def _failed_jobs(self, runs: list[tuple[Job, str]]) -> tuple[FailedJob, ...]:
         """The failed jobs shown, each with how far its steps got (one read for them
@@ -535,7 +625,7 @@ class Engine:
         for job, series in runs:
             steps, done, stuck = progress.get(job.id, (0, 0, None))
             failed.append(FailedJob(
-                job.id, job.name, job.last_error or "", job.updated_at,
+                job.id, job.name, job.last_error or "", job.updated_at, lane=job.lane,
                 refused=job.reason == Reason.REFUSED, series=series, reason=job.reason,
                 script=job.script,
                 progress=StepProgress(steps, done, stuck and stuck["name"],

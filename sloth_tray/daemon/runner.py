@@ -79,6 +79,13 @@ class Runner:
         self._spawned_at = 0.0  # monotonic time of the current run's spawn
         self._interrupted: tuple[str, int, str] | None = None  # (job id, run, why)
 
+    def twin(self) -> Runner:
+        """A runner like this one (its settings), with a run and an alarm of its own:
+        the engine runs one per lane that runs a job."""
+        return Runner(self.queue, self.home, self.owner, monotonic=self.monotonic,
+                      log_cap=self.log_cap, grace=self.grace,
+                      default_timeout=self.default_timeout)
+
     # -- called from other threads -----------------------------------------
 
     def stop(self) -> None:

@@ -22,6 +22,7 @@ class RunningJob:
     started_at: float
     step: tuple[int, str] | None = None  # the step it is in: (its place from 1, its name)
     step_asks: bool = False  # that step asks before it runs again (--ask): a quit fails it
+    lane: str = "main"  # the lane it runs in (a folder in the jobs folder)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class FailedJob:
     progress: StepProgress | None = None  # how far its steps got; None: it has none
     # The step cut short that asks whether it happened (reason STEP_UNSURE), if known
     unsure_step: str | None = None
+    lane: str = "main"
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,20 @@ class WaitingJob:
     name: str
     due: float
     waiting_for: str | None = None  # an unmet condition it needs ("AC power"), if any
+    lane: str = "main"
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One lane as the tray shows it: its job running, if any, and its counts. Every
+    lane the queue knows is one (main always); each runs one job at a time."""
+
+    name: str
+    running: RunningJob | None = None
+    pending: int = 0  # waiting in this lane (due or not)
+    due_now: int = 0
+    failed: int = 0
+    paused: bool = False  # by its own pause or the whole queue's
 
 
 @dataclass(frozen=True)
@@ -77,7 +93,8 @@ class Snapshot:
     done: int = 0
     failed_count: int = 0
     due_now: int = 0
-    running: RunningJob | None = None
+    running: RunningJob | None = None  # the first of `runs`: main's, else the first lane's
+    runs: tuple[RunningJob, ...] = ()  # every job running now, one per lane at most
     # The newest engine.SHOWN_FAILED of failed_count, at most SHOWN_RUNS_PER_SERIES a series
     failed_jobs: tuple[FailedJob, ...] = ()
     failed_series: tuple[FailedSeries, ...] = ()  # the series of the runs in failed_jobs
@@ -87,3 +104,9 @@ class Snapshot:
     problem: str | None = None  # a sentence for the user: the database is locked, ...
     stopped: bool = False
     overdue: tuple[OverdueJob, ...] = ()  # recurring series with no success for too long
+    lanes: tuple[Lane, ...] = ()  # main first, then by name
+
+    @property
+    def paused_lanes(self) -> tuple[str, ...]:
+        """The lanes that start nothing now (by their own pause or the whole queue's)."""
+        return tuple(lane.name for lane in self.lanes if lane.paused)

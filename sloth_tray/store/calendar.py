@@ -145,9 +145,12 @@ def _last_claim(history: list, default: float) -> float:
     return default
 
 
+# What follow_series_run reads of the run that ended (RETURNING these, by name).
+FOLLOWED_FROM = "name, script, max_attempts, options, followed, history, lane"
+
+
 def follow_series_run(db: sqlite3.Connection, job_id: str, now: float, local: Zone,
-                      name: str, script: str | None, max_attempts: int,
-                      options_text: str, followed: int, history_text: str) -> None:
+                      ended: sqlite3.Row) -> None:
     """Queue a series' next run, inside the transaction that ended this one: a
     crash can never end a series. When it is due is series.next_due's rule; a
     calendar time that has passed by then is judged at the claim (catchup=).
@@ -155,20 +158,21 @@ def follow_series_run(db: sqlite3.Connection, job_id: str, now: float, local: Zo
     A run is followed once (`followed`): a retried old run, whose next run was
     queued when it first ended, adds none.
     """
-    options = json.loads(options_text)
-    if followed or not series.repeats(options):
+    options = json.loads(ended["options"])
+    if ended["followed"] or not series.repeats(options):
         return
-    started = _last_claim(json.loads(history_text), now)
+    started = _last_claim(json.loads(ended["history"]), now)
     try:
         due = series.next_due(options, started, now, zone_of(options, local))
     except schedule.BadSchedule as exc:  # the file was edited by hand
         note_unreadable_schedule(db, job_id, now, exc)
         return
     options["scheduled"] = due
-    rows.insert_job(db, name=name, state="pending", max_attempts=max_attempts,
-                    not_before=due, script=script,
+    # The next run is in the series' lane: a series stays where it was dropped.
+    rows.insert_job(db, name=ended["name"], state="pending",
+                    max_attempts=ended["max_attempts"], not_before=due, script=ended["script"],
                     options=json.dumps(options, sort_keys=True), created_at=now,
-                    updated_at=now,
+                    updated_at=now, lane=ended["lane"],
                     history=json.dumps([[now, "pushed", f"the next run after {job_id}"]]))
     db.execute("UPDATE jobs SET followed = 1 WHERE id = ?", (job_id,))
 

@@ -31,7 +31,7 @@ from sloth_tray.errors import SlothError, UnknownJob
 from sloth_tray.for_jobs import sloth_step
 from sloth_tray.jobs import overdue, schedule, series
 from sloth_tray.jobs.header import checked_options
-from sloth_tray.store import calendar, reads, rows
+from sloth_tray.store import calendar, lanes, reads, rows
 from sloth_tray.store.rows import JOB_COLUMNS, Event, Job
 from sloth_tray.store.rows import VALID_ID as VALID_ID
 from sloth_tray.store.rows import new_job_id as new_job_id
@@ -79,6 +79,11 @@ def _trailing_laters(history: list) -> list[float]:
         elif kind in _ENDS_LATERS:
             break
     return laters[::-1]
+
+
+def _in_lane(lane: str | None) -> tuple[str, dict[str, str]]:
+    """A claim's condition for one lane (none: any lane), and what it binds."""
+    return ("", {}) if lane is None else (" AND lane = :lane", {"lane": lane})
 
 
 def _never_started(child: str | None) -> bool:
@@ -212,6 +217,7 @@ class Queue:
         job_id: str | None = None,
         error: str | None = None,
         reason: Reason = Reason.REFUSED,
+        lane: str = lanes.MAIN,
     ) -> str:
         """Add a pending job due `delay` seconds from now; returns its 12-hex id.
 
@@ -219,10 +225,13 @@ class Queue:
         before the job exists, so a crash in between can be reconciled.
         `error` makes the job born failed, for `reason` (a refused drop, a bad
         header): the user sees it with the failures, and it never runs.
+        `lane`: the lane it runs in, one job at a time (store/lanes.py).
         """
         attempts_allowed = (self.max_attempts if max_attempts is None
                             else int(limits.ATTEMPTS.check(max_attempts)))
         delay = limits.DELAY.check(delay)
+        if lanes.problem(lane):
+            raise SlothError(lanes.problem(lane))
         if job_id is not None and not VALID_ID.fullmatch(job_id):
             raise SlothError(f"{job_id!r} is not a job id (12 lowercase hex characters)")
         now = self.clock()
@@ -238,17 +247,23 @@ class Queue:
         if error is not None:
             events.append([now, "failed", error])
         options_text = json.dumps(options, sort_keys=True, allow_nan=False)
-        with self._writing() as db:
+        with self._transaction() if lane != lanes.MAIN else self._writing() as db:
+            if lane != lanes.MAIN:
+                lanes.note(db, lane)
             return rows.insert_job(
-                db, job_id, name=name, state="pending" if error is None else "failed",
+                db, job_id, name=name, state="pending" if error is None else "failed", lane=lane,
                 max_attempts=attempts_allowed, not_before=not_before, script=script,
                 options=options_text, created_at=now, updated_at=now,
                 history=json.dumps(events), last_error=error,
                 reason=None if error is None else Reason(reason).value)
 
     def claim(self, owner: str, unmet: frozenset[str] = frozenset(),
-              token: str | None = None) -> Job | None:
+              token: str | None = None, lane: str | None = None) -> Job | None:
         """Lease the oldest due job to `owner`, or return None when nothing is due.
+
+        Each lane runs one job at a time: a job whose lane has a job running (its
+        lease live or lapsed), or whose lane (or the whole queue) is paused, is not
+        due. `lane` claims from that lane only.
 
         Due means pending with not_before <= now, or running with an expired
         lease (its worker is gone). An expired lease at max_attempts ends the
@@ -260,29 +275,33 @@ class Queue:
         child = json.dumps({"token": token}) if token else None
         now = self.clock()
         waits, waits_params = reads.not_waiting(unmet)
+        in_lane, lane_params = _in_lane(lane)
         self._mind_the_clock(now)
         self._settle_missed_calendar_runs(now, unmet)
         with self._reading() as db:
             expired = db.execute(
-                "SELECT 1 FROM jobs WHERE state = 'running' AND lease_until <= ? LIMIT 1", (now,)
+                "SELECT 1 FROM jobs WHERE state = 'running' AND lease_until <= :now"
+                f"{in_lane} LIMIT 1", {"now": now, **lane_params}
             ).fetchone()
         if expired is None:
-            return self._claim_pending(owner, now, unmet, child)
+            return self._claim_pending(owner, now, unmet, child, lane)
         with self._transaction() as db:
             while True:
                 # Cheap look-ups on the partial indexes; the full row comes
                 # back from the UPDATE itself.
                 pending = db.execute(
                     "SELECT id, not_before, attempts, max_attempts FROM jobs "
-                    f"WHERE state = 'pending' AND not_before <= :now{waits} "
-                    "ORDER BY not_before, rowid LIMIT 1",
-                    {"now": now, **waits_params},
+                    f"WHERE state = 'pending' AND not_before <= :now{waits}{in_lane} "
+                    f"AND {lanes.CLAIMABLE} ORDER BY not_before, rowid LIMIT 1",
+                    {"now": now, **waits_params, **lane_params},
                 ).fetchone()
+                # A lapsed lease is its lane's one running job: taken back, it is
+                # still the one (a paused lane takes nothing back either).
                 expired = db.execute(
                     "SELECT id, lease_until, attempts, max_attempts FROM jobs "
-                    "WHERE state = 'running' "
-                    "AND lease_until <= ? ORDER BY lease_until, rowid LIMIT 1",
-                    (now,),
+                    f"WHERE state = 'running' AND lease_until <= :now{in_lane} "
+                    f"AND {lanes.NOT_PAUSED} ORDER BY lease_until, rowid LIMIT 1",
+                    {"now": now, **lane_params},
                 ).fetchone()
                 if pending is None and expired is None:
                     return None
@@ -301,17 +320,20 @@ class Queue:
                                    {"id": job_id, **params})
 
     def _claim_pending(self, owner: str, now: float, unmet: frozenset[str] = frozenset(),
-                       child: str | None = None) -> Job | None:
+                       child: str | None = None, lane: str | None = None) -> Job | None:
         """The usual claim, when no lease has expired: one UPDATE picks the oldest
-        due pending job and leases it. A single statement is atomic on its own
-        (SQLite takes the write lock before it reads), so no BEGIN is needed."""
+        due pending job of a free lane and leases it. A single statement is atomic on
+        its own (SQLite takes the write lock before it reads), so no BEGIN is needed,
+        and two claims never lease two jobs of one lane."""
         waits, waits_params = reads.not_waiting(unmet)
+        in_lane, lane_params = _in_lane(lane)
         with self._writing() as db:
             return self._lease(
                 db, "history = json_insert(history, '$[#]', json_array(:now, 'claimed', "
                 "'attempt ' || (attempts + 1) || ' of ' || max_attempts || ' by ' || :owner))",
                 "id = (SELECT id FROM jobs WHERE state = 'pending' AND not_before <= :now"
-                f"{waits} ORDER BY not_before, rowid LIMIT 1)", owner, now, child, waits_params)
+                f"{waits}{in_lane} AND {lanes.CLAIMABLE} ORDER BY not_before, rowid LIMIT 1)",
+                owner, now, child, {**waits_params, **lane_params})
 
     def _lease(self, db: sqlite3.Connection, history: str, where: str, owner: str,
                now: float, child: str | None, params: dict[str, Any]) -> Job | None:
@@ -386,17 +408,16 @@ class Queue:
         history, params = rows.history(event)
         sets = "".join(f", {name} = :{name}" for name in columns)
         held = " AND state = 'running' AND lease_owner = :owner" if owner is not None else ""
-        found = db.execute(
-            "UPDATE jobs SET state = :state, lease_owner = NULL, lease_until = NULL, "
+        found = rows.named_rows(
+            db, "UPDATE jobs SET state = :state, lease_owner = NULL, lease_until = NULL, "
             f"updated_at = :now{sets}, {history} WHERE id = :id{held} "
-            "RETURNING name, script, max_attempts, options, followed, history",
-            {"state": state, "now": now, "id": job_id, "owner": owner, **columns, **params},
-        ).fetchall()  # all: the statement runs to its end
+            f"RETURNING {calendar.FOLLOWED_FROM}",
+            {"state": state, "now": now, "id": job_id, "owner": owner, **columns, **params})
         if not found:
             return None
         sloth_step.cut_run(db, job_id, now)  # cancelled, or cut above already: asks nothing
         if follow or state in (State.DONE, State.FAILED):
-            calendar.follow_series_run(db, job_id, now, self._local, *found[0])
+            calendar.follow_series_run(db, job_id, now, self._local, found[0])
         return State(state)
 
     @staticmethod
@@ -862,8 +883,9 @@ class Queue:
         return job_id
 
     def jobs(self, state: State | str | None = None, limit: int | None = None,
-             reason: Reason | str | None = None) -> list[Job]:
-        """Jobs, newest first; only those in `state`, and failed for `reason`, if given."""
+             reason: Reason | str | None = None, lane: str | None = None) -> list[Job]:
+        """Jobs, newest first; only those in `state`, failed for `reason`, and in `lane`,
+        if given."""
         sql = f"SELECT {JOB_COLUMNS} FROM jobs"
         params: list[Any] = []
         where = []
@@ -877,6 +899,9 @@ class Queue:
         if reason is not None:
             where.append("reason = ?")
             params.append(Reason(reason).value)
+        if lane is not None:
+            where.append("lane = ?")
+            params.append(lane)
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY rowid DESC"
@@ -989,22 +1014,77 @@ class Queue:
 
     # -- the pause -------------------------------------------------------------
 
-    def set_paused(self, paused: bool) -> None:
+    def set_paused(self, paused: bool, lane: str | None = None) -> None:
         """Start no new job (a running one finishes) until set_paused(False). Kept
-        in the file: every process and every later start sees the same pause."""
-        with self._writing() as db:
-            db.execute("INSERT INTO flags(name, value) VALUES ('paused', ?) "
-                       "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-                       (int(bool(paused)),))
+        in the file: every process and every later start sees the same pause.
 
-    def paused(self) -> bool:
+        `lane`: that lane only. With none, every lane: a pause holds lanes made later
+        too, and a resume resumes every lane, those paused one by one as well."""
+        if lane is not None and lanes.problem(lane):
+            raise SlothError(lanes.problem(lane))
+        with self._transaction() as db:
+            if lane is None:
+                self._set_whole_pause(db, paused)
+                if not paused:
+                    lanes.resume_all(db)
+            elif lanes.set_paused(db, lane, paused, reads.paused(db)):
+                self._set_whole_pause(db, False)
+
+    @staticmethod
+    def _set_whole_pause(db: sqlite3.Connection, paused: bool) -> None:
+        db.execute("INSERT INTO flags(name, value) VALUES ('paused', ?) "
+                   "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                   (int(bool(paused)),))
+
+    def paused(self, lane: str | None = None) -> bool:
+        """Whether the whole queue is paused; with `lane`, whether that lane is (by
+        its own pause or the whole queue's)."""
         with self._reading() as db:
-            return reads.paused(db)
+            return reads.paused(db) or (lane is not None and lane in lanes.paused_lanes(db))
 
-    def next_wakeup(self, unmet: frozenset[str] = frozenset()) -> float | None:
+    def paused_lanes(self) -> set[str]:
+        """The lanes paused one by one (the whole queue's pause aside)."""
+        with self._reading() as db:
+            return lanes.paused_lanes(db)
+
+    # -- lanes -------------------------------------------------------------------
+
+    def lanes(self) -> list[str]:
+        """Every lane known: main, those whose folder was seen, those with jobs."""
+        with self._reading() as db:
+            return lanes.known(db)
+
+    def note_lane(self, lane: str) -> None:
+        """A lane's folder is there."""
+        with self._writing() as db:
+            lanes.note(db, lane)
+
+    def forget_lane(self, lane: str) -> None:
+        """A lane's folder is gone: the lane is shown while it has jobs (they run)."""
+        with self._writing() as db:
+            lanes.forget(db, lane)
+
+    def rename_lane(self, old: str, new: str) -> int:
+        """A lane's folder was renamed: its jobs and its pause follow. Returns the
+        jobs moved."""
+        for name in (old, new):
+            if lanes.problem(name):
+                raise SlothError(lanes.problem(name))
+        with self._transaction() as db:
+            return lanes.rename(db, old, new)
+
+    def lane_counts(self) -> dict[str, dict[str, Any]]:
+        """Per lane, as `status --json` has them (reads.summary's "lanes")."""
+        with self._reading() as db:
+            return reads.summary(db, self.clock())["lanes"]
+
+    def next_wakeup(self, unmet: frozenset[str] = frozenset(),
+                    held_by: str | None = None) -> float | None:
         """The earliest wall time at which claim() could return a job; None if never.
         Jobs waiting on a condition in `unmet` do not count: the change of that
-        condition, not the clock, is what lets them start."""
+        condition, not the clock, is what lets them start. Nor do jobs of a lane that
+        is running one or is paused: that job's end, or the resume, lets them start.
+        `held_by`: leases that owner holds do not count (it renews them)."""
         waits, waits_params = reads.not_waiting(unmet)
         # The look before the daemon sleeps: whatever the clock did since any earlier
         # look (or while the machine slept), no wait is computed from a future time.
@@ -1013,8 +1093,10 @@ class Queue:
             return db.execute(
                 "SELECT min(t) FROM ("
                 f" SELECT min(not_before) AS t FROM jobs WHERE state = 'pending'{waits}"
-                " UNION ALL SELECT min(lease_until) FROM jobs WHERE state = 'running')",
-                waits_params,
+                f" AND {lanes.CLAIMABLE}"
+                " UNION ALL SELECT min(lease_until) FROM jobs WHERE state = 'running'"
+                " AND lease_owner IS NOT :held_by)",
+                {**waits_params, "held_by": held_by},
             ).fetchone()[0]
 
     def set_unmet(self, unmet: Iterable[str]) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from sloth_tray.errors import SlothError, UnknownJob
 from sloth_tray.paths import Home
+from sloth_tray.store import lanes
 from sloth_tray.store.schema import connect, translated_errors
 from sloth_tray.store.states import State
 
@@ -100,14 +101,17 @@ def waiting_on(db: sqlite3.Connection, now: float, unmet: frozenset[str]) -> dic
 
 
 def summary(db: sqlite3.Connection, now: float) -> dict[str, Any]:
-    """counts(), and whether the queue is paused. While it is, nothing is due now,
+    """counts(), whether the queue is paused, and the same per lane ("lanes": see
+    lanes.counts). While the queue is paused, nothing is due now,
     whatever the clock says: nothing will start. Jobs waiting for a condition are
     not due either; "waiting_on" says how many wait for which."""
     found: dict[str, Any] = counts(db, now)
     is_paused = paused(db)
-    waits = waiting_on(db, now, unmet(db))
+    held_back = unmet(db)
+    waits = waiting_on(db, now, held_back)
     waiting = waits.pop("any", 0)  # a count to subtract, not a condition to show
     found["due_now"] = 0 if is_paused else max(0, found["due_now"] - waiting)
+    found["lanes"] = lanes.counts(db, now, is_paused, not_waiting(held_back))
     return found | {"paused": is_paused} | ({"waiting_on": waits} if waits else {})
 
 
@@ -185,6 +189,18 @@ def running_job(db: sqlite3.Connection) -> dict[str, Any] | None:
     return None if row is None else {"id": row[0], "name": row[1], "since": row[2]}
 
 
+def running_by_lane(db: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+    """The job running in each lane, named as running_job() names one: {lane: {id,
+    name, since}}. A lane runs one job at a time; should it hold more (a lease that
+    lapsed and was taken back elsewhere), the one claimed last."""
+    found: dict[str, dict[str, Any]] = {}
+    for lane, job_id, name, since in db.execute(
+            "SELECT lane, id, name, updated_at FROM jobs INDEXED BY jobs_leased "
+            "WHERE state = 'running' ORDER BY updated_at, rowid"):
+        found[lane] = {"id": job_id, "name": name, "since": since}
+    return found
+
+
 def next_job(db: sqlite3.Connection, unmet: frozenset[str] = frozenset()) -> dict[str, Any] | None:
     """The waiting job a claim takes next (the soonest due, a job that waits for an
     unmet condition left out): its id, name and due time; None when none waits."""
@@ -249,15 +265,19 @@ def reader(path: Path) -> sqlite3.Connection:
 def empty() -> dict[str, Any]:
     """What `status` says of a home with no queue in it: nothing anywhere."""
     return {state.value: 0 for state in State} | {
-        "due_now": 0, "paused": False, "overdue": 0, "running_job": None, "next": None}
+        "due_now": 0, "paused": False, "overdue": 0, "running_job": None, "next": None,
+        "lanes": {}}
 
 
-def read(home: Home, clock: Callable[[], float] = time.time) -> dict[str, Any] | None:
+def read(home: Home, clock: Callable[[], float] = time.time, *,
+         per_lane: bool = False) -> dict[str, Any] | None:
     """summary(), the overdue count, and the job running and the one next, as
     `sloth-tray status` shows them, read in one snapshot of the file; None when
     there is no queue to read (Home.readable: a missing home is never made). The
     home is vetted first, as for every command; an older file is migrated
-    (schema.connect), and the connection read through cannot write (query_only)."""
+    (schema.connect), and the connection read through cannot write (query_only).
+    `per_lane` adds "running_by_lane" (running_by_lane()), which the human `status`
+    shows and `status --json` leaves out: its lanes carry their counts."""
     if not home.readable():
         return None
     db = reader(home.db)
@@ -269,6 +289,8 @@ def read(home: Home, clock: Callable[[], float] = time.time) -> dict[str, Any] |
             found["overdue"] = overdue_count(db, now, is_paused=found["paused"])
             found["running_job"] = running_job(db)
             found["next"] = next_job(db, unmet(db))
+            if per_lane:
+                found["running_by_lane"] = running_by_lane(db)
             db.execute("COMMIT")
     finally:
         db.close()

@@ -36,6 +36,7 @@ class Job:
     child: dict[str, Any] | None = field(default=None, hash=False)
     reason: Reason | None = None  # why the last attempt failed (see Reason)
     runs: int = 0  # runs ever started, across retries; names the log of each
+    lane: str = "main"  # the lane it runs in, one job at a time (store/lanes.py)
 
     @property
     def lease_seconds(self) -> float | None:
@@ -75,6 +76,7 @@ def job(row: sqlite3.Row) -> Job:
         created_at=row["created_at"], updated_at=row["updated_at"],
         child=json.loads(row["child"]) if row["child"] else None,
         reason=Reason(row["reason"]) if row["reason"] else None, runs=row["runs"],
+        lane=row["lane"],
     )
 
 

@@ -17,6 +17,7 @@ from sloth_tray import safety
 from sloth_tray.errors import DatabaseProblem, SlothError
 from sloth_tray.for_jobs import sloth_step
 from sloth_tray.paths import DB_SIDES
+from sloth_tray.store import lanes
 
 # Marks the file as ours (PRAGMA application_id): "SLTH".
 APPLICATION_ID = 0x534C5448
@@ -169,6 +170,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # A job's steps (for_jobs/sloth_step.py, where every statement about them lives):
     # what a retried, reclaimed or woken job skips because it happened already.
     sloth_step.SCHEMA,
+    # Lanes (store/lanes.py): each job in one, each lane one job at a time.
+    lanes.SCHEMA,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

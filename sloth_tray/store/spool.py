@@ -39,6 +39,7 @@ from sloth_tray.jobs.header import (
     read_head,
 )
 from sloth_tray.paths import Home
+from sloth_tray.store import lanes
 from sloth_tray.store.queue import VALID_ID, Queue, new_job_id
 from sloth_tray.store.states import Reason, State
 
@@ -209,13 +210,13 @@ def _scripts(folder: Path) -> list[Path]:
 def push(queue: Queue, script: Path, job_id: str, *, name: str | None = None,
          delay: float | None = None, max_attempts: int | None = None,
          refused: str | None = None, final: Path | None = None,
-         cwd: str | None = None) -> str:
+         cwd: str | None = None, lane: str = lanes.MAIN) -> str:
     """Queue a script already in the spool, with the options of its header.
 
     A bad header or a refusal makes a job born failed with that sentence: the
     user sees why in the failed list, and nothing runs. `final` is where the
     script will live, when it is still being staged elsewhere (`add`); `cwd` the
-    folder it runs in (`add`'s; else the home folder).
+    folder it runs in (`add`'s; else the home folder); `lane` the lane it runs in.
     """
     options: dict = {}
     error, reason = refused, Reason.REFUSED
@@ -235,7 +236,7 @@ def push(queue: Queue, script: Path, job_id: str, *, name: str | None = None,
         name, script=str(final or script), job_id=job_id,
         delay=delay if delay is not None else options.get("delay", 0.0),
         max_attempts=max_attempts if max_attempts is not None else options.get("max_attempts"),
-        options=options, error=error, reason=reason)
+        options=options, error=error, reason=reason, lane=lane)
     _mark_queued(script.parent)
     if error is not None and reason is not Reason.REFUSED:  # a refusal is said by the caller
         log.warning("failed %s (%s): %s", name, pushed, error)
@@ -243,7 +244,8 @@ def push(queue: Queue, script: Path, job_id: str, *, name: str | None = None,
 
 
 def add(home: Home, source: Path, *, name: str | None = None, delay: float | None = None,
-        max_attempts: int | None = None, cwd: str | None = None) -> str:
+        max_attempts: int | None = None, cwd: str | None = None,
+        lane: str = lanes.MAIN) -> str:
     """`sloth-tray add`: copy `source` into the spool and queue it; returns the job id.
     `cwd`: the folder it runs in (checked by working_folder; default: the home folder).
 
@@ -264,7 +266,7 @@ def add(home: Home, source: Path, *, name: str | None = None, delay: float | Non
                          "queued")
     return _staged(home, lambda staging: _place_in(staging, source, move=False),
                    f"cannot copy {source} into the spool", name=name, delay=delay,
-                   max_attempts=max_attempts, cwd=cwd)
+                   max_attempts=max_attempts, cwd=cwd, lane=lane)
 
 
 COMMAND_FILE = "command.sh"  # the script `add -- COMMAND` writes into the spool
@@ -291,7 +293,8 @@ def command_name(argv: list[str]) -> str:
 
 
 def add_command(home: Home, argv: list[str], *, cwd: str, name: str | None = None,
-                delay: float | None = None, max_attempts: int | None = None) -> str:
+                delay: float | None = None, max_attempts: int | None = None,
+                lane: str = lanes.MAIN) -> str:
     """`sloth-tray add -- COMMAND [ARG...]`: a script that runs the command, written into
     the spool and queued as add() queues a copy; it runs in `cwd`. Its job id."""
     if not argv:
@@ -308,7 +311,7 @@ def add_command(home: Home, argv: list[str], *, cwd: str, name: str | None = Non
 
     return _staged(home, write, "cannot write the command into the spool",
                    name=name or command_name(argv), delay=delay, max_attempts=max_attempts,
-                   cwd=cwd)
+                   cwd=cwd, lane=lane)
 
 
 def working_folder(given: str | None, *, default_here: bool) -> str | None:
@@ -382,12 +385,13 @@ def retry(queue: Queue, job_id: str, **steps: Any) -> bool:
     return queue.retry(job.id, options=options, max_attempts=max_attempts, **steps)
 
 
-def retry_all_failed(queue: Queue) -> tuple[int, int]:
-    """Retry every failed job but the refused ones: (how many retried, how many
-    refused were skipped). A job whose header is still bad stays failed, and so does
-    one cut short in a step that asks (step_unsure): only its own retry answers it."""
+def retry_all_failed(queue: Queue, lane: str | None = None) -> tuple[int, int]:
+    """Retry every failed job but the refused ones (`lane`: of that lane only): (how
+    many retried, how many refused were skipped). A job whose header is still bad stays
+    failed, and so does one cut short in a step that asks (step_unsure): only its own
+    retry answers it."""
     retried = refused = 0
-    for job in queue.jobs(State.FAILED):
+    for job in queue.jobs(State.FAILED, lane=lane):
         if job.reason == Reason.REFUSED:
             refused += 1
             continue

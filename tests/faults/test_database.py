@@ -260,7 +260,8 @@ def healthy_queue(path, *, crashed: bool = False) -> bytes:
     `crashed`: the first job is still running, as a daemon killed mid-job leaves it."""
     with Queue(path) as queue:
         if crashed:
-            queue.push("was-running", script="/nowhere/running.sh")
+            # In a lane of its own: main's jobs below still run, one after another.
+            queue.push("was-running", script="/nowhere/running.sh", lane="other")
             assert queue.claim("a daemon that died") is not None
         for i in range(200):
             queue.push(f"finished-{i:03}", script=f"/nowhere/{i}.sh")

@@ -71,6 +71,7 @@ def test_a_due_job_waiting_on_ac_is_passed_over_and_keeps_its_attempts(queue, cl
     other = queue.push("tidy")
     claimed = queue.claim("me", AC)
     assert claimed is not None and claimed.id == other
+    assert queue.complete(other, "me")
     assert queue.claim("me", AC) is None
     job = queue.get(waiting)
     assert (job.state, job.attempts, job.runs) == (State.PENDING, 0, 0)
@@ -83,6 +84,7 @@ def test_a_due_job_waiting_on_ac_is_passed_over_and_keeps_its_attempts(queue, cl
 def test_only_an_unmet_condition_holds_a_job_back(queue):
     net = queue.push("sync", options={"require": "network,unmetered"})
     assert queue.claim("me", AC).id == net  # it needs no AC power
+    assert queue.complete(net, "me")
     both = queue.push("upload", options={"require": "ac,unmetered"})
     assert queue.claim("me", frozenset({"unmetered"})) is None
     assert queue.claim("me", frozenset({"network"})).id == both

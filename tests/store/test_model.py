@@ -140,6 +140,7 @@ class Row:
     # again), "extra" (a run that was followed already: its `scheduled` is the
     # queue's to keep), or None.
     retried_as: str | None = None
+    lane: str = "main"  # every job here is dropped straight into the jobs folder
 
     @property
     def lease(self) -> float:
@@ -308,7 +309,11 @@ class SpoolMachine(RuleBasedStateMachine):
         now = self.now
 
         def due_pending() -> Row | None:
-            due = [r for r in self.m.rows if r.state == State.PENDING and r.not_before <= now]
+            # One job at a time per lane: while its lane runs one (a lease live or run
+            # out), a due job waits.
+            busy = {r.lane for r in self.m.rows if r.state == State.RUNNING}
+            due = [r for r in self.m.rows if r.state == State.PENDING and r.not_before <= now
+                   and r.lane not in busy]
             return min(due, key=lambda r: (r.not_before, r.seq), default=None)
 
         def expired_lease() -> Row | None:
@@ -1528,7 +1533,9 @@ class StepMachine(RuleBasedStateMachine):
         if len(self.jobs) >= STEP_JOBS:
             return
         self.seq += 1
-        job_id = self.queue.push(f"job{self.seq}")
+        # Each job in a lane of its own: several runs go on at once, side by side, as
+        # the runs of a queue's lanes do (one lane runs one job at a time).
+        job_id = self.queue.push(f"job{self.seq}", lane=f"lane{self.seq}")
         self.jobs.append(JobSeen(job_id, self.seq, self.now, self.now))
 
     @rule(owner=st.sampled_from(STEP_OWNERS), spawned=st.sampled_from([True, True, False]))

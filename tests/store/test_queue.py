@@ -49,6 +49,8 @@ def test_claim_takes_the_oldest_due_job_first(queue, clock):
     clock.advance(1)
     second = queue.push("second")
     assert queue.claim("w").id == first
+    assert queue.claim("w") is None, "one lane runs one job at a time"
+    assert queue.complete(first, "w")
     assert queue.claim("w").id == second
     assert queue.claim("w") is None
 
@@ -256,17 +258,30 @@ def test_resolve_accepts_a_unique_prefix(queue):
 
 
 def test_two_queues_in_many_threads_never_hand_one_job_to_two_owners(tmp_path):
+    """Nor two jobs of one lane at once: the claim statement keeps a lane to one."""
     path = tmp_path / "shared.db"
     producer = Queue(path)
-    pushed = {producer.push(f"job{i}") for i in range(300)}
+    pushed = {producer.push(f"job{i}", lane=f"lane{i % 4}") for i in range(300)}
     queues = [Queue(path), Queue(path)]
     claimed: list[tuple[str, str]] = []
     lock = threading.Lock()
+    running_lanes: set[str] = set()
+    both_at_once: list[str] = []
 
     def worker(q: Queue, owner: str) -> None:
-        while (job := q.claim(owner)) is not None:
+        while True:
+            job = q.claim(owner)
+            if job is None:
+                if not q.summary()["pending"]:
+                    return
+                continue  # every lane with work is busy: look again
             with lock:
                 claimed.append((job.id, owner))
+                if job.lane in running_lanes:
+                    both_at_once.append(job.lane)
+                running_lanes.add(job.lane)
+            with lock:  # before the completion: the lane is free from its commit on
+                running_lanes.discard(job.lane)
             assert q.complete(job.id, owner)
 
     threads = [threading.Thread(target=worker, args=(queues[i % 2], f"worker{i}"))
@@ -280,6 +295,7 @@ def test_two_queues_in_many_threads_never_hand_one_job_to_two_owners(tmp_path):
     assert len(ids) == len(set(ids)) == 300
     assert set(ids) == pushed
     assert len({owner for _, owner in claimed}) > 1, "only one worker got work: no contention"
+    assert not both_at_once, f"two jobs of one lane ran at once: {both_at_once[:5]}"
     assert producer.status()["done"] == 300
 
 
@@ -516,7 +532,10 @@ def test_a_pause_is_kept_in_the_file_off_until_set_and_seen_by_every_connection(
     assert not queue.paused()
     queue.push("due")
     assert queue.summary() == {"pending": 1, "running": 0, "done": 0, "failed": 0,
-                               "cancelled": 0, "due_now": 1, "paused": False}
+                               "cancelled": 0, "due_now": 1, "paused": False,
+                               "lanes": {"main": {"pending": 1, "running": 0, "done": 0,
+                                                  "failed": 0, "cancelled": 0, "due_now": 1,
+                                                  "paused": False}}}
     queue.set_paused(True)
     queue.set_paused(True)  # twice is the same as once
     with Queue(queue.path, clock=clock) as other:  # another process, a later start
@@ -537,7 +556,7 @@ def test_a_queue_of_the_previous_schema_is_migrated_in_place_and_is_not_paused(t
         q.set_paused(True)
         assert q.paused()
     with sqlite3.connect(path) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
 
 
 def test_a_series_from_schema_5_is_followed_once_and_not_by_the_old_trigger(tmp_path, clock):

@@ -71,15 +71,16 @@ def test_following_a_series_run_inserts_its_next_run_once(tmp_path, clock):
     with Queue(tmp_path / "queue.db", clock=clock) as queue:
         job_id = queue.push("tick", options={"every": 60.0})
         with queue._transaction() as db:
-            row = db.execute("SELECT name, script, max_attempts, options, followed, history "
-                             "FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            def ended() -> sqlite3.Row:
+                return rows.named_rows(db, f"SELECT {calendar.FOLLOWED_FROM} FROM jobs "
+                                           "WHERE id = ?", (job_id,))[0]
+
             for _ in range(2):
-                calendar.follow_series_run(db, job_id, clock.now, lambda: UTC, *row)
-                row = db.execute("SELECT name, script, max_attempts, options, followed, "
-                                 "history FROM jobs WHERE id = ?", (job_id,)).fetchone()
+                calendar.follow_series_run(db, job_id, clock.now, lambda: UTC, ended())
+            row = ended()
         (follower,) = [job for job in queue.jobs() if job.id != job_id]
         assert follower.options["scheduled"] == follower.not_before
-        assert json.loads(row[5]) and row[4] == 1
+        assert json.loads(row["history"]) and row["followed"] == 1
 
 
 def test_rows_history_appends_events_stamped_now():

@@ -1,0 +1,177 @@
+"""Lanes in the queue's file: a lane is a folder in the jobs folder, and each lane runs
+one job at a time, side by side with the others.
+
+Every statement about lanes lives here, as functions of a connection inside the
+Queue's transactions (and the glance's read): which lanes a claim may take from
+(`CLAIMABLE`), the pause of one lane, a lane renamed, and each lane's counts.
+Standard library only: `status` reads through this module.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
+if TYPE_CHECKING:
+    from typing import Any
+
+MAIN = "main"  # drops straight into the jobs folder; every job before lanes
+NAME_MAX = 100  # characters in a lane's name (a folder's name)
+
+# The partial index's condition: a query uses the index only when it says this very
+# clause (SQLite does not reason that state = 'running' implies it).
+LIVE = "state IN ('pending', 'running', 'failed')"
+
+SCHEMA = (
+    # Every job is in exactly one lane; jobs from before lanes are in `main`.
+    f"ALTER TABLE jobs ADD COLUMN lane TEXT NOT NULL DEFAULT '{MAIN}'",
+    # The lanes the app knows of (their folders, seen by the daemon) and the pause of
+    # each. A lane's pause is in the file, as the whole queue's is: it outlives a restart.
+    "CREATE TABLE lanes (name TEXT PRIMARY KEY, paused INTEGER NOT NULL DEFAULT 0) "
+    "WITHOUT ROWID",
+    # The few live jobs per lane, for the claim's "is this lane busy" and the counts;
+    # done and cancelled jobs pile up by the million and stay out of it.
+    f"CREATE INDEX jobs_live_lane ON jobs(lane, state) WHERE {LIVE}",
+    # Done and cancelled per lane, kept by triggers as `counts` keeps the totals.
+    "CREATE TABLE lane_counts (lane TEXT NOT NULL, state TEXT NOT NULL, n INTEGER NOT NULL, "
+    "PRIMARY KEY (lane, state)) WITHOUT ROWID",
+    "INSERT INTO lane_counts SELECT lane, state, count(*) FROM jobs "
+    "WHERE state IN ('done', 'cancelled') GROUP BY lane, state",
+    """CREATE TRIGGER lane_count_insert AFTER INSERT ON jobs
+        WHEN NEW.state IN ('done', 'cancelled') BEGIN
+        INSERT INTO lane_counts VALUES (NEW.lane, NEW.state, 1)
+            ON CONFLICT DO UPDATE SET n = n + 1;
+    END""",
+    """CREATE TRIGGER lane_count_delete AFTER DELETE ON jobs
+        WHEN OLD.state IN ('done', 'cancelled') BEGIN
+        UPDATE lane_counts SET n = n - 1 WHERE lane = OLD.lane AND state = OLD.state;
+    END""",
+    """CREATE TRIGGER lane_count_update AFTER UPDATE OF state, lane ON jobs
+        WHEN (OLD.state IS NOT NEW.state OR OLD.lane IS NOT NEW.lane)
+         AND (OLD.state IN ('done', 'cancelled') OR NEW.state IN ('done', 'cancelled'))
+        BEGIN
+        UPDATE lane_counts SET n = n - 1 WHERE lane = OLD.lane AND state = OLD.state;
+        INSERT INTO lane_counts SELECT NEW.lane, NEW.state, 1
+            WHERE NEW.state IN ('done', 'cancelled')
+            ON CONFLICT DO UPDATE SET n = n + 1;
+    END""",
+)
+
+# A claim's condition on a job's lane: neither the lane nor the whole queue is paused.
+NOT_PAUSED = ("lane NOT IN (SELECT name FROM lanes WHERE paused) "
+              "AND NOT EXISTS (SELECT 1 FROM flags WHERE name = 'paused' AND value)")
+# A claim's condition on a pending job's lane: no job of that lane is running (its
+# lease live or lapsed), and it is not paused. In the claim statement itself, so two
+# claims, from any processes, never lease two jobs of one lane.
+CLAIMABLE = ("lane NOT IN (SELECT lane FROM jobs INDEXED BY jobs_live_lane "
+             f"WHERE {LIVE} AND state = 'running') AND {NOT_PAUSED}")
+
+
+def problem(name: str) -> str | None:
+    """Why `name` cannot name a lane, in one sentence; None when it can. A lane's name
+    is a folder's: one name, not hidden, printable."""
+    if not name:
+        return "a lane needs a name"
+    if len(name) > NAME_MAX:
+        return f"a lane's name is at most {NAME_MAX} characters"
+    if name.startswith(".") or "/" in name or "\\" in name:
+        return f"{name!r} cannot name a lane: a lane is a folder in the jobs folder, " \
+               "its name neither hidden (a leading dot) nor a path"
+    if not name.isprintable():
+        return "a lane's name cannot hold control characters"
+    return None
+
+
+def paused_lanes(db: sqlite3.Connection) -> set[str]:
+    return {row[0] for row in db.execute("SELECT name FROM lanes WHERE paused")}
+
+
+def known(db: sqlite3.Connection) -> list[str]:
+    """Every lane the queue knows of: those with a row (a folder seen, a pause) and
+    those with a live job, main always; sorted, main first."""
+    names = {MAIN} | {row[0] for row in db.execute(
+        f"SELECT name FROM lanes UNION SELECT lane FROM jobs INDEXED BY jobs_live_lane "
+        f"WHERE {LIVE}")}
+    return sorted(names, key=lambda name: (name != MAIN, name))
+
+
+def note(db: sqlite3.Connection, name: str) -> None:
+    """The lane exists (its folder was seen, or a job was added to it)."""
+    db.execute("INSERT INTO lanes(name) VALUES (?) ON CONFLICT DO NOTHING", (name,))
+
+
+def forget(db: sqlite3.Connection, name: str) -> None:
+    """Its folder is gone: the lane is known only while it has jobs. A paused lane
+    stays known, so its pause holds should the folder come back."""
+    db.execute("DELETE FROM lanes WHERE name = ? AND NOT paused", (name,))
+
+
+def set_paused(db: sqlite3.Connection, name: str, paused: bool,
+               whole_queue_paused: bool) -> bool:
+    """Pause or resume one lane. Resuming one lane of a queue paused as a whole keeps
+    every other lane paused: the whole-queue pause becomes one pause per lane. Returns
+    whether the whole-queue pause is to be lifted for that."""
+    if paused:
+        db.execute("INSERT INTO lanes(name, paused) VALUES (?, 1) "
+                   "ON CONFLICT DO UPDATE SET paused = 1", (name,))
+        return False
+    if whole_queue_paused:
+        for other in known(db):
+            if other != name:
+                db.execute("INSERT INTO lanes(name, paused) VALUES (?, 1) "
+                           "ON CONFLICT DO UPDATE SET paused = 1", (other,))
+    db.execute("UPDATE lanes SET paused = 0 WHERE name = ?", (name,))
+    return whole_queue_paused
+
+
+def resume_all(db: sqlite3.Connection) -> None:
+    db.execute("UPDATE lanes SET paused = 0 WHERE paused")
+
+
+def rename(db: sqlite3.Connection, old: str, new: str) -> int:
+    """The lane's folder was renamed: its jobs go with it, and its pause. Should the
+    new lane be running a job already, the old lane's running job ends under the old
+    name: one lane never holds two running jobs. Returns the jobs moved."""
+    moved = db.execute(
+        "UPDATE jobs SET lane = :new WHERE lane = :old AND NOT (state = 'running' AND "
+        "EXISTS (SELECT 1 FROM jobs INDEXED BY jobs_live_lane "
+        f"WHERE {LIVE} AND lane = :new AND state = 'running'))",
+        {"old": old, "new": new}).rowcount
+    row = db.execute("SELECT paused FROM lanes WHERE name = ?", (old,)).fetchone()
+    db.execute("DELETE FROM lanes WHERE name = ?", (old,))
+    db.execute("INSERT INTO lanes(name, paused) VALUES (?, ?) "
+               "ON CONFLICT DO UPDATE SET paused = max(paused, excluded.paused)",
+               (new, row[0] if row else 0))
+    return moved
+
+
+def counts(db: sqlite3.Connection, now: float, whole_queue_paused: bool,
+           not_waiting: tuple[str, dict[str, str]] = ("", {})) -> dict[str, dict[str, Any]]:
+    """Per lane: jobs in each state, how many are due now (`not_waiting`: the clause
+    that leaves out jobs held back by an unmet condition), and whether it is paused.
+    A paused lane has nothing due now: nothing of it will start."""
+    states = ("pending", "running", "done", "failed", "cancelled")
+    paused = paused_lanes(db)
+    found: dict[str, dict[str, Any]] = {}
+
+    def lane(name: str) -> dict[str, Any]:
+        return found.setdefault(name, dict.fromkeys(states, 0) | {
+            "due_now": 0, "paused": whole_queue_paused or name in paused})
+
+    for name in known(db):
+        lane(name)
+    for name, state, n in db.execute("SELECT lane, state, n FROM lane_counts WHERE n > 0"):
+        lane(name)[state] = n
+    for name, state, n in db.execute(
+            f"SELECT lane, state, count(*) FROM jobs INDEXED BY jobs_live_lane "
+            f"WHERE {LIVE} GROUP BY lane, state"):
+        lane(name)[state] = n
+    waits, params = not_waiting
+    for name, n in db.execute(
+            "SELECT lane, count(*) FROM (SELECT lane FROM jobs WHERE state = 'pending' "
+            f"AND not_before <= :now{waits} UNION ALL SELECT lane FROM jobs "
+            "WHERE state = 'running' AND lease_until <= :now) GROUP BY lane",
+            {"now": now, **params}):
+        entry = lane(name)
+        entry["due_now"] = 0 if entry["paused"] else n
+    return dict(sorted(found.items(), key=lambda item: (item[0] != MAIN, item[0])))
