@@ -146,7 +146,8 @@ def cmd_paths(args: argparse.Namespace, home: Home) -> int:
 def cmd_status(args: argparse.Namespace, home: Home) -> int:
     from sloth_tray.store import reads
 
-    counts = reads.read(home)  # "overdue": recurring jobs with no success for a period + grace
+    # "overdue": recurring jobs with no success for a period + grace
+    counts = reads.read(home, per_lane=not args.json)
     if counts is None:  # no home or jobs folder, and no queue: nothing was made
         counts = reads.empty()
         no_queue_here(home)
@@ -156,6 +157,7 @@ def cmd_status(args: argparse.Namespace, home: Home) -> int:
     now = time.time()
     waiting_on = counts.pop("waiting_on", {})  # jobs due that wait for a condition
     running, next_job = counts.pop("running_job"), counts.pop("next")
+    per_lane, running_by_lane = counts.pop("lanes", {}), counts.pop("running_by_lane", {})
     rows = ([(key, str(value)) for key, value in counts.items() if key != "paused"]
             + [("paused", "yes" if counts["paused"] else "no")]
             + [(f"waiting for {name}", str(n)) for name, n in waiting_on.items()])
@@ -167,7 +169,36 @@ def cmd_status(args: argparse.Namespace, home: Home) -> int:
         rows.append(("next", f"{next_job['name']} ({next_job['id']}), {due}"
                              + (" (paused)" if counts["paused"] else "")))
     print(table(rows))
+    if _lanes_worth_showing(per_lane, counts["paused"]):
+        print("\nlanes")
+        for name, lane in per_lane.items():
+            print(f"  {printable(name)}: {_lane_doing(lane, running_by_lane.get(name), now)}")
     return 0
+
+
+def _lanes_worth_showing(per_lane: dict[str, dict[str, Any]], whole_queue_paused: bool) -> bool:
+    """Lanes are shown once there is more than main, or main alone is paused on its
+    own: a queue that never used lanes keeps its short status."""
+    from sloth_tray.store.lanes import MAIN
+
+    return any(name != MAIN or lane["paused"] != whole_queue_paused
+               for name, lane in per_lane.items())
+
+
+def _lane_doing(lane: dict[str, Any], running: dict[str, Any] | None, now: float) -> str:
+    """What a lane is doing, in a few words: `running fetch_mail (42s) · 2 waiting ·
+    paused`, or `idle`."""
+    parts = []
+    if running is not None:
+        parts.append(f"running {printable(running['name'])} "
+                     f"({format_duration(now - running['since'])})")
+    if lane["pending"]:
+        parts.append(f"{lane['pending']} waiting")
+    if lane["failed"]:
+        parts.append(f"{lane['failed']} failed")
+    if lane["paused"]:
+        parts.append("paused")
+    return " · ".join(parts) or "idle"
 
 
 @command
@@ -180,7 +211,8 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
         return 0
     with queue:
         limit = args.limit or None
-        jobs = queue.jobs(args.state, limit=limit + 1 if limit else None, reason=args.reason)
+        want = limit + 1 if limit else None  # one more: is there more than shown?
+        jobs = queue.jobs(args.state, limit=want, reason=args.reason, lane=args.lane)
         more = limit is not None and len(jobs) > limit
         jobs = jobs[:limit]
         if args.json:
@@ -188,18 +220,25 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
             return 0
         if not jobs:
             which = " ".join(filter(None, [args.state, args.reason and f"{args.reason}"]))
-            print(f"no {which} jobs" if which else "no jobs yet")
+            nothing = f"no {which} jobs" if which else "no jobs yet"
+            print(nothing if args.lane is None else
+                  f"no {which + ' ' if which else ''}jobs in lane {printable(args.lane)}")
             return 0
         now = queue.clock()
         unmet = queue.unmet()
-        paused = queue.paused()
-        rows = [("ID", "NAME", "STATE", "TRIES", "WHEN", "NOTE")]
+        paused, paused_lanes = queue.paused(), queue.paused_lanes()
+        # The lane column, once there is more than one lane to tell apart.
+        with_lane = args.lane is None and len({job.lane for job in jobs} | set(queue.lanes())) > 1
+        rows = [("ID", *(("LANE",) if with_lane else ()), "NAME", "STATE", "TRIES", "WHEN",
+                 "NOTE")]
         for job in jobs:
             note = job.last_error if job.state in (State.FAILED, State.PENDING) else job.result
             if job.state == State.PENDING and job.not_before <= now:
                 note = _waiting_note(job, unmet) or note
-            rows.append((queue.shortest_unique_prefix(job.id), job.name, job.state.value,
-                         f"{job.attempts}/{job.max_attempts}", when(job, now, paused),
+            rows.append((queue.shortest_unique_prefix(job.id),
+                         *((job.lane,) if with_lane else ()), job.name, job.state.value,
+                         f"{job.attempts}/{job.max_attempts}",
+                         when(job, now, paused or job.lane in paused_lanes),
                          (note or "").replace("\n", " ")[:80]))
     print(table(rows))
     if more:
@@ -228,7 +267,7 @@ def cmd_show(args: argparse.Namespace, home: Home) -> int:
         steps = queue.steps(job.id)
         now = queue.clock()
         unmet = queue.unmet()
-        paused = queue.paused()
+        paused = queue.paused(job.lane)
     logs = home.job_logs(job.id, job.name)
     if args.json:
         emit_json(job.as_dict() | {"history": [event.as_dict() for event in history],
@@ -241,7 +280,7 @@ def cmd_show(args: argparse.Namespace, home: Home) -> int:
     if waits and job.not_before <= now:
         state += f", {waits}"
     fields = [
-        ("id", job.id), ("name", job.name), ("state", state),
+        ("id", job.id), ("name", job.name), ("lane", job.lane), ("state", state),
         ("attempts", f"{job.attempts} of {job.max_attempts}"),
         ("script", job.script or "-"),
         ("options", " ".join(option_text(k, v) for k, v in sorted(job.options.items())) or "-"),
@@ -344,17 +383,40 @@ def _retry_instead(job: Job) -> str | None:
     return None
 
 
+def _bulk_usage_mistake(args: argparse.Namespace, verb: str) -> bool:
+    """Say, in one line, what is wrong with `retry` or `cancel` given neither ids nor
+    --all-failed, both, or --lane with ids (a usage mistake: the caller exits 2)."""
+    if args.all_failed == bool(args.ids):
+        print(f"sloth-tray: give job ids to {verb}, or --all-failed (not both)",
+              file=sys.stderr)
+    elif args.lane is not None and not args.all_failed:
+        print(f"sloth-tray: --lane goes with --all-failed (`sloth-tray {verb} --all-failed "
+              "--lane NAME`); ids name their jobs already", file=sys.stderr)
+    else:
+        return False
+    return True
+
+
+def _failed_jobs(queue: Queue, lane: str | None) -> list[Job]:
+    """Every failed job, newest first; with `lane`, that lane's only."""
+    return queue.jobs(State.FAILED, lane=lane)
+
+
+def _in_lane(lane: str | None) -> str:
+    """` in lane net`, to end a sentence about a whole lane (nothing for every lane)."""
+    return "" if lane is None else f" in lane {printable(lane)}"
+
+
 @command
 def cmd_retry(args: argparse.Namespace, home: Home) -> int:
-    if args.all_failed == bool(args.ids):  # a usage mistake: argparse's exit code, 2
-        print("sloth-tray: give job ids to retry, or --all-failed (not both)", file=sys.stderr)
-        return 2
+    if _bulk_usage_mistake(args, "retry"):
+        return 2  # argparse's exit code for a usage mistake
     from sloth_tray.store import spool
 
     ids = args.ids
     with open_queue(home) as queue:
         if args.all_failed:
-            failed = queue.jobs(State.FAILED)
+            failed = _failed_jobs(queue, args.lane)
             # A refused drop never runs; a step that asks is answered job by job, never
             # by a sweep: it may have happened.
             ids = [job.id for job in failed
@@ -374,7 +436,8 @@ def cmd_retry(args: argparse.Namespace, home: Home) -> int:
                       + ("" if len(unsure) == 1 else
                          " (`sloth-tray list --reason step_unsure` shows them)"))
             if not ids:
-                print("no failed jobs" if not (refused or unsure) else "nothing else to retry")
+                print(f"no failed jobs{_in_lane(args.lane)}" if not (refused or unsure)
+                      else "nothing else to retry")
                 return 0
         steps = {"step_done": args.step_done, "forget_from": args.forget_from,
                  "fresh": args.fresh}
@@ -390,43 +453,84 @@ def cmd_run_now(args: argparse.Namespace, home: Home) -> int:
         status = _each_job(queue, args.ids, lambda queue, job_id: queue.run_now(job_id),
                            "run now", "due now", _retry_instead)
         paused = queue.paused()
+        held = [] if paused else sorted(_lanes_of(queue, args.ids) & queue.paused_lanes())
     home.ring_doorbell()
     if paused and status == 0:
         print("the queue is paused: it starts after `sloth-tray resume`")
+    for lane in held if status == 0 else ():
+        print(f"lane {printable(lane)} is paused: its jobs start after "
+              f"`sloth-tray resume {_quoted(lane)}`")
     return status
+
+
+def _lanes_of(queue: Queue, given: Sequence[str]) -> set[str]:
+    """The lanes of the jobs named (one that names none was said already)."""
+    found = set()
+    for name in given:
+        with contextlib.suppress(SlothError):
+            found.add(queue.get(find_job(queue, name)).lane)
+    return found
 
 
 @command
 def cmd_pause(args: argparse.Namespace, home: Home) -> int:
+    lane = args.lane
     with open_queue(home) as queue:
-        queue.set_paused(True)
+        was_paused, known = queue.paused(lane), lane is None or lane in queue.lanes()
+        queue.set_paused(True, lane=lane)
     home.ring_doorbell()
-    print("paused: no new job starts until `sloth-tray resume` (a running job finishes)")
+    if lane is None:
+        print("paused: no new job starts until `sloth-tray resume` (a running job finishes)")
+    elif was_paused:
+        print(f"lane {printable(lane)} was paused already: nothing new starts in it until "
+              f"`sloth-tray resume {_quoted(lane)}`")
+    else:
+        print(f"lane {printable(lane)} paused: its running job finishes, nothing new starts "
+              f"in it until `sloth-tray resume {_quoted(lane)}`"
+              + ("" if known else " (no job or folder has that lane yet: it starts paused)"))
     return 0
 
 
 @command
 def cmd_resume(args: argparse.Namespace, home: Home) -> int:
+    lane = args.lane
     with open_queue(home) as queue:
-        queue.set_paused(False)
-        due = queue.summary()["due_now"]
+        whole_queue_paused, lanes_paused = queue.paused(), queue.paused_lanes()
+        was_paused = queue.paused(lane)
+        queue.set_paused(False, lane=lane)
+        due = queue.summary()["due_now"] if lane is None else \
+            queue.lane_counts().get(lane, {}).get("due_now", 0)
     home.ring_doorbell()
-    print(f"resumed: {due} job{'' if due == 1 else 's'} due now" if due else
-          "resumed: nothing is due now")
+    jobs_due = f"{due} job{'' if due == 1 else 's'} due now" if due else "nothing is due now"
+    if lane is None:
+        print(f"resumed{' every lane' if lanes_paused else ''}: {jobs_due}")
+    elif not was_paused:
+        print(f"lane {printable(lane)} was not paused: its due jobs start as they come")
+    elif whole_queue_paused:
+        print(f"lane {printable(lane)} resumed: {jobs_due}; every other lane stays paused "
+              "(`sloth-tray resume` resumes them all)")
+    else:
+        print(f"lane {printable(lane)} resumed: {jobs_due}")
     return 0
+
+
+def _quoted(lane: str) -> str:
+    """A lane's name as a shell takes it back, to show in a command to type."""
+    import shlex  # here: only a sentence about one lane needs it
+
+    return printable(shlex.quote(lane))
 
 
 @command
 def cmd_cancel(args: argparse.Namespace, home: Home) -> int:
-    if args.all_failed == bool(args.ids):  # a usage mistake: argparse's exit code, 2
-        print("sloth-tray: give job ids to cancel, or --all-failed (not both)", file=sys.stderr)
-        return 2
+    if _bulk_usage_mistake(args, "cancel"):
+        return 2  # argparse's exit code for a usage mistake
     with open_queue(home) as queue:
         ids = args.ids
         if args.all_failed:  # refused drops too: cancel is how they go
-            ids = [job.id for job in queue.jobs(State.FAILED)]
+            ids = [job.id for job in _failed_jobs(queue, args.lane)]
             if not ids:
-                print("no failed jobs")
+                print(f"no failed jobs{_in_lane(args.lane)}")
                 return 0
         status = _each_job(queue, ids, lambda queue, job_id: queue.cancel(job_id),
                            "cancel", "cancelled")
@@ -509,6 +613,8 @@ def cmd_add(args: argparse.Namespace, home: Home) -> int:
     cwd = spool.working_folder(args.cwd, default_here=inline is not None)
     options = {"name": args.name, "delay": args.delay, "max_attempts": args.max_attempts,
                "cwd": cwd}
+    if args.lane is not None:  # without it, main (spool's default)
+        options["lane"] = args.lane
     if inline is not None:
         job_id = spool.add_command(sound_home(home), inline, **options)
     else:
@@ -523,6 +629,9 @@ ENDED = (State.DONE, State.FAILED, State.CANCELLED)  # what `wait` and `log -f` 
 
 @command
 def cmd_wait(args: argparse.Namespace, home: Home) -> int:
+    if not args.ids and args.lane is None:  # a usage mistake: argparse's exit code, 2
+        print("sloth-tray: give job ids to wait for, or --lane NAME", file=sys.stderr)
+        return 2
     from sloth_tray.daemon.follow import Changes
     from sloth_tray.errors import UnknownJob
 
@@ -531,9 +640,17 @@ def cmd_wait(args: argparse.Namespace, home: Home) -> int:
         raise SlothError(home.no_queue)
     with queue, Changes(home) as changes:  # watched before the first look: nothing missed
         ids = list(dict.fromkeys(find_job(queue, given) for given in args.ids))
+        waited = set(ids)  # a job the lane still shows once it ended is not waited for again
         names: dict[str, str] = {}
         endings: dict[str, str] = {}  # id -> how it ended, for each not done
-        while ids:
+        while True:
+            if args.lane is not None:  # the lane's jobs, those that joined it meanwhile too
+                joined = [job_id for job_id in _live_in_lane(queue, args.lane)
+                          if job_id not in waited]
+                ids += joined
+                waited.update(joined)
+            if not ids:
+                break
             for job_id in list(ids):
                 try:
                     job = queue.get(job_id)
@@ -554,6 +671,8 @@ def cmd_wait(args: argparse.Namespace, home: Home) -> int:
                     endings[job_id] = "failed" if job.state == State.FAILED else "was cancelled"
             if ids:
                 changes.wait()
+    if not waited:
+        print(f"nothing pending or running{_in_lane(args.lane)}")
     if not endings:
         return 0
     total = len(names) + sum(1 for job_id in endings if job_id not in names)
@@ -562,6 +681,16 @@ def cmd_wait(args: argparse.Namespace, home: Home) -> int:
     print(f"sloth-tray: {len(endings)} of {total} job{'' if total == 1 else 's'} did not end "
           f"done: {told}", file=sys.stderr)
     return 1
+
+
+def _live_in_lane(queue: Queue, lane: str) -> list[str]:
+    """The ids of the jobs pending or running in `lane`, but the runs of a repeating job:
+    a series always has a run waiting, and would keep its lane from ever being empty.
+    (Pending is read first: a job claimed between the two reads is in the second.)"""
+    from sloth_tray.jobs.series import repeats
+
+    return [job.id for state in (State.PENDING, State.RUNNING)
+            for job in queue.jobs(state, lane=lane) if not repeats(job.options)]
 
 
 @command
@@ -754,6 +883,17 @@ def add_common(parser: argparse.ArgumentParser) -> None:
                         help="the watched jobs folder (default: $SLOTH_TRAY_JOBS or HOME/jobs)")
 
 
+def lane_name(text: str) -> str:
+    """argparse's `type` for a lane: a name no lane's folder could have is a usage
+    mistake, said in one sentence (exit 2) before anything is done."""
+    from sloth_tray.store.lanes import problem  # here: only a command given a lane needs it
+
+    why = problem(text)
+    if why is not None:
+        raise argparse.ArgumentTypeError(why)
+    return text
+
+
 def json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -784,13 +924,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         return command_parser
 
     add("paths", "where the app keeps its files", json_flag)
-    add("status", "how many jobs are in each state", json_flag)
+    add("status", "how many jobs are in each state, and what each lane is doing", json_flag)
     p = add("list", "the jobs, newest first", json_flag)
     p.add_argument("--state", choices=[s.value for s in State], help="only jobs in this state")
     p.add_argument("--reason", choices=[r.value for r in Reason],
                    help="only jobs whose last attempt failed for this reason")
     p.add_argument("--limit", type=limits.LIST_LIMIT.argument, default=50,
                    help="at most N jobs (0: all; default 50)")
+    p.add_argument("--lane", type=lane_name, metavar="NAME",
+                   help="only that lane's jobs (main: those dropped straight in the jobs "
+                        "folder)")
     p = add("show", "one job: its fields, history, steps and logs", json_flag)
     p.add_argument("id", metavar="ID", help=ID_HELP)
     p.add_argument("--step", metavar="NAME", help="print that step's recorded output")
@@ -800,6 +943,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                      "done steps are skipped")
     p.add_argument("ids", nargs="*", metavar="ID", help=ID_HELP)
     p.add_argument("--all-failed", action="store_true", help="every failed job")
+    p.add_argument("--lane", type=lane_name, metavar="NAME",
+                   help="with --all-failed: every failed job of that lane only")
     steps = p.add_mutually_exclusive_group()
     steps.add_argument("--from", dest="forget_from", metavar="STEP",
                        help="forget this step and every step after it: they run again")
@@ -811,11 +956,18 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("ids", nargs="*", metavar="ID", help=ID_HELP)
     p.add_argument("--all-failed", action="store_true",
                    help="every failed job (then `prune` can remove them)")
+    p.add_argument("--lane", type=lane_name, metavar="NAME",
+                   help="with --all-failed: every failed job of that lane only")
     p = add("run-now", "make waiting jobs due now (failed ones: use retry)")
     p.add_argument("ids", nargs="+", metavar="ID", help=ID_HELP)
-    add("pause", "start no new job until resume, in this and every later start "
-                 "(a running job finishes)")
-    add("resume", "start due jobs again after a pause")
+    p = add("pause", "start no new job until resume, in every lane or in LANE only, in "
+                     "this and every later start (a running job finishes)")
+    p.add_argument("lane", nargs="?", type=lane_name, metavar="LANE",
+                   help="only this lane (default: every lane, and lanes made later)")
+    p = add("resume", "start due jobs again after a pause, in every lane or in LANE only")
+    p.add_argument("lane", nargs="?", type=lane_name, metavar="LANE",
+                   help="only this lane; the others stay as they are (default: every "
+                        "lane, those paused on their own too)")
     p = add("add", "queue a script (a copy of it: later edits change nothing), or a "
                    "command: add -- COMMAND [ARG...]")
     p.add_argument("path", nargs="?", help="the script")
@@ -828,8 +980,15 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="tries before giving up (1 to 1000)")
     p.add_argument("--name", help="the job's name (default: the file's name without "
                                   "extension, or the command line)")
-    p = add("wait", "wait until the jobs end; exit 0 when all ended done")
-    p.add_argument("ids", nargs="+", metavar="ID", help=ID_HELP)
+    p.add_argument("--lane", type=lane_name, metavar="NAME",
+                   help="the lane it runs in, one job at a time beside the other lanes "
+                        "(default: main; the lane's folder need not exist)")
+    p = add("wait", "wait until the jobs end, or until a lane has nothing pending or "
+                    "running; exit 0 when all ended done")
+    p.add_argument("ids", nargs="*", metavar="ID", help=ID_HELP)
+    p.add_argument("--lane", type=lane_name, metavar="NAME",
+                   help="every job pending or running in that lane, and those that join "
+                        "it meanwhile (a repeating job's runs aside: they never end)")
     p = add("log", "the output of a job's last run (or of --run N)")
     p.add_argument("id", metavar="ID", help=ID_HELP)
     p.add_argument("--run", type=limits.OCCURRENCE.argument, metavar="N",

@@ -163,3 +163,53 @@ def test_kill_9_at_random_moments_loses_nothing_and_completes_nothing_twice(tmp_
           f"{stats['jobs']} jobs, {lost} lost, {doubled} doubled, {stats['reclaimed']} "
           f"reclaimed, {stats['reruns']} re-run after a kill "
           f"({time.monotonic() - started:.1f} s)")
+
+
+def test_kill_9_with_two_lanes_running_reclaims_each_job_once_and_leaves_no_orphan(
+        tmp_path, pids):
+    home = locate(tmp_path / "home").ensure()
+    effects, hold, tag = tmp_path / "effects", tmp_path / "hold", new_tag()
+    ids, orphans = {}, {}
+    try:
+        daemon = start_daemon(pids, home, tag, tmp_path / "first.log", "--lease", "1")
+        for lane in ("main", "net"):
+            source = tmp_path / f"long_{lane}.sh"
+            source.write_text(f'echo "$SLOTH_JOB_ID $SLOTH_ATTEMPT start" >> {effects}\n'
+                              f"echo $$ > {tmp_path}/pid_{lane}_$SLOTH_ATTEMPT\n"
+                              f"while [ ! -e {hold} ]; do sleep 0.02; done\n"
+                              f'echo "$SLOTH_JOB_ID $SLOTH_ATTEMPT end" >> {effects}\n')
+            added = subprocess.run([*CLI, "add", str(source), "--lane", lane,
+                                    "--home", str(home.root)], capture_output=True,
+                                   text=True, env=env_with(tag), timeout=60)
+            assert added.returncode == 0, added.stderr
+            ids[lane] = added.stdout.strip()
+        for lane in ids:
+            pidfile = tmp_path / f"pid_{lane}_1"
+            orphans[lane] = int(wait_for(lambda p=pidfile: p.exists() and p.read_text().strip(),
+                                         what=f"lane {lane}'s job to run"))
+        daemon.send_signal(signal.SIGKILL)
+        assert reap(pids, daemon) == -signal.SIGKILL
+        assert all(os.path.exists(f"/proc/{pid}") for pid in orphans.values())
+
+        start_daemon(pids, home, tag, tmp_path / "second.log", "--lease", "1")
+        wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in orphans.values()),
+                 what="the killed app's runs to be stopped")
+        wait_for(lambda: all((tmp_path / f"pid_{lane}_2").exists() for lane in ids),
+                 what="each lane's job to run again")
+        hold.touch()
+        wait_for(lambda: all(jobs_with_history(home.db)[job_id][0].state == State.DONE
+                             for job_id in ids.values()), what="both jobs to end")
+        lines = effects.read_text().splitlines()
+        for lane, job_id in ids.items():
+            job, kinds = jobs_with_history(home.db)[job_id]
+            assert job.lane == lane
+            assert kinds.count("reclaimed") == 1 and kinds.count("completed") == 1, kinds
+            assert [line for line in lines if line.startswith(job_id)] == [
+                f"{job_id} 1 start", f"{job_id} 2 start", f"{job_id} 2 end"]
+    finally:
+        hold.touch()
+        for pid in orphans.values():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
