@@ -61,6 +61,8 @@ KEYS: dict[str, Key] = {
                        "the longest a job may run, unless its header says"),
     "log_cap": _number(limits.LOG_CAP, 10 * 1024 * 1024, "the most output kept per attempt"),
     "notifications": Key(_flag, True, "a desktop notification when a job fails for good"),
+    "notify_lane_emptied": Key(_flag, False,
+                               "a notification when a lane is done with a burst of jobs"),
 }
 
 

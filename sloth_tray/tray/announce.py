@@ -10,7 +10,11 @@ failure: a script the queue cannot run (a bad header, a refused drop, ...) fails
 again on every retry, so it offers the script, never Retry; a step cut short that
 asks whether it happened offers its two answers, and no Retry all answers it unasked.
 A failure at this start (a run cut short by a crash, its lease taken back as the app
-starts) is news, though it is in the first snapshot.
+starts) is news, though it is in the first snapshot. A failure in a lane other than
+main names its lane ("fetch_mail failed (lane net)").
+
+With `notify_lane_emptied` on, a lane that ran a burst of jobs (two or more since it
+was last quiet) says once that it is done (LaneBursts).
 
 The tray keeps one Announcer, touched on one thread, and hands what it returns to
 the notifier: a Notice is shown, or updated in place when its key is still up; a
@@ -22,11 +26,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from sloth_tray.daemon.snapshot import FailedJob, Snapshot
+from sloth_tray.daemon.snapshot import FailedJob, Lane, Snapshot
 from sloth_tray.jobs.overdue import OverdueJob
+from sloth_tray.store.lanes import MAIN
 from sloth_tray.store.states import PERMANENT, Reason
 from sloth_tray.text import printable
-from sloth_tray.tray.presenter import short, step_name
+from sloth_tray.tray.presenter import has_lanes, lanes_of, short, step_name
 
 # A failure this soon after the last one a notification told of joins it. Long
 # enough for a queue of failing jobs to fail one after another (a Retry all), short
@@ -34,6 +39,7 @@ from sloth_tray.tray.presenter import short, step_name
 BURST_GAP = 60.0
 NAMES_SHOWN = 3  # a burst's body names this many, then says how many more
 BODY_CHARS = 200  # a single failure's "name: error"; Show log has the rest
+BURST_RAN_AT_LEAST = 2  # jobs run in a lane since it was quiet: a burst worth a word
 
 Actions = tuple[tuple[str, str], ...]  # (key, label); the key comes back when clicked
 
@@ -166,15 +172,15 @@ def _notice(key: str, jobs: tuple[FailedJob, ...], *, first: bool) -> Notice:
     if len(jobs) == 1 and asks(jobs[0]):
         [job] = jobs
         name = step_name(job.unsure_step or "")
-        body = short(f'{job.name}: step "{name}" was cut short, so it may or may not have '
-                     "happened. Did it happen?", BODY_CHARS)
+        body = short(f'{in_lane(job)}: step "{name}" was cut short, so it may or may not '
+                     "have happened. Did it happen?", BODY_CHARS)
         actions = ((MARK_DONE[0], MARK_DONE[1].format(name)),
                    (RUN_AGAIN[0], RUN_AGAIN[1].format(name)), SHOW_LOG)
         return Notice(key, "sloth-tray: a step was cut short", body, actions, jobs, first)
     if len(jobs) == 1:
         [job] = jobs
-        body = short(f"{job.name}: {job.error}" if job.error.strip() else job.name,
-                     BODY_CHARS)
+        who = job.name if job.lane == MAIN else f"{job.name} failed (lane {job.lane})"
+        body = short(f"{who}: {job.error}" if job.error.strip() else who, BODY_CHARS)
         actions = (SHOW_SCRIPT, REMOVE) if script_at_fault(job) else (RETRY, SHOW_LOG)
         return Notice(key, "sloth-tray: a job failed", body, actions, jobs, first)
     if retryable(jobs):
@@ -187,17 +193,28 @@ def _notice(key: str, jobs: tuple[FailedJob, ...], *, first: bool) -> Notice:
                   first)
 
 
+def in_lane(job: FailedJob) -> str:
+    """`fetch_mail (lane net)`; a job of main by its name alone, as before lanes."""
+    return job.name if job.lane == MAIN else f"{job.name} (lane {job.lane})"
+
+
 def names(jobs: Iterable[FailedJob]) -> str:
     """`tidy, backup (3), sync and 57 more`: each name once, with its count when a
-    job of that name (a recurring series, say) failed more than once."""
-    counts: dict[str, int] = {}
+    job of that name (a recurring series, say) failed more than once; a lane other
+    than main said with it (`fetch_mail (lane net)`, `fetch_mail (3, lane net)`)."""
+    counts: dict[tuple[str, str], int] = {}
     for job in jobs:
-        name = printable(job.name)
-        counts[name] = counts.get(name, 0) + 1
-    shown = [name if count == 1 else f"{name} ({count})"
-             for name, count in list(counts.items())[:NAMES_SHOWN]]
+        key = (printable(job.name), printable(job.lane))
+        counts[key] = counts.get(key, 0) + 1
+    shown = [counted(name, lane, count)
+             for (name, lane), count in list(counts.items())[:NAMES_SHOWN]]
     more = len(counts) - len(shown)
     return ", ".join(shown) + (f" and {more} more" if more else "")
+
+
+def counted(name: str, lane: str, count: int) -> str:
+    said = ([str(count)] if count > 1 else []) + ([f"lane {lane}"] if lane != MAIN else [])
+    return f"{name} ({', '.join(said)})" if said else name
 
 
 def failures_to_announce(before: Snapshot | None, after: Snapshot,
@@ -224,3 +241,64 @@ def overdue_to_announce(before: Snapshot | None, after: Snapshot) -> list[Overdu
         return []
     seen = {(job.name, job.since) for job in before.overdue}
     return [job for job in after.overdue if (job.name, job.since) not in seen]
+
+
+# -- a lane done with its burst ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LaneDone:
+    """A lane ran a burst of jobs and has nothing left to do now: said once."""
+
+    lane: str
+    ran: int  # jobs that ran in it since it was last quiet (a retried one once)
+    failed: int  # of those, failed now (their own notifications told why)
+    named: bool = True  # False: main is the only lane, and says no lane's name
+
+    @property
+    def title(self) -> str:
+        return "sloth-tray: jobs done"
+
+    @property
+    def body(self) -> str:
+        said = (f"all {self.ran} jobs done" if not self.failed
+                else f"{self.ran} jobs ran, {self.failed} failed")
+        return f"lane {printable(self.lane)}: {said}" if self.named else said.capitalize()
+
+
+class LaneBursts:
+    """Snapshots -> LaneDone, once per burst: per lane, the jobs seen running since it
+    was last quiet. One object, touched on one thread (the tray's)."""
+
+    def __init__(self) -> None:
+        self._ran: dict[str, set[str]] = {}  # lane -> ids of the jobs run in its burst
+
+    def update(self, snapshot: Snapshot) -> list[LaneDone]:
+        if snapshot.problem or snapshot.stopped:  # a stopping app gives its runs back
+            return []
+        lanes = lanes_of(snapshot)
+        failed = {job.id for job in snapshot.failed_jobs}
+        done = []
+        for lane in lanes:
+            ran = self._ran.setdefault(lane.name, set())
+            if lane.running is not None:
+                ran.add(lane.running.id)
+            elif quiet(lane, ran, snapshot):
+                if len(ran) >= BURST_RAN_AT_LEAST:
+                    done.append(LaneDone(lane.name, len(ran), len(ran & failed),
+                                         named=has_lanes(snapshot)))
+                ran.clear()
+        for gone in set(self._ran) - {lane.name for lane in lanes}:
+            del self._ran[gone]  # its folder went, and its jobs with it
+        return done
+
+
+def quiet(lane: Lane, ran: set[str], snapshot: Snapshot) -> bool:
+    """Nothing left to do now: nothing runs, nothing is due, no pause holds work, and
+    every job still waiting is in view and none of the burst's (a retry after a
+    failure is its burst going on). A job due later that did not run in the burst, a
+    recurring series' next run say, keeps no lane busy."""
+    if lane.running is not None or lane.due_now or (lane.paused and lane.pending):
+        return False
+    mine = [job for job in snapshot.waiting if job.lane == lane.name]
+    return len(mine) >= lane.pending and not any(job.id in ran for job in mine)

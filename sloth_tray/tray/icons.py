@@ -3,10 +3,11 @@
 macOS draws menu-bar icons as one-colour templates, so colour alone cannot
 carry the meaning: idle has no badge, running a ring with a notch (a spinner),
 failed a triangle with a bar (a warning), paused two bars, overdue a clock face
-(a recurring job has not succeeded for too long). States that hold together
-each show their badge: the first in BADGE_ORDER bottom-right, as it would alone,
-the others smaller, in the corners where the face has least to lose. Each size
-is drawn four times larger and scaled down, which keeps 16 px as crisp as 64 px.
+(a recurring job has not succeeded for too long). One icon for every lane: states
+that hold together each show their badge, the first in BADGE_ORDER (the state that
+most needs the user) bottom-right, as it would alone, the others smaller, in the
+corners where the face has least to lose. Each size is drawn four times larger and
+scaled down, which keeps 16 px as crisp as 64 px.
 """
 
 from __future__ import annotations
@@ -35,14 +36,20 @@ class Look(Flag):
     OVERDUE = 8
 
 
-# Which badge takes the bottom-right corner when several show: failed needs the
-# user; running says what the machine is busy with; overdue needs a look soon; a
-# pause is the user's own doing.
-BADGE_ORDER = (Look.FAILED, Look.RUNNING, Look.OVERDUE, Look.PAUSED)
+# Which badge takes the bottom-right corner when several show, whichever lanes they
+# hold in: the state that most needs the user first. Failed needs the user now;
+# overdue needs a look soon; running says what the machine is busy with; a pause is
+# the user's own doing.
+BADGE_ORDER = (Look.FAILED, Look.OVERDUE, Look.RUNNING, Look.PAUSED)
 # Every look there is, IDLE first: what a cache of drawn icons holds at most.
 EVERY_LOOK = tuple(reduce(lambda a, b: a | b, badges, Look.IDLE)
                    for n in range(len(BADGE_ORDER) + 1)
                    for badges in combinations(BADGE_ORDER, n))
+
+
+def leading(look: Look) -> Look:
+    """The one state of `look` that most needs the user (its badge bottom-right), or IDLE."""
+    return next((state for state in BADGE_ORDER if state in look), Look.IDLE)
 
 
 BADGE_COLOURS = {

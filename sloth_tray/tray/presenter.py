@@ -3,6 +3,11 @@
 Pure functions over immutable values, so every label, every enabled flag and
 the default action are tested without a display; the surfaces only translate the
 result into their toolkit's objects (pystray_surface.py, desktop/dbusmenu.py).
+
+Lanes (folders in the jobs folder, each running one job at a time) show only once a
+user made one: with main alone, every text and row is as it was before lanes. With
+more, the menu has a line per busy lane, each running job its own row, and a
+`Lanes` submenu; the title names each running job with its lane.
 """
 
 from __future__ import annotations
@@ -14,12 +19,21 @@ from functools import reduce
 from operator import or_
 from typing import Protocol
 
-from sloth_tray.daemon.snapshot import FailedJob, FailedSeries, Snapshot, StepProgress, WaitingJob
+from sloth_tray.daemon.snapshot import (
+    FailedJob,
+    FailedSeries,
+    Lane,
+    RunningJob,
+    Snapshot,
+    StepProgress,
+    WaitingJob,
+)
 from sloth_tray.jobs.overdue import OverdueJob
+from sloth_tray.store.lanes import MAIN
 from sloth_tray.store.states import Reason
 from sloth_tray.text import printable
 from sloth_tray.timefmt import format_duration
-from sloth_tray.tray.icons import Look
+from sloth_tray.tray.icons import Look, leading
 
 # A failed job's label: its name whole, then as much of the error as fits in the
 # rest of FAILED_LABEL_CHARS, but never less than ERROR_CHARS_AT_LEAST of it.
@@ -38,14 +52,17 @@ class Controls(Protocol):
     # step_done: a step cut short that asked happened (marked done first); without it,
     # such a step runs again
     def retry(self, job_id: str, step_done: str | None = None) -> None: ...
-    def retry_all_failed(self) -> None: ...
+    def retry_all_failed(self, lane: str | None = None) -> None: ...  # None: every lane
     def cancel(self, job_id: str) -> None: ...
     def cancel_failed_runs(self, series: str) -> None: ...  # every failed run of a series
     def stop(self, job_id: str) -> None: ...  # the running job
     def run_now(self, job_id: str) -> None: ...
     def show_log(self, job_id: str) -> None: ...
     def toggle_pause(self) -> None: ...
+    def pause(self, lane: str | None = None) -> None: ...  # None: every lane
+    def resume(self, lane: str | None = None) -> None: ...  # None: every lane
     def open_jobs(self) -> None: ...
+    def open_lane(self, lane: str) -> None: ...  # the folder its drops go into
     def open_logs(self) -> None: ...
     def toggle_autostart(self) -> None: ...
     def quit(self) -> None: ...
@@ -75,25 +92,81 @@ def separator(key: str) -> Item:
     return Item("-", key=key)
 
 
+# -- lanes ----------------------------------------------------------------------------
+
+
+def running_jobs(snapshot: Snapshot) -> tuple[RunningJob, ...]:
+    """Every job running now, main's first, then by lane. Read from `runs`, `running`
+    and each lane's, whichever a snapshot fills: one made before lanes has `running` only."""
+    found: dict[str, RunningJob] = {}
+    for job in (*snapshot.runs, *((snapshot.running,) if snapshot.running else ()),
+                *(lane.running for lane in snapshot.lanes if lane.running)):
+        found.setdefault(job.id, job)
+    return tuple(sorted(found.values(), key=lambda job: (job.lane != MAIN, job.lane)))
+
+
+def lanes_of(snapshot: Snapshot) -> tuple[Lane, ...]:
+    """The snapshot's lanes, each with its running job, main first, then by name (a
+    running job whose lane the snapshot does not list makes that lane's entry)."""
+    by_name = {lane.name: lane for lane in snapshot.lanes}
+    for job in running_jobs(snapshot):
+        lane = by_name.get(job.lane) or Lane(job.lane)
+        if lane.running is None:
+            by_name[job.lane] = Lane(lane.name, job, lane.pending, lane.due_now, lane.failed,
+                                     lane.paused)
+    return tuple(sorted(by_name.values(), key=lambda lane: (lane.name != MAIN, lane.name)))
+
+
+def has_lanes(snapshot: Snapshot) -> bool:
+    """Whether the user made a lane: only then does anything the tray shows name one."""
+    return any(lane.name != MAIN for lane in lanes_of(snapshot))
+
+
+def all_paused(snapshot: Snapshot) -> bool:
+    """Nothing starts anywhere: the whole queue paused, or every lane on its own."""
+    lanes = lanes_of(snapshot)
+    return snapshot.paused or (bool(lanes) and all(lane.paused for lane in lanes))
+
+
+def held_lanes(snapshot: Snapshot) -> tuple[Lane, ...]:
+    """Lanes whose pause holds work back: a paused lane with nothing waiting holds
+    nothing up, so it is no state of the tray's (its row in `Lanes` says Resume)."""
+    return tuple(lane for lane in lanes_of(snapshot) if lane.paused and lane.pending)
+
+
 def look(snapshot: Snapshot) -> Look:
-    """Every state that holds, each a badge: a paused queue with a failure shows both.
-    Which badge leads is icons.BADGE_ORDER's (failed, running, overdue, paused)."""
+    """Every state that holds in any lane, each a badge: a paused queue with a failure
+    shows both. The one leading (icons.leading) is the state that most needs the user:
+    failed, overdue, running, paused. Paused: the whole queue, or a lane paused while
+    it has work waiting (held_lanes)."""
     holds = {
-        Look.FAILED: bool(snapshot.failed_count or snapshot.problem),
-        Look.RUNNING: snapshot.running is not None,
+        Look.FAILED: bool(snapshot.failed_count or snapshot.problem
+                          or any(lane.failed for lane in snapshot.lanes)),
+        Look.RUNNING: bool(running_jobs(snapshot)),
         Look.OVERDUE: bool(snapshot.overdue),
-        Look.PAUSED: snapshot.paused,
+        Look.PAUSED: snapshot.paused or bool(held_lanes(snapshot)),
     }
     return reduce(or_, (state for state, held in holds.items() if held), Look.IDLE)
 
 
+def state(snapshot: Snapshot) -> Look:
+    """The one state that most needs the user, across lanes (the icon's leading badge)."""
+    return leading(look(snapshot))
+
+
 def title(snapshot: Snapshot, now: float) -> str:
-    """One line, e.g. `sloth: running tidy_downloads · 2 waiting · 1 failed`."""
+    """One line, e.g. `sloth: running tidy_downloads · 2 waiting · 1 failed`; with
+    lanes, `sloth: Running: backup (main), fetch_mail (net) · 2 waiting`."""
     if snapshot.problem:
         return f"sloth: {snapshot.problem}"
-    if snapshot.running:
-        parts = [f"running {printable(snapshot.running.name)}"]
-    elif snapshot.paused:
+    runs = running_jobs(snapshot)
+    lanes = has_lanes(snapshot)
+    if runs and lanes:
+        parts = ["Running: " + ", ".join(f"{printable(job.name)} ({printable(job.lane)})"
+                                         for job in runs)]
+    elif runs:
+        parts = [f"running {printable(runs[0].name)}"]
+    elif all_paused(snapshot):
         parts = ["paused"]
     else:
         parts = ["idle"]
@@ -103,6 +176,9 @@ def title(snapshot: Snapshot, now: float) -> str:
         parts.append(f"{snapshot.failed_count} failed")
     if snapshot.overdue:
         parts.append(f"{len(snapshot.overdue)} overdue")
+    held = held_lanes(snapshot)
+    if lanes and held and (runs or not all_paused(snapshot)):
+        parts.append(", ".join(printable(lane.name) for lane in held) + " paused")
     return "sloth: " + " · ".join(parts)
 
 
@@ -113,8 +189,7 @@ def status_line(snapshot: Snapshot, now: float, jobs_folder: str = "") -> str:
         return snapshot.problem
     if snapshot.running:
         job = snapshot.running
-        step = f" — step {job.step[0]} {step_name(job.step[1])}" if job.step else ""
-        return (f"Running {printable(job.name)}{step} "
+        return (f"Running {printable(job.name)}{step_part(job)} "
                 f"(attempt {job.attempt}, {clock(now - job.started_at)})")
     if snapshot.paused:
         return "Paused"
@@ -124,6 +199,28 @@ def status_line(snapshot: Snapshot, now: float, jobs_folder: str = "") -> str:
     if snapshot.next_wakeup is None:
         return "Idle — nothing waiting"
     return f"Idle — next job {due_in(snapshot.next_wakeup, now)}"
+
+
+def step_part(job: RunningJob) -> str:
+    """` — step 2 upload` while the job is in a step, else nothing."""
+    return f" — step {job.step[0]} {step_name(job.step[1])}" if job.step else ""
+
+
+def lane_line(lane: Lane, now: float) -> str:
+    """A busy lane's status line: `net: Running fetch_mail (0:42) · 2 waiting`. The
+    attempt shows only from the second on (the lane's line has less room than main's
+    did alone)."""
+    parts = []
+    if lane.running:
+        job = lane.running
+        attempt = f"attempt {job.attempt}, " if job.attempt > 1 else ""
+        parts.append(f"Running {printable(job.name)}{step_part(job)} "
+                     f"({attempt}{clock(now - job.started_at)})")
+    if lane.pending:
+        parts.append(f"{lane.pending} waiting")
+    if lane.paused:
+        parts.append("paused")
+    return f"{printable(lane.name)}: " + " · ".join(parts)
 
 
 def due_in(due: float, now: float) -> str:
@@ -325,10 +422,63 @@ def status_row(snapshot: Snapshot, controls: Controls, now: float,
         Item("Show log", lambda: controls.show_log(job.id), key="show-log")))
 
 
+def status_rows(snapshot: Snapshot, controls: Controls, now: float,
+                jobs_folder: str) -> tuple[Item, ...]:
+    """The menu's first rows: with lanes, one per busy lane (each running job its own
+    row, which stops that job); else, or when no lane is busy, the one status line."""
+    if snapshot.problem or not has_lanes(snapshot):
+        return (status_row(snapshot, controls, now, jobs_folder),)
+    busy = tuple(lane_row(lane, controls, now) for lane in lanes_of(snapshot)
+                 if lane.running or lane.pending)
+    return busy or (status_row(snapshot, controls, now, jobs_folder),)
+
+
+def lane_row(lane: Lane, controls: Controls, now: float) -> Item:
+    """A busy lane's line, keyed by its lane so it keeps its row while its time and
+    counts move. A running job's Stop and Show log are keyed by the job: when the lane
+    moves on to its next job, a click on a menu still showing the last one reaches
+    that job's rows (dbusmenu keeps them), never stops the next one unseen."""
+    name = printable(lane.name)
+    job = lane.running
+    if job is None:  # only waiting: nothing to click (a plain row, a key of its own)
+        return Item(lane_line(lane, now), enabled=False, key=f"lane:{name}:waiting")
+    return Item(lane_line(lane, now), key=f"lane:{name}", submenu=(
+        Item("Stop", lambda: controls.stop(job.id), key=f"stop:{job.id}"),
+        Item("Show log", lambda: controls.show_log(job.id), key=f"show-log:{job.id}")))
+
+
+def pause_rows(snapshot: Snapshot, controls: Controls) -> tuple[Item, ...]:
+    """Main alone: the Pause check item. With lanes: Pause or Resume for every lane at
+    once (Resume once nothing starts anywhere), then `Lanes`, each lane's own."""
+    if not has_lanes(snapshot):
+        return (Item("Pause", controls.toggle_pause, checked=snapshot.paused, key="pause"),)
+    # Keyed by what it does: a click on a label a moment old does what that label said.
+    every = (Item("Resume", controls.resume, key="resume-all") if all_paused(snapshot)
+             else Item("Pause", controls.pause, key="pause-all"))
+    return (every, Item("Lanes", key="lanes", submenu=tuple(
+        lane_controls(lane, controls) for lane in lanes_of(snapshot))))
+
+
+def lane_controls(lane: Lane, controls: Controls) -> Item:
+    """`net` > Pause (or Resume), Open folder, Retry failed (greyed with none failed)."""
+    name = lane.name
+    toggle = (Item("Resume", lambda: controls.resume(name), key="resume") if lane.paused
+              else Item("Pause", lambda: controls.pause(name), key="pause"))
+    label = printable(name) + (" (paused)" if lane.paused else "")
+    return Item(label, key=f"lane:{printable(name)}", submenu=(
+        toggle,
+        Item("Open folder", lambda: controls.open_lane(name), key="open-folder"),
+        Item("Retry failed", lambda: controls.retry_all_failed(name),
+             enabled=lane.failed > 0, key="retry-failed")))
+
+
 def quit_label(snapshot: Snapshot) -> str:
     """Quit stops a running job and gives its lease back: it is due again at the
     next start, or once resumed if the queue is paused (the pause outlives a quit)."""
-    job = snapshot.running
+    runs = running_jobs(snapshot)
+    if len(runs) > 1:
+        return several_quit_label(snapshot, runs)
+    job = runs[0] if runs else None
     if job is None:
         return "Quit"
     if job.step and job.step_asks:  # its run ends in that step: the job fails step_unsure
@@ -336,6 +486,30 @@ def quit_label(snapshot: Snapshot) -> str:
                 f"\"{printable(job.step[1])}\": it will ask whether that happened)")
     again = "once resumed" if snapshot.paused else "at the next start"
     return f"Quit (stops {printable(job.name)}; it runs again {again})"
+
+
+def several_quit_label(snapshot: Snapshot, runs: tuple[RunningJob, ...]) -> str:
+    """`Quit (stops backup and fetch_mail; they run again at the next start)`; a job
+    in a step that asks is cut short there instead, and will ask."""
+    asking = [job for job in runs if job.step and job.step_asks]
+    others = [job for job in runs if job not in asking]
+    if not asking:
+        paused = {lane.name for lane in lanes_of(snapshot) if lane.paused}
+        again = ("once resumed" if snapshot.paused or all(job.lane in paused for job in runs)
+                 else "at the next start")
+        return f"Quit (stops {and_list(printable(job.name) for job in others)}; " \
+               f"they run again {again})"
+    cuts = and_list(f"{printable(job.name)} short in step \"{printable(job.step[1])}\""
+                    for job in asking if job.step)
+    stops = f"stops {and_list(printable(job.name) for job in others)}; " if others else ""
+    who = "it" if len(asking) == 1 else "each"
+    return f"Quit ({stops}cuts {cuts}: {who} will ask whether that happened)"
+
+
+def and_list(words) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    words = list(words)
+    return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else "".join(words)
 
 
 def menu(snapshot: Snapshot, controls: Controls, now: float, *,
@@ -350,7 +524,7 @@ def menu(snapshot: Snapshot, controls: Controls, now: float, *,
     failed = failed_rows(snapshot, controls, now, tz)
     waiting = waiting_rows(snapshot, controls, now)
     return (
-        status_row(snapshot, controls, now, jobs_folder),
+        *status_rows(snapshot, controls, now, jobs_folder),
         separator("sep-1"),
         Item(f"Failed jobs ({snapshot.failed_count})", enabled=bool(failed),
              submenu=failed, key="failed" if failed else "failed-none"),
@@ -360,7 +534,7 @@ def menu(snapshot: Snapshot, controls: Controls, now: float, *,
         Item(f"Waiting ({snapshot.pending})", enabled=bool(waiting), submenu=waiting,
              key="waiting" if waiting else "waiting-none"),
         separator("sep-2"),
-        Item("Pause", controls.toggle_pause, checked=snapshot.paused, key="pause"),
+        *pause_rows(snapshot, controls),
         Item("Open jobs folder", controls.open_jobs,
              default=not retryable and has_default_action, key="open-jobs"),
         Item("Open logs", controls.open_logs, key="open-logs"),

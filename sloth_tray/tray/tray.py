@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sloth_tray import autostart
+from sloth_tray.config import KEYS
 from sloth_tray.daemon.app import Daemon
 from sloth_tray.daemon.snapshot import FailedJob, Snapshot
 from sloth_tray.daemon.stopsignals import STOP_SIGNALS
@@ -28,7 +29,14 @@ from sloth_tray.errors import SlothError
 from sloth_tray.jobs.overdue import OverdueJob
 from sloth_tray.store.states import Reason
 from sloth_tray.tray import presenter
-from sloth_tray.tray.announce import Announcer, Notice, Withdraw, overdue_to_announce, retryable
+from sloth_tray.tray.announce import (
+    Announcer,
+    LaneBursts,
+    Notice,
+    Withdraw,
+    overdue_to_announce,
+    retryable,
+)
 from sloth_tray.tray.surface import Appearance, Status, Surface
 
 log = logging.getLogger("sloth_tray")
@@ -70,6 +78,10 @@ def make_notifier(surface: Surface):
 class Tray:
     """The icon and its menu, in front of a running Daemon. presenter.Controls."""
 
+    # A lane done with a burst of jobs, followed only when the user asked to be told
+    # (notify_lane_emptied); None: not asked
+    _lane_bursts: LaneBursts | None = None
+
     def __init__(self, daemon: Daemon, *, notifications: bool = True,
                  surface: Surface | None = None,
                  opener: Callable[[Path], None] | None = None) -> None:
@@ -87,6 +99,8 @@ class Tray:
         self._clock = time.monotonic  # a burst's gap: never moved by a clock set back
         self.revealer: Callable[[Path], None] = self._reveal
         self._overdue_announced: set[tuple[str, float]] = set()  # (name, last success)
+        if self._setting("notify_lane_emptied"):
+            self._lane_bursts = LaneBursts()
         self._engine_thread = threading.Thread(target=self._run_engine, name="engine")
         self.surface.set_menu(self._menu_items)
 
@@ -128,6 +142,8 @@ class Tray:
             self._announce(change)
         for late in overdue_to_announce(before, snapshot):
             self._announce_overdue(late)
+        for done in self._lane_bursts.update(snapshot) if self._lane_bursts else ():
+            self._tell(done.title, done.body)
 
     def _show_state(self, snapshot: Snapshot) -> None:
         attention = snapshot.failed_count > 0 or snapshot.problem is not None
@@ -227,8 +243,12 @@ class Tray:
         """Run it again; `step_done`: a person's word that that step happened."""
         self.engine.retry(job_id, step_done)
 
-    def retry_all_failed(self) -> None:
-        self.engine.retry_all_failed()
+    def retry_all_failed(self, lane: str | None = None) -> None:
+        """Every failed job, or those of `lane`."""
+        if lane is None:
+            self.engine.retry_all_failed()
+        else:
+            self.engine.retry_all_failed(lane)
 
     def cancel(self, job_id: str) -> None:
         self.engine.cancel(job_id)
@@ -261,11 +281,37 @@ class Tray:
         else:
             self.engine.pause()
 
+    def pause(self, lane: str | None = None) -> None:
+        """Start nothing new in `lane`, or in any lane (running jobs finish)."""
+        if lane is None:
+            self.engine.pause()
+        else:
+            self.engine.pause(lane)
+
+    def resume(self, lane: str | None = None) -> None:
+        """`lane` starts jobs again; with none, every lane, those paused one by one too."""
+        if lane is None:
+            self.engine.resume()
+        else:
+            self.engine.resume(lane)
+
     def open_jobs(self) -> None:
         self.opener(self.home.jobs)
 
+    def open_lane(self, lane: str) -> None:
+        """The folder whose drops go to `lane`; the jobs folder should it be gone (a
+        lane is known while it has jobs, after its folder went)."""
+        folder = self.home.lane_folder(lane)
+        self.opener(folder if folder.is_dir() else self.home.jobs)
+
     def open_logs(self) -> None:
         self.opener(self.home.logs)
+
+    def _setting(self, key: str) -> object:
+        """A setting of the daemon's (config.KEYS); its default when it has none."""
+        settings = getattr(self.daemon, "settings", None)
+        values = getattr(settings, "values", {})
+        return values.get(key, KEYS[key].default)
 
     def _app_location(self) -> dict:
         """Where this app lives (home, and the jobs folder and config when chosen),

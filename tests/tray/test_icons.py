@@ -45,7 +45,7 @@ def test_a_state_alone_changes_only_the_bottom_right_corner():
 
 @pytest.mark.parametrize("primary, second", [
     (Look.FAILED, Look.PAUSED), (Look.FAILED, Look.RUNNING), (Look.FAILED, Look.OVERDUE),
-    (Look.RUNNING, Look.PAUSED), (Look.OVERDUE, Look.PAUSED), (Look.RUNNING, Look.OVERDUE),
+    (Look.RUNNING, Look.PAUSED), (Look.OVERDUE, Look.PAUSED), (Look.OVERDUE, Look.RUNNING),
 ])
 def test_two_states_show_both_badges_in_corners_of_their_own(primary, second):
     both = primary | second
@@ -60,8 +60,8 @@ def test_two_states_show_both_badges_in_corners_of_their_own(primary, second):
 def test_every_state_at_once_fills_the_four_corners_in_order():
     every = Look.FAILED | Look.RUNNING | Look.OVERDUE | Look.PAUSED
     assert has_colour(every, BOTTOM_RIGHT, BADGE_COLOURS[Look.FAILED])
-    assert has_colour(every, BOTTOM_LEFT, BADGE_COLOURS[Look.RUNNING])
-    assert has_colour(every, TOP_RIGHT, BADGE_COLOURS[Look.OVERDUE])
+    assert has_colour(every, BOTTOM_LEFT, BADGE_COLOURS[Look.OVERDUE])
+    assert has_colour(every, TOP_RIGHT, BADGE_COLOURS[Look.RUNNING])
     assert has_colour(every, TOP_LEFT, BADGE_COLOURS[Look.PAUSED])
 
 

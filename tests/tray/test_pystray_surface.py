@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import pytest
 from conftest import BUSY, NOW, Recorder
+from test_lanes_menu import LANES
 
 from sloth_tray.jobs.overdue import OverdueJob
 from sloth_tray.tray import presenter
@@ -50,24 +51,26 @@ def test_every_item_pystray_shows_does_what_the_presenters_item_does(dummy_pystr
 
     surface = PystraySurface()
     controls = Recorder()
-
-    def build():
-        return presenter.menu(BUSY_OVERDUE, controls, NOW, starts_at_login=starts_at_login)
-
-    surface.set_menu(build)
     expected = Recorder()
-    model = presenter.menu(BUSY_OVERDUE, expected, NOW, starts_at_login=starts_at_login)
-    shown = tuple(surface.icon.menu.items)
-    for path, item, entry in pairs(model, shown):
-        assert str(entry.text) == item.label or item == presenter.SEPARATOR, path
-        assert entry.enabled == item.enabled, item.label
-        assert entry.checked == (item.checked if item.checked is not None else None), item.label
-        if item.submenu or item == presenter.SEPARATOR:
-            continue
-        if item.action is not None and item.enabled:
-            item.action()  # what the click must do, recorded apart
-            entry(surface.icon)  # pystray's click: it passes the Icon (and the item)
-        assert controls.calls == expected.calls, f"after a click on {item.label!r}"
+    for snapshot in (BUSY_OVERDUE, LANES):  # LANES: the rows only lanes have
+
+        def build(snapshot=snapshot):
+            return presenter.menu(snapshot, controls, NOW, starts_at_login=starts_at_login)
+
+        surface.set_menu(build)
+        model = presenter.menu(snapshot, expected, NOW, starts_at_login=starts_at_login)
+        shown = tuple(surface.icon.menu.items)
+        for path, item, entry in pairs(model, shown):
+            assert str(entry.text) == item.label or item == presenter.SEPARATOR, path
+            assert entry.enabled == item.enabled, item.label
+            assert entry.checked == (item.checked if item.checked is not None else None), \
+                item.label
+            if item.submenu or item == presenter.SEPARATOR:
+                continue
+            if item.action is not None and item.enabled:
+                item.action()  # what the click must do, recorded apart
+                entry(surface.icon)  # pystray's click: it passes the Icon (and the item)
+            assert controls.calls == expected.calls, f"after a click on {item.label!r}"
     called = {call[0] for call in controls.calls}
     assert called == {name for name in vars(presenter.Controls) if not name.startswith("_")}
     # Each job's own item was given that job's id, never a pystray object.

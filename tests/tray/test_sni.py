@@ -23,6 +23,7 @@ from typing import Annotated, Any
 
 import pytest
 from conftest import BUSY, NOW, Recorder, wait_for
+from test_lanes_menu import LANES
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or shutil.which("dbus-daemon") is None,
@@ -530,6 +531,9 @@ def click_everything(tray: Tray, scene: Scene) -> None:
 
 
 def test_a_click_on_every_item_runs_its_action_on_the_surface_thread(tray, scene):
+    click_everything(tray, scene)
+    scene.snapshot = LANES  # the rows only lanes have: Pause and Resume by lane, ...
+    assert tray.about_to_show() is False
     click_everything(tray, scene)
     names = {call[0] for call in scene.controls.calls}
     assert names == {name for name in vars(presenter.Controls) if not name.startswith("_")}
