@@ -35,7 +35,7 @@ from sloth_tray.store.queue import State
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
 
-TRIALS = 50
+TRIALS = 30
 SEED = 20261130
 MAX_ATTEMPTS = 100  # far more than 1 claim per trial can use: no job may fail for good
 
