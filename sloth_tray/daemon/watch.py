@@ -67,6 +67,7 @@ IN_MOVE_SELF = 0x800
 IN_Q_OVERFLOW = 0x4000
 IN_IGNORED = 0x8000  # the kernel dropped the watch: deleted, or its file system unmounted
 IN_ONLYDIR = 0x1000000
+IN_DONT_FOLLOW = 0x2000000  # a link at the path is refused (ENOTDIR with IN_ONLYDIR), not followed
 GONE = IN_DELETE_SELF | IN_MOVE_SELF  # self-only: changes inside never wake the watcher
 ARRIVALS = IN_CREATE | IN_MOVED_TO
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, length of the name that follows
@@ -318,3 +319,119 @@ class KeptFolder:
         for wd in self._wds:
             self._paths.unwatch(wd)
         self._wds.clear()
+
+
+# -- folders inside a watched folder, one watch each --------------------------------
+
+
+class Subfolders:
+    """Folders inside a watched folder, each watched by watchdog on its own and never
+    recursively (what lies deeper is not watched), with the same kinds of event.
+
+    A folder's deletion is told by an inotify watch on the folder itself: in its
+    parent, a deletion is no event the parent's watch asks for (it would wake the
+    watcher once for every file taken). Self events only, so nothing dropped inside
+    wakes that watch. A folder `held` (not to be used as it is) is watched for a
+    change of its own mode or owner instead, so that it is looked at again once put
+    right. Without inotify, watchdog's own events tell the deletions.
+
+    `on_change(path)` runs on the PathWatch thread. One thread at a time changes the
+    watches (the caller's); the lock guards the look-ups other threads make, and is
+    never held while watchdog is called: watchdog's dispatch thread holds its own lock
+    while it runs the handler, which looks up here.
+    """
+
+    def __init__(self, observer: BaseObserver, handler: FileSystemEventHandler,
+                 on_change: Callable[[Path], None], *,
+                 events: list[type[FileSystemEvent]] | None = None) -> None:
+        self.observer = observer
+        self.handler = handler
+        self.on_change = on_change
+        self.events = events
+        self._lock = threading.Lock()
+        # path -> (watchdog's watch, the folder's (device, inode), our watch descriptor)
+        self._watched: dict[str, tuple[ObservedWatch, tuple[int, int], int | None]] = {}
+        self._held: dict[str, int | None] = {}  # path -> our watch descriptor
+        self._wds: dict[int, str] = {}
+        self._paths = make_path_watch(self._on_event)
+
+    def identity(self, path: str) -> tuple[int, int] | None:
+        """The (device, inode) of the folder watched at `path`, or None when none is."""
+        with self._lock:
+            found = self._watched.get(path)
+        return found[1] if found else None
+
+    def watched(self) -> list[str]:
+        with self._lock:
+            return list(self._watched)
+
+    def held(self) -> list[str]:
+        with self._lock:
+            return list(self._held)
+
+    def watch(self, path: Path, identity: tuple[int, int]) -> None:
+        """Watch the folder at `path` (whose (device, inode) the caller has vetted) for
+        drops, and for its deletion. OSError when it cannot be watched."""
+        self.drop(path)
+        wd = self._watch_itself(path, IN_DELETE_SELF)
+        try:
+            watch = self.observer.schedule(self.handler, str(path), event_filter=self.events)
+        except BaseException:
+            self._unwatch_itself(wd)
+            raise
+        with self._lock:
+            self._watched[str(path)] = (watch, identity, wd)
+            if wd is not None:
+                self._wds[wd] = str(path)
+
+    def hold(self, path: Path) -> None:
+        """Watch the folder at `path` only for a change of its mode or owner (and
+        for its deletion); nothing dropped in it is seen."""
+        self.drop(path)
+        try:  # IN_ATTRIB also tells an entry's change inside: rare in a folder not used
+            wd = self._watch_itself(path, IN_DELETE_SELF | IN_ATTRIB)
+        except OSError:
+            return  # gone, or a link: its replacement is told in the parent
+        with self._lock:
+            self._held[str(path)] = wd
+            if wd is not None:
+                self._wds[wd] = str(path)
+
+    def drop(self, path: Path) -> None:
+        """Stop watching the folder at `path`, however it was watched."""
+        with self._lock:
+            watched = self._watched.pop(str(path), None)
+            held = self._held.pop(str(path), None)
+            wds = [wd for wd in (watched[2] if watched else None, held) if wd is not None]
+            for wd in wds:
+                self._wds.pop(wd, None)
+        for wd in wds:
+            self._unwatch_itself(wd)
+        if watched is not None:
+            try:
+                self.observer.unschedule(watched[0])
+            except KeyError:
+                pass  # the observer stopped already
+
+    def stop(self) -> None:
+        if self._paths is not None:
+            self._paths.close()
+
+    def _watch_itself(self, path: Path, mask: int) -> int | None:
+        if self._paths is None:
+            return None
+        return self._paths.watch(path, mask | IN_ONLYDIR | IN_DONT_FOLLOW)
+
+    def _unwatch_itself(self, wd: int | None) -> None:
+        if self._paths is not None and wd is not None:
+            self._paths.unwatch(wd)
+
+    def _on_event(self, wd: int, mask: int, name: str) -> None:
+        with self._lock:
+            if mask & IN_Q_OVERFLOW:  # events were lost: every folder is looked at again
+                paths = [*self._watched, *self._held]
+            else:
+                path = self._wds.pop(wd, None) if mask & IN_IGNORED else self._wds.get(wd)
+                paths = [] if path is None else [path]
+        for path in paths:
+            self.on_change(Path(path))
