@@ -226,7 +226,7 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
             return 0
         now = queue.clock()
         unmet = queue.unmet()
-        paused, paused_lanes = queue.paused(), queue.paused_lanes()
+        paused_lanes = queue.paused_lanes()
         # The lane column, once there is more than one lane to tell apart.
         with_lane = args.lane is None and len({job.lane for job in jobs} | set(queue.lanes())) > 1
         rows = [("ID", *(("LANE",) if with_lane else ()), "NAME", "STATE", "TRIES", "WHEN",
@@ -238,7 +238,7 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
             rows.append((queue.shortest_unique_prefix(job.id),
                          *((job.lane,) if with_lane else ()), job.name, job.state.value,
                          f"{job.attempts}/{job.max_attempts}",
-                         when(job, now, paused or job.lane in paused_lanes),
+                         when(job, now, job.lane in paused_lanes),
                          (note or "").replace("\n", " ")[:80]))
     print(table(rows))
     if more:
@@ -453,11 +453,11 @@ def cmd_run_now(args: argparse.Namespace, home: Home) -> int:
         status = _each_job(queue, args.ids, lambda queue, job_id: queue.run_now(job_id),
                            "run now", "due now", _retry_instead)
         paused = queue.paused()
-        held = [] if paused else sorted(_lanes_of(queue, args.ids) & queue.paused_lanes())
+        held = sorted(_lanes_of(queue, args.ids) & queue.paused_lanes())
     home.ring_doorbell()
-    if paused and status == 0:
+    if paused and held and status == 0:
         print("the queue is paused: it starts after `sloth-tray resume`")
-    for lane in held if status == 0 else ():
+    for lane in held if status == 0 and not paused else ():
         print(f"lane {printable(lane)} is paused: its jobs start after "
               f"`sloth-tray resume {_quoted(lane)}`")
     return status

@@ -218,7 +218,9 @@ def test_pause_everything_then_resume_one_lane_keeps_the_others_paused(home):
     said = sloth(home, "resume", "net").stdout
     assert said == ("lane net resumed: 1 job due now; every other lane stays paused "
                     "(`sloth-tray resume` resumes them all)\n")
-    assert paused(home, "net", "main", "photos", None) == [False, True, True, False]
+    # The whole queue stays paused, net alone resumed: lanes made later stay paused too.
+    assert paused(home, "net", "main", "photos", None, "made-later") == [
+        False, True, True, True, True]
     status = json.loads(sloth(home, "status", "--json").stdout)
     assert {name: lane["paused"] for name, lane in status["lanes"].items()} == {
         "main": True, "net": False, "photos": True}

@@ -333,16 +333,18 @@ class Engine:
         try:
             while not self._stopping:
                 try:
-                    paused = self._read_pause()
+                    self._read_pause()  # said in the log as it changes
                     self._probe_if_due()
-                    started = not paused and self._start_due()
+                    # The claim itself leaves paused lanes (and a paused queue's) alone.
+                    started = self._start_due()
                     self._raise_worker_problem()
                     self._problem = None
                     self._publish()
                     if drain and not started and not self._working():
+                        self._raise_worker_problem()  # one that ended meanwhile
                         return
                     self._start_conditions_if_waited_on()
-                    self.alarm.wait(self._wake_at(paused))
+                    self.alarm.wait(self._wake_at())
                 except DatabaseProblem as exc:
                     self._report(exc)
                     if drain:
@@ -370,7 +372,11 @@ class Engine:
         one started. The claim itself keeps one job per lane (store/lanes.py)."""
         started = False
         while not self._stopping:
-            job = self.queue.claim(self.owner, self._unmet(), procs.new_token())
+            # Never a lane a worker of ours runs: even lapsed (the laptop slept), that
+            # lease is its own to renew, and that lane's next job its own to claim, once
+            # its job and every process of it are gone.
+            job = self.queue.claim(self.owner, self._unmet(), procs.new_token(),
+                                   skip_lanes={work.lane for work in self._working()})
             if job is None:
                 return started
             self._start_worker(job)
@@ -402,6 +408,9 @@ class Engine:
         except Exception:  # a bug of ours must not leave the lane's job unsaid
             log.exception("the worker of lane %s failed", work.lane)
         finally:
+            if work.claimed is not None:  # claimed for this worker, which will not run it
+                self._give_back(work.claimed)
+                work.claimed = None
             with self._workers_lock:
                 self._workers.remove(work)
             self.alarm.ring()  # the loop looks again: this lane is free
@@ -414,17 +423,17 @@ class Engine:
         except DatabaseProblem as exc:  # its lease lapses; the next start takes it
             log.warning("could not give back %s: %s", job.name, exc)
 
-    def _wake_at(self, paused: bool) -> float | None:
-        """The queue's next due time (none while paused), or the moment a series
-        becomes overdue if that comes first: the new look needs no polling."""
+    def _wake_at(self) -> float | None:
+        """The queue's next due time (a paused lane's jobs are not due), or the moment a
+        series becomes overdue if that comes first: the new look needs no polling."""
         # Untold, every condition counts as unmet, yet a require= job falling due must
         # still wake the loop: that is when the conditions are first asked for.
         told = self.conditions is None or self.conditions.told
         unmet = self._unmet() if told else frozenset()
-        # Leases this app holds are renewed by its workers: they are no time to wake.
-        times = [t for t in (None if paused else self.queue.next_wakeup(unmet,
-                                                                        held_by=self.owner),
-                             None if paused else self._next_probe(),
+        # The leases this app's live workers renew are no time to wake.
+        renewed = {job.id for work in self._working()
+                   for job in (work.job, work.claimed) if job is not None}
+        times = [t for t in (self.queue.next_wakeup(unmet, renewed), self._next_probe(),
                              self._next_overdue)
                  if t is not None]
         return min(times, default=None)
@@ -503,7 +512,10 @@ class Engine:
         log.info("%s %s (%s)%s", result.effect, job.name, job.id,
                  f": {result.detail}" if result.detail else "")
         for listener in self._result_listeners:
-            listener(job, result)
+            try:
+                listener(job, result)
+            except Exception:  # a listener's failure is its own: the lane goes on
+                log.exception("a listener of %s's outcome failed", job.name)
         if work.claimed is None:
             self._publish()
         # else the next job, claimed with this outcome, is published as it starts:
@@ -531,16 +543,15 @@ class Engine:
 
     def _claim_next(self, work: LaneWork) -> None:
         """Inside the outcome's transaction: the lane's job to run next, unless
-        stopping or paused. A claim that fails is undone alone (the outcome still
-        commits), and the loop claims again the usual way, which reports what is
-        wrong."""
+        stopping (the claim leaves a paused lane alone). A claim that fails is undone
+        alone (the outcome still commits), and the loop claims again the usual way,
+        which reports what is wrong."""
         if self._stopping:
             return
         try:
             with self.queue.savepoint():
-                if not self.queue.paused():
-                    work.claimed = self.queue.claim(self.owner, self._unmet(),
-                                                    procs.new_token(), lane=work.lane)
+                work.claimed = self.queue.claim(self.owner, self._unmet(), procs.new_token(),
+                                                lane=work.lane)
         except Exception as exc:  # the loop's own claim says what is wrong
             log.debug("claiming the next job with the outcome failed: %s", exc)
             work.claimed = None

@@ -25,8 +25,9 @@ LIVE = "state IN ('pending', 'running', 'failed')"
 SCHEMA = (
     # Every job is in exactly one lane; jobs from before lanes are in `main`.
     f"ALTER TABLE jobs ADD COLUMN lane TEXT NOT NULL DEFAULT '{MAIN}'",
-    # The lanes the app knows of (their folders, seen by the daemon) and the pause of
-    # each. A lane's pause is in the file, as the whole queue's is: it outlives a restart.
+    # The lanes the app knows of (their folders, seen by the daemon) and each one's own
+    # word on the pause (PAUSED, RESUMED or 0). In the file, as the whole queue's pause
+    # is: it outlives a restart.
     "CREATE TABLE lanes (name TEXT PRIMARY KEY, paused INTEGER NOT NULL DEFAULT 0) "
     "WITHOUT ROWID",
     # The few live jobs per lane, for the claim's "is this lane busy" and the counts;
@@ -57,9 +58,16 @@ SCHEMA = (
     END""",
 )
 
-# A claim's condition on a job's lane: neither the lane nor the whole queue is paused.
-NOT_PAUSED = ("lane NOT IN (SELECT name FROM lanes WHERE paused) "
-              "AND NOT EXISTS (SELECT 1 FROM flags WHERE name = 'paused' AND value)")
+# A lane's own word on the pause (lanes.paused): paused by itself; or resumed by itself
+# while the whole queue is paused (the others, and lanes made later, stay paused); 0:
+# as the whole queue.
+PAUSED, RESUMED = 1, -1
+WHOLE_QUEUE_PAUSED = "EXISTS (SELECT 1 FROM flags WHERE name = 'paused' AND value)"
+NOT_PAUSED_ON_ITS_OWN = f"lane NOT IN (SELECT name FROM lanes WHERE paused = {PAUSED})"
+# A claim's condition on a job's lane: the lane starts jobs now.
+NOT_PAUSED = (f"lane NOT IN (SELECT name FROM lanes WHERE paused = {PAUSED}) "
+              f"AND (NOT {WHOLE_QUEUE_PAUSED} "
+              f"OR lane IN (SELECT name FROM lanes WHERE paused = {RESUMED}))")
 # A claim's condition on a pending job's lane: no job of that lane is running (its
 # lease live or lapsed), and it is not paused. In the claim statement itself, so two
 # claims, from any processes, never lease two jobs of one lane.
@@ -82,8 +90,24 @@ def problem(name: str) -> str | None:
     return None
 
 
-def paused_lanes(db: sqlite3.Connection) -> set[str]:
-    return {row[0] for row in db.execute("SELECT name FROM lanes WHERE paused")}
+def _words(db: sqlite3.Connection) -> dict[str, int]:
+    return dict(db.execute("SELECT name, paused FROM lanes WHERE paused"))
+
+
+def is_paused(name: str, words: dict[str, int], whole_queue_paused: bool) -> bool:
+    """Whether lane `name` starts nothing now, by its own word and the whole queue's."""
+    word = words.get(name, 0)
+    return word == PAUSED or (whole_queue_paused and word != RESUMED)
+
+
+def paused(db: sqlite3.Connection, name: str, whole_queue_paused: bool) -> bool:
+    return is_paused(name, _words(db), whole_queue_paused)
+
+
+def paused_lanes(db: sqlite3.Connection, whole_queue_paused: bool) -> set[str]:
+    """The known lanes that start nothing now."""
+    words = _words(db)
+    return {name for name in known(db) if is_paused(name, words, whole_queue_paused)}
 
 
 def known(db: sqlite3.Connection) -> list[str]:
@@ -101,27 +125,23 @@ def note(db: sqlite3.Connection, name: str) -> None:
 
 
 def forget(db: sqlite3.Connection, name: str) -> None:
-    """Its folder is gone: the lane is known only while it has jobs. A paused lane
-    stays known, so its pause holds should the folder come back."""
+    """Its folder is gone: the lane is known only while it has jobs. A lane with its
+    own word on the pause stays known, so that word holds should the folder come back."""
     db.execute("DELETE FROM lanes WHERE name = ? AND NOT paused", (name,))
 
 
 def set_paused(db: sqlite3.Connection, name: str, paused: bool,
-               whole_queue_paused: bool) -> bool:
-    """Pause or resume one lane. Resuming one lane of a queue paused as a whole keeps
-    every other lane paused: the whole-queue pause becomes one pause per lane. Returns
-    whether the whole-queue pause is to be lifted for that."""
-    if paused:
-        db.execute("INSERT INTO lanes(name, paused) VALUES (?, 1) "
-                   "ON CONFLICT DO UPDATE SET paused = 1", (name,))
-        return False
-    if whole_queue_paused:
-        for other in known(db):
-            if other != name:
-                db.execute("INSERT INTO lanes(name, paused) VALUES (?, 1) "
-                           "ON CONFLICT DO UPDATE SET paused = 1", (other,))
-    db.execute("UPDATE lanes SET paused = 0 WHERE name = ?", (name,))
-    return whole_queue_paused
+               whole_queue_paused: bool) -> None:
+    """Pause or resume one lane. Resuming one lane of a queue paused as a whole resumes
+    that lane alone: the others, and lanes made later, stay paused."""
+    word = PAUSED if paused else RESUMED if whole_queue_paused else 0
+    db.execute("INSERT INTO lanes(name, paused) VALUES (?, ?) "
+               "ON CONFLICT DO UPDATE SET paused = excluded.paused", (name, word))
+
+
+def pause_all(db: sqlite3.Connection) -> None:
+    """The whole queue was paused: no lane stays resumed on its own."""
+    db.execute(f"UPDATE lanes SET paused = 0 WHERE paused = {RESUMED}")
 
 
 def resume_all(db: sqlite3.Connection) -> None:
@@ -139,8 +159,10 @@ def rename(db: sqlite3.Connection, old: str, new: str) -> int:
         {"old": old, "new": new}).rowcount
     row = db.execute("SELECT paused FROM lanes WHERE name = ?", (old,)).fetchone()
     db.execute("DELETE FROM lanes WHERE name = ?", (old,))
-    db.execute("INSERT INTO lanes(name, paused) VALUES (?, ?) "
-               "ON CONFLICT DO UPDATE SET paused = max(paused, excluded.paused)",
+    # Its own pause wins, then its own resume: a word said of either lane holds.
+    db.execute("INSERT INTO lanes(name, paused) VALUES (?, ?) ON CONFLICT DO UPDATE SET "
+               f"paused = CASE WHEN {PAUSED} IN (paused, excluded.paused) THEN {PAUSED} "
+               f"WHEN {RESUMED} IN (paused, excluded.paused) THEN {RESUMED} ELSE 0 END",
                (new, row[0] if row else 0))
     return moved
 
@@ -151,27 +173,26 @@ def counts(db: sqlite3.Connection, now: float, whole_queue_paused: bool,
     that leaves out jobs held back by an unmet condition), and whether it is paused.
     A paused lane has nothing due now: nothing of it will start."""
     states = ("pending", "running", "done", "failed", "cancelled")
-    paused = paused_lanes(db)
-    found: dict[str, dict[str, Any]] = {}
-
-    def lane(name: str) -> dict[str, Any]:
-        return found.setdefault(name, dict.fromkeys(states, 0) | {
-            "due_now": 0, "paused": whole_queue_paused or name in paused})
-
-    for name in known(db):
-        lane(name)
+    words = _words(db)
+    # The known lanes only: a lane whose folder went and whose jobs all ended is shown
+    # no more (its done jobs still count in the totals).
+    found: dict[str, dict[str, Any]] = {
+        name: dict.fromkeys(states, 0) | {
+            "due_now": 0, "paused": is_paused(name, words, whole_queue_paused)}
+        for name in known(db)}
     for name, state, n in db.execute("SELECT lane, state, n FROM lane_counts WHERE n > 0"):
-        lane(name)[state] = n
+        if name in found:
+            found[name][state] = n
     for name, state, n in db.execute(
             f"SELECT lane, state, count(*) FROM jobs INDEXED BY jobs_live_lane "
             f"WHERE {LIVE} GROUP BY lane, state"):
-        lane(name)[state] = n
+        found[name][state] = n  # a lane with a live job is known
     waits, params = not_waiting
     for name, n in db.execute(
             "SELECT lane, count(*) FROM (SELECT lane FROM jobs WHERE state = 'pending' "
             f"AND not_before <= :now{waits} UNION ALL SELECT lane FROM jobs "
             "WHERE state = 'running' AND lease_until <= :now) GROUP BY lane",
             {"now": now, **params}):
-        entry = lane(name)
+        entry = found[name]  # a lane with a due job is known
         entry["due_now"] = 0 if entry["paused"] else n
-    return dict(sorted(found.items(), key=lambda item: (item[0] != MAIN, item[0])))
+    return found  # known() is in order: main first

@@ -21,7 +21,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from datetime import UTC, tzinfo
 from pathlib import Path
 from typing import Any
@@ -81,9 +81,15 @@ def _trailing_laters(history: list) -> list[float]:
     return laters[::-1]
 
 
-def _in_lane(lane: str | None) -> tuple[str, dict[str, str]]:
-    """A claim's condition for one lane (none: any lane), and what it binds."""
-    return ("", {}) if lane is None else (" AND lane = :lane", {"lane": lane})
+def _in_lane(lane: str | None, skip: Collection[str] = ()) -> tuple[str, dict[str, str]]:
+    """A claim's condition for one lane (none: any lane) and none of `skip`, and what it
+    binds."""
+    sql, params = ("", {}) if lane is None else (" AND lane = :lane", {"lane": lane})
+    if skip:
+        names = {f"skip{i}": name for i, name in enumerate(sorted(skip))}
+        sql += f" AND lane NOT IN ({', '.join(':' + key for key in names)})"
+        params |= names
+    return sql, params
 
 
 def _never_started(child: str | None) -> bool:
@@ -258,12 +264,15 @@ class Queue:
                 reason=None if error is None else Reason(reason).value)
 
     def claim(self, owner: str, unmet: frozenset[str] = frozenset(),
-              token: str | None = None, lane: str | None = None) -> Job | None:
+              token: str | None = None, lane: str | None = None,
+              skip_lanes: Collection[str] = ()) -> Job | None:
         """Lease the oldest due job to `owner`, or return None when nothing is due.
 
         Each lane runs one job at a time: a job whose lane has a job running (its
         lease live or lapsed), or whose lane (or the whole queue) is paused, is not
-        due. `lane` claims from that lane only.
+        due. `lane` claims from that lane only; `skip_lanes` from none of those (the
+        lanes the caller's own workers run: their leases are theirs to renew, even
+        lapsed, and their next job theirs to claim).
 
         Due means pending with not_before <= now, or running with an expired
         lease (its worker is gone). An expired lease at max_attempts ends the
@@ -275,7 +284,7 @@ class Queue:
         child = json.dumps({"token": token}) if token else None
         now = self.clock()
         waits, waits_params = reads.not_waiting(unmet)
-        in_lane, lane_params = _in_lane(lane)
+        in_lane, lane_params = _in_lane(lane, skip_lanes)
         self._mind_the_clock(now)
         self._settle_missed_calendar_runs(now, unmet)
         with self._reading() as db:
@@ -284,7 +293,7 @@ class Queue:
                 f"{in_lane} LIMIT 1", {"now": now, **lane_params}
             ).fetchone()
         if expired is None:
-            return self._claim_pending(owner, now, unmet, child, lane)
+            return self._claim_pending(owner, now, unmet, child, lane, skip_lanes)
         with self._transaction() as db:
             while True:
                 # Cheap look-ups on the partial indexes; the full row comes
@@ -320,13 +329,14 @@ class Queue:
                                    {"id": job_id, **params})
 
     def _claim_pending(self, owner: str, now: float, unmet: frozenset[str] = frozenset(),
-                       child: str | None = None, lane: str | None = None) -> Job | None:
+                       child: str | None = None, lane: str | None = None,
+                       skip_lanes: Collection[str] = ()) -> Job | None:
         """The usual claim, when no lease has expired: one UPDATE picks the oldest
         due pending job of a free lane and leases it. A single statement is atomic on
         its own (SQLite takes the write lock before it reads), so no BEGIN is needed,
         and two claims never lease two jobs of one lane."""
         waits, waits_params = reads.not_waiting(unmet)
-        in_lane, lane_params = _in_lane(lane)
+        in_lane, lane_params = _in_lane(lane, skip_lanes)
         with self._writing() as db:
             return self._lease(
                 db, "history = json_insert(history, '$[#]', json_array(:now, 'claimed', "
@@ -1025,10 +1035,9 @@ class Queue:
         with self._transaction() as db:
             if lane is None:
                 self._set_whole_pause(db, paused)
-                if not paused:
-                    lanes.resume_all(db)
-            elif lanes.set_paused(db, lane, paused, reads.paused(db)):
-                self._set_whole_pause(db, False)
+                (lanes.pause_all if paused else lanes.resume_all)(db)
+            else:
+                lanes.set_paused(db, lane, paused, reads.paused(db))
 
     @staticmethod
     def _set_whole_pause(db: sqlite3.Connection, paused: bool) -> None:
@@ -1037,15 +1046,17 @@ class Queue:
                    (int(bool(paused)),))
 
     def paused(self, lane: str | None = None) -> bool:
-        """Whether the whole queue is paused; with `lane`, whether that lane is (by
-        its own pause or the whole queue's)."""
+        """Whether the whole queue is paused; with `lane`, whether that lane starts
+        nothing now (by its own pause, or the whole queue's unless it was resumed on
+        its own)."""
         with self._reading() as db:
-            return reads.paused(db) or (lane is not None and lane in lanes.paused_lanes(db))
+            whole = reads.paused(db)
+            return whole if lane is None else lanes.paused(db, lane, whole)
 
     def paused_lanes(self) -> set[str]:
-        """The lanes paused one by one (the whole queue's pause aside)."""
+        """The known lanes that start nothing now."""
         with self._reading() as db:
-            return lanes.paused_lanes(db)
+            return lanes.paused_lanes(db, reads.paused(db))
 
     # -- lanes -------------------------------------------------------------------
 
@@ -1079,13 +1090,16 @@ class Queue:
             return reads.summary(db, self.clock())["lanes"]
 
     def next_wakeup(self, unmet: frozenset[str] = frozenset(),
-                    held_by: str | None = None) -> float | None:
+                    renewed: Collection[str] = ()) -> float | None:
         """The earliest wall time at which claim() could return a job; None if never.
         Jobs waiting on a condition in `unmet` do not count: the change of that
         condition, not the clock, is what lets them start. Nor do jobs of a lane that
         is running one or is paused: that job's end, or the resume, lets them start.
-        `held_by`: leases that owner holds do not count (it renews them)."""
+        `renewed`: the ids of jobs whose leases the caller is renewing right now (its
+        live runs): their lease ends are no time to wake. Any other lease, the
+        caller's own included (a run that died with its worker), counts."""
         waits, waits_params = reads.not_waiting(unmet)
+        ids = sorted(renewed)
         # The look before the daemon sleeps: whatever the clock did since any earlier
         # look (or while the machine slept), no wait is computed from a future time.
         self._reanchor(self.clock())
@@ -1095,8 +1109,8 @@ class Queue:
                 f" SELECT min(not_before) AS t FROM jobs WHERE state = 'pending'{waits}"
                 f" AND {lanes.CLAIMABLE}"
                 " UNION ALL SELECT min(lease_until) FROM jobs WHERE state = 'running'"
-                " AND lease_owner IS NOT :held_by)",
-                {**waits_params, "held_by": held_by},
+                f" AND id NOT IN ({', '.join(':renewed' + str(i) for i in range(len(ids)))}))",
+                {**waits_params, **{f"renewed{i}": job for i, job in enumerate(ids)}},
             ).fetchone()[0]
 
     def set_unmet(self, unmet: Iterable[str]) -> None:

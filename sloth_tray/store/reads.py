@@ -109,9 +109,10 @@ def summary(db: sqlite3.Connection, now: float) -> dict[str, Any]:
     is_paused = paused(db)
     held_back = unmet(db)
     waits = waiting_on(db, now, held_back)
-    waiting = waits.pop("any", 0)  # a count to subtract, not a condition to show
-    found["due_now"] = 0 if is_paused else max(0, found["due_now"] - waiting)
+    waits.pop("any", 0)
     found["lanes"] = lanes.counts(db, now, is_paused, not_waiting(held_back))
+    # Due now: what a lane that starts jobs now would start (a paused lane's are not).
+    found["due_now"] = sum(lane["due_now"] for lane in found["lanes"].values())
     return found | {"paused": is_paused} | ({"waiting_on": waits} if waits else {})
 
 
@@ -203,11 +204,13 @@ def running_by_lane(db: sqlite3.Connection) -> dict[str, dict[str, Any]]:
 
 def next_job(db: sqlite3.Connection, unmet: frozenset[str] = frozenset()) -> dict[str, Any] | None:
     """The waiting job a claim takes next (the soonest due, a job that waits for an
-    unmet condition left out): its id, name and due time; None when none waits."""
+    unmet condition or in a lane paused on its own left out; while the whole queue is
+    paused, the one that starts first after `resume`): its id, name and due time; None
+    when none waits."""
     waits, params = not_waiting(unmet)
     row = db.execute("SELECT id, name, not_before FROM jobs INDEXED BY jobs_due "
-                     f"WHERE state = 'pending'{waits} ORDER BY not_before, rowid LIMIT 1",
-                     params).fetchone()
+                     f"WHERE state = 'pending'{waits} AND {lanes.NOT_PAUSED_ON_ITS_OWN} "
+                     "ORDER BY not_before, rowid LIMIT 1", params).fetchone()
     return None if row is None else {"id": row[0], "name": row[1], "due": row[2]}
 
 

@@ -7,6 +7,7 @@ import logging
 import sqlite3
 import sys
 import threading
+import time
 
 import pytest
 from conftest import FakeClock, wait_for
@@ -536,3 +537,50 @@ def test_retry_all_failed_from_the_menu_leaves_a_step_that_asks(tmp_path):
         queue.fail(plain, "w", "exit 1")
         assert spool.retry_all_failed(queue) == (1, 0)
         assert (queue.get(unsure).state, queue.get(plain).state) == ("failed", "pending")
+
+
+# -- lanes: the loop and the lanes' workers ------------------------------------------------
+
+
+def test_a_lease_that_lapsed_under_a_live_worker_is_never_taken_back_by_the_loop(
+        home, tmp_path):
+    """The laptop slept past a running job's lease, and a drop into another lane wakes
+    the loop before the job's runner renews: the loop must not start the job a second
+    time beside the run still going on."""
+    offset = [0.0]
+    queue = Queue(home.db, clock=lambda: time.time() + offset[0])
+    go, effects = tmp_path / "go", tmp_path / "effects"
+    long_job = push_script(queue, home, "long.sh",
+                           f"echo start >> {effects}\n{until(go)}\n")
+    engine = Engine(queue, home)
+    thread = threading.Thread(target=engine.run)
+    thread.start()
+    try:
+        wait_for(lambda: effects.exists(), what="the long job to start")
+        offset[0] += 2 * queue.lease_seconds + 1  # the nap: its lease has lapsed
+        other = push_script(queue, home, "tidy.sh", "true", lane="net")
+        engine.job_added()
+        wait_for(lambda: queue.get(other).state == State.DONE, what="the other lane's job")
+        assert effects.read_text().splitlines() == ["start"], "the job ran a second time"
+        assert "reclaimed" not in [e.kind for e in queue.history(long_job)]
+    finally:
+        go.touch()
+        engine.stop()
+        thread.join(15)
+    assert queue.get(long_job).state in (State.DONE, State.PENDING)
+
+
+def test_a_listener_that_raises_leaves_no_lane_stuck_behind_a_job_claimed_for_it(home):
+    """The next job of a lane is claimed with the last outcome; whatever goes wrong in
+    the worker after that, that job runs (or is given back), never left leased."""
+    queue = Queue(home.db)
+    first = push_script(queue, home, "first.sh", "true")
+    second = push_script(queue, home, "second.sh", "true")
+    engine = Engine(queue, home)
+
+    def broken(job, result):
+        raise BrokenPipeError("the reader of the output went away")
+
+    engine.on_result(broken)
+    engine.run(drain=True)
+    assert [queue.get(job).state for job in (first, second)] == [State.DONE, State.DONE]

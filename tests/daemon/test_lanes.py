@@ -175,7 +175,7 @@ WINDOW = 3.0  # seconds an idle app is watched for
 def quiet(pid: int) -> int:
     """Once the process made no wake-up for a second (it settled after the last
     change), its count."""
-    last = wakeups(pid)
+    last: int | None = None  # the first look only reads: a second apart, two compare
 
     def settled() -> bool:
         nonlocal last

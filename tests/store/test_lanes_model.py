@@ -55,7 +55,8 @@ class LaneMachine(RuleBasedStateMachine):
         self.queue = self._open()
         self.jobs: list[Seen] = []
         self.paused_all = False
-        self.paused: set[str] = set()
+        self.paused: set[str] = set()  # paused on their own
+        self.resumed: set[str] = set()  # resumed on their own while all were paused
 
     def _open(self) -> Queue:
         return Queue(self.path, clock=self.clock, lease_seconds=LEASE, max_attempts=3,
@@ -68,7 +69,7 @@ class LaneMachine(RuleBasedStateMachine):
     # -- what the user expects --------------------------------------------------------
 
     def _lane_paused(self, lane: str) -> bool:
-        return self.paused_all or lane in self.paused
+        return lane in self.paused or (self.paused_all and lane not in self.resumed)
 
     def _free_to_run(self, job: Seen, lane: str | None) -> bool:
         """Whether a claim (of `lane`, or of any) may take this job now."""
@@ -143,21 +144,21 @@ class LaneMachine(RuleBasedStateMachine):
     @rule(lane=st.sampled_from([None, *LANES]))
     def pause(self, lane: str | None) -> None:
         self.queue.set_paused(True, lane)
-        if lane is None:
-            self.paused_all = True
+        if lane is None:  # every lane, those resumed on their own too
+            self.paused_all, self.resumed = True, set()
         else:
             self.paused.add(lane)
+            self.resumed.discard(lane)
 
     @rule(lane=st.sampled_from([None, *LANES]))
     def resume(self, lane: str | None) -> None:
         self.queue.set_paused(False, lane)
         if lane is None:  # every lane, those paused one by one too
-            self.paused_all, self.paused = False, set()
+            self.paused_all, self.paused, self.resumed = False, set(), set()
             return
-        if self.paused_all:  # the others stay paused, those it knows of
-            self.paused |= set(self.queue.lanes()) - {lane}
-            self.paused_all = False
         self.paused.discard(lane)
+        if self.paused_all:  # that lane alone: the others, and lanes made later, stay paused
+            self.resumed.add(lane)
 
     @rule(old=st.sampled_from(LANES[1:]), new=st.sampled_from(LANES[1:]))
     def rename(self, old: str, new: str) -> None:
@@ -169,9 +170,14 @@ class LaneMachine(RuleBasedStateMachine):
         for job in self.jobs:
             if job.lane == old and not (job.state == State.RUNNING and new_runs):
                 job.lane = new
-        if old in self.paused:
-            self.paused.discard(old)
+        # The renamed lane's word on the pause goes with it; a pause said of either wins.
+        if old in self.paused or new in self.paused:
             self.paused.add(new)
+            self.resumed.discard(new)
+        elif old in self.resumed:
+            self.resumed.add(new)
+        self.paused.discard(old)
+        self.resumed.discard(old)
 
     @rule(lane=st.sampled_from(LANES[1:]))
     def folder_removed(self, lane: str) -> None:
@@ -200,15 +206,24 @@ class LaneMachine(RuleBasedStateMachine):
                                                           State.FAILED)}
         assert live <= known, f"lanes with jobs not listed: {live - known}"
         summary = self.queue.summary()
-        for state in ("pending", "running", "done", "failed", "cancelled"):
+        assert list(summary["lanes"]) == self.queue.lanes()
+        for state in ("pending", "running", "failed"):  # live jobs: their lanes are known
             per_lane = sum(lane[state] for lane in summary["lanes"].values())
             assert per_lane == summary[state], f"{state}: lanes add up to {per_lane}"
+        for state in ("done", "cancelled"):  # a forgotten lane's are in the totals only
+            for name, lane in summary["lanes"].items():
+                ended = sum(j.state == state for j in self.jobs if j.lane == name)
+                assert lane[state] == ended, f"lane {name}: {lane[state]} {state}"
 
     @invariant()
     def pauses_are_as_the_user_set_them(self) -> None:
         assert self.queue.paused() == self.paused_all
-        for lane in LANES:
+        for lane in [*LANES, "made-later"]:
             assert self.queue.paused(lane) == self._lane_paused(lane), lane
+        summary = self.queue.summary()
+        for name, lane in summary["lanes"].items():
+            assert lane["paused"] == self._lane_paused(name), name
+        assert summary["due_now"] == sum(lane["due_now"] for lane in summary["lanes"].values())
 
 
 LaneMachine.TestCase.settings = settings(
