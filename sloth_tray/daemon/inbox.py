@@ -503,7 +503,7 @@ class Inbox(FileSystemEventHandler):
             lane = self._lane_to_take_from(os.path.dirname(path))
             if lane is None:
                 return
-            placed = self._place(path)
+            placed = self._place(path, lane)
             if placed is None:
                 return
             source, (target, job_id, info) = Path(path), placed
@@ -541,7 +541,7 @@ class Inbox(FileSystemEventHandler):
             return None
         return lane
 
-    def _place(self, path: str) -> tuple[Path, str, os.stat_result] | None:
+    def _place(self, path: str, lane: str) -> tuple[Path, str, os.stat_result] | None:
         """Move the drop into the spool: (where it is now, its job id, the lstat of
         what was moved), or None when there is nothing to take now."""
         source = Path(path)
@@ -556,7 +556,8 @@ class Inbox(FileSystemEventHandler):
             try:
                 # Moved only while it is still the entry `info` describes: the
                 # refusal is decided from `info`, so that must be what gets queued.
-                target = spool.place(self.home, source, job_id, move=True, seen=info)
+                target = spool.place(self.home, source, job_id, move=True, seen=info,
+                                     lane=lane)
             except spool.Replaced:
                 continue  # another entry was renamed over it meanwhile: judge that one
             except OSError as exc:

@@ -47,6 +47,7 @@ log = logging.getLogger("sloth_tray")
 
 PARTIAL = ".partial"  # a copy still being written into the spool
 QUEUED = ".queued"  # in spool/<id>/: the push of <id> has committed
+LANE = ".lane"  # in spool/<id>/ of a drop into a lane folder: the lane's name
 STAGING = ".add-"  # spool/.add-<id>/: `sloth-tray add`'s copy, before its push commits
 STALE_STAGING = 600.0  # seconds after which a staging folder is a crashed add's
 POSIX = os.name == "posix"
@@ -89,7 +90,7 @@ def _entry(info: os.stat_result) -> tuple[int, int, int]:
 
 
 def place(home: Home, source: Path, job_id: str, *, move: bool,
-          seen: os.stat_result | None = None) -> Path:
+          seen: os.stat_result | None = None, lane: str = lanes.MAIN) -> Path:
     """Move or copy `source` to spool/<job_id>/<name>; returns the new path.
 
     A move is a hard link into the spool, then an unlink of the original, not a
@@ -100,10 +101,17 @@ def place(home: Home, source: Path, job_id: str, *, move: bool,
 
     `seen` is the stat the caller judged the drop by: what is placed is that very
     file (kind and inode), or Replaced is raised and nothing is placed.
+
+    A drop into a lane folder leaves its lane's name beside it (LANE) before the
+    script arrives: a crash before the push still knows where it was dropped.
     """
     folder = home.spool / job_id
     folder.mkdir(mode=0o700, parents=True)
     try:
+        if lane != lanes.MAIN:
+            fd = os.open(folder / LANE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with open(fd, "w", encoding="utf-8") as told:
+                told.write(lane)
         return _place_in(folder, source, move=move, seen=seen)
     except OSError:
         shutil.rmtree(folder, ignore_errors=True)
@@ -201,7 +209,16 @@ def _mark_queued(folder: Path) -> None:
 
 
 def _scripts(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.name != QUEUED)
+    return sorted(p for p in folder.iterdir() if p.name not in (QUEUED, LANE))
+
+
+def _lane_of(folder: Path) -> str:
+    """The lane a drop placed in `folder` was dropped into (main, unless it says)."""
+    try:
+        lane = (folder / LANE).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return lanes.MAIN
+    return lanes.MAIN if lanes.problem(lane) else lane
 
 
 # -- queueing -------------------------------------------------------------------------------
@@ -457,10 +474,12 @@ def reconcile(home: Home, queue: Queue, *, clock=time.time) -> None:
         elif (folder / QUEUED).exists():
             once_held.append(str(folder))
         else:
-            _finish_move(home, scripts[0])
+            lane = _lane_of(folder)
+            _finish_move(home, scripts[0], lane)
             log.info("queueing %s: it reached the spool but was not queued before a stop",
                      scripts[0].name)
-            push(queue, scripts[0], folder.name, refused=refusal(os.lstat(scripts[0])))
+            push(queue, scripts[0], folder.name, refused=refusal(os.lstat(scripts[0])),
+                 lane=lane)
     _set_aside(home, queue, once_held)
     for job in queue.jobs(State.PENDING):
         if job.script and not os.path.lexists(job.script):
@@ -496,10 +515,11 @@ def _set_aside(home: Home, queue: Queue, folders: list[str]) -> None:
                  "none of them was run", moved, home.root / "recovered")
 
 
-def _finish_move(home: Home, spooled: Path) -> None:
+def _finish_move(home: Home, spooled: Path, lane: str) -> None:
     """A crash between the spool's copy and the unlink of the original leaves the
-    original in the jobs folder: remove it, or it would become a second job."""
-    twin = home.jobs / spooled.name
+    original in the folder it was dropped into (the jobs folder, or its lane's): remove
+    it, or it would become a second job."""
+    twin = home.lane_folder(lane) / spooled.name
     try:
         here, there = os.lstat(spooled), os.lstat(twin)
     except FileNotFoundError:

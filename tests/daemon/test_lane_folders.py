@@ -372,3 +372,22 @@ class Daemon:
 
     def log(self) -> str:
         return (self.home.logs / "sloth-tray.log").read_text()
+
+
+def test_a_lane_drop_cut_short_by_a_crash_is_queued_once_and_in_its_lane_at_the_next_start(
+        home):
+    """The app died after the drop reached the spool and before its push (with the
+    original still in the lane folder, as a crash between the spool's link and the
+    unlink leaves it): the next start queues it once, in its lane."""
+    from sloth_tray.store import spool
+    from sloth_tray.store.rows import new_job_id
+
+    (home.jobs / "net").mkdir()
+    drop = home.jobs / "net" / "fetch.sh"
+    drop.write_text("echo fetched\n")
+    spool.place(home, drop, new_job_id(), move=False, lane="net")  # the twin stays
+    with Queue(home.db) as queue:
+        spool.reconcile(home, queue)
+        (job,) = queue.jobs()
+        assert (job.name, job.lane) == ("fetch", "net")
+    assert not drop.exists(), "the twin left in the lane folder would be a second job"
