@@ -84,6 +84,10 @@ What it measures (progress goes to stderr, the report to stdout):
    --quick, 20 with --smoke), each a new name, the median call (goal for a skipped one:
    at most 1 ms). The queue is read afterwards: every step skipped or recorded by the
    run it should be.
+9. Lanes (lanes_bench.py): drop -> start in a second lane while the first runs a long
+   job, vs into an idle one-lane app (goal: at most 1.5 x); an idle app with three
+   lanes, each having run a job: wake-ups a minute (goal: 0) and RSS against the same
+   app with one lane (goal: at most 1 MiB more).
 
 Every ratio in the table is peer / sloth-tray, both measured in this run; the notes give
 sloth / floor and sloth / bare interpreter for the two goals, and the steps rows' notes
@@ -119,6 +123,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))  # tests/bench is not a package
 
 import drop_latency  # noqa: E402
+import lanes_bench  # noqa: E402
 import queue_bench  # noqa: E402
 from drop_latency import Places, read_text, wait_for  # noqa: E402
 from queue_bench import log  # noqa: E402
@@ -1496,6 +1501,42 @@ def step_rows(steps: dict[str, Any]) -> list[Row]:
 
 MEASURE_RSS, MEASURE_TRAY = "RSS, run --headless idle", "RSS, tray app idle"
 
+LANE_ROWS = (("drop->start, 2nd lane while the 1st runs a long job", "one lane, idle"),
+             ("wake-ups/min, idle, 3 lanes", "-"),
+             ("RSS, run --headless idle, 3 lanes", "1 lane"))
+
+
+def measure_lanes(mode: Mode, root: Path, reaper: Reaper) -> dict[str, Any]:
+    """Lanes (lanes_bench.py): a drop into a second lane while the first runs a long job,
+    against one into an idle one-lane app; an idle three-lane app's wake-ups and RSS."""
+    trials = 1 if mode.smoke else mode.repeats * 2 + 1
+    log(f"lanes: {trials} drops each way, interleaved; then two idle apps, "
+        f"{mode.idle_window:g} s window")
+    latency = lanes_bench.latencies(trials, root / "lanes", reaper, log)
+    apps = lanes_bench.idle_apps(root / "lanes", reaper)
+    time.sleep(mode.settle)
+    readings = sample({label: daemon.pid for label, (_, daemon) in apps.items()},
+                      mode.idle_window, mode.sub_window)
+    for _, daemon in apps.values():
+        reaper.stop(daemon.pid)
+    idle = lanes_bench.idle_rows_data({label: idle_summary(r) for label, r in readings.items()})
+    return {"latency": latency, "idle": idle}
+
+
+def lane_rows(lanes: dict[str, Any]) -> list[Row]:
+    (second, one), (wakeups, _), (rss, one_lane) = LANE_ROWS
+    latency, idle = lanes["latency"], lanes["idle"]
+    return [
+        Row("lanes", second, "ms", latency["second_lane_ms"], one, latency["one_lane_ms"], "",
+            f"second/one {latency['ratio']:.2f}x (goal <= {latency['goal']:g}x: "
+            f"{verdict(latency['met'])})"),
+        Row("lanes", wakeups, "/min", idle["wakeups_per_min"],
+            note=f"goal 0: {verdict(idle['met']['wakeups'])}"),
+        Row("lanes", rss, "MiB", idle["rss_3_mib"], one_lane, idle["rss_1_mib"], "",
+            f"{idle['rss_more_mib']:+.2f} MiB (goal <= +{idle['goal_rss_mib']:g} MiB: "
+            f"{verdict(idle['met']['rss'])})"),
+    ]
+
 
 def memory_rows(idle: dict[str, Any], tray: dict[str, Any] | None, tray_skipped: str,
                 absent: dict[str, str]) -> list[Row]:
@@ -1521,6 +1562,7 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
         "burst": lambda r: burst_rows(r, absent),
         "scale": scale_rows,
         "steps": step_rows,
+        "lanes": lane_rows,
     }
     rows = [row for key, build in builders.items() if key in results
             for row in build(results[key])]
@@ -1550,6 +1592,7 @@ def expected_rows(mode: Mode) -> list[tuple[str, str, str]]:
     rows += [("memory", MEASURE_RSS, peer) for peer in IDLE_PEERS.values()]
     rows.append(("memory", MEASURE_TRAY, "-"))
     rows += [("steps", measure, peer) for measure, peer in STEP_ROWS]
+    rows += [("lanes", measure, peer) for measure, peer in LANE_ROWS]
     return rows
 
 
@@ -1651,6 +1694,12 @@ def report(results: dict[str, Any], rows: list[Row]) -> str:
         lines += burst_notes(results["burst"])
     if "steps" in results:
         lines.append(steps_note(results["steps"]))
+    if "lanes" in results:
+        lines.append("- lanes: drops renamed into a lane's folder, each start the job's own "
+                     "clock; one lane: an idle app with the jobs folder alone; second lane: "
+                     "an app whose main lane runs a long job; each drop after 1 s at rest. "
+                     "Idle: a 1-lane and a 3-lane app, each lane having run a job and "
+                     "holding one due in an hour")
     lines += [f"- {note}" for note in results["notes"]]
     lines += [f"- {section}: FAILED, {why}" for section, why in results["failed"].items()]
     return "\n".join(lines)
@@ -1863,7 +1912,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-SECTIONS = ("idle", "latency", "cycles", "cli", "burst", "scale", "tray", "steps")
+SECTIONS = ("idle", "latency", "cycles", "cli", "burst", "scale", "tray", "steps", "lanes")
 
 
 def run_all(mode: Mode, root: Path, reaper: Reaper, results: dict[str, Any]) -> None:
@@ -1887,6 +1936,7 @@ def run_all(mode: Mode, root: Path, reaper: Reaper, results: dict[str, Any]) -> 
         "scale": lambda: measure_scale(mode, root),
         "tray": lambda: measure_tray(mode, root, reaper, notes),
         "steps": lambda: measure_steps(mode, root),
+        "lanes": lambda: measure_lanes(mode, root, reaper),
     }
     for name, measure in sections.items():
         try:
