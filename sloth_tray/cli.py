@@ -495,7 +495,8 @@ def cmd_pause(args: argparse.Namespace, home: Home) -> int:
 def cmd_resume(args: argparse.Namespace, home: Home) -> int:
     lane = args.lane
     with open_queue(home) as queue:
-        whole_queue_paused, lanes_paused = queue.paused(), queue.paused_lanes()
+        whole_queue_paused = queue.paused()
+        lanes_paused = queue.paused_lanes(on_their_own=True)
         was_paused = queue.paused(lane)
         queue.set_paused(False, lane=lane)
         due = queue.summary()["due_now"] if lane is None else \

@@ -224,7 +224,7 @@ def test_pause_everything_then_resume_one_lane_keeps_the_others_paused(home):
     status = json.loads(sloth(home, "status", "--json").stdout)
     assert {name: lane["paused"] for name, lane in status["lanes"].items()} == {
         "main": True, "net": False, "photos": True}
-    assert sloth(home, "resume").stdout == "resumed every lane: 2 jobs due now\n"
+    assert sloth(home, "resume").stdout == "resumed: 2 jobs due now\n"
     assert paused(home, None, "main", "net", "photos") == [False] * 4
 
 

@@ -1053,10 +1053,11 @@ class Queue:
             whole = reads.paused(db)
             return whole if lane is None else lanes.paused(db, lane, whole)
 
-    def paused_lanes(self) -> set[str]:
-        """The known lanes that start nothing now."""
+    def paused_lanes(self, on_their_own: bool = False) -> set[str]:
+        """The known lanes that start nothing now; `on_their_own`: the lanes paused by
+        themselves (the whole queue's pause aside)."""
         with self._reading() as db:
-            return lanes.paused_lanes(db, reads.paused(db))
+            return lanes.paused_lanes(db, reads.paused(db) and not on_their_own)
 
     # -- lanes -------------------------------------------------------------------
 
