@@ -227,6 +227,7 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
         now = queue.clock()
         unmet = queue.unmet()
         paused_lanes = queue.paused_lanes()
+        running = _running_by_lane(queue)
         # The lane column, once there is more than one lane to tell apart.
         with_lane = args.lane is None and len({job.lane for job in jobs} | set(queue.lanes())) > 1
         rows = [("ID", *(("LANE",) if with_lane else ()), "NAME", "STATE", "TRIES", "WHEN",
@@ -234,7 +235,7 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
         for job in jobs:
             note = job.last_error if job.state in (State.FAILED, State.PENDING) else job.result
             if job.state == State.PENDING and job.not_before <= now:
-                note = _waiting_note(job, unmet) or note
+                note = _waiting_note(job, unmet) or _behind_note(job, running) or note
             rows.append((queue.shortest_unique_prefix(job.id),
                          *((job.lane,) if with_lane else ()), job.name, job.state.value,
                          f"{job.attempts}/{job.max_attempts}",
@@ -244,6 +245,19 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
     if more:
         print(f"(the newest {limit}; --limit 0 shows all)")
     return 0
+
+
+def _running_by_lane(queue: Queue) -> dict[str, Job]:
+    return {job.lane: job for job in queue.jobs(State.RUNNING)}
+
+
+def _behind_note(job: Job, running: dict[str, Job]) -> str | None:
+    """`after fetch_mail (running in lane net)`, for a due job its lane's running job
+    holds back: a lane runs one job at a time."""
+    ahead = running.get(job.lane)
+    if ahead is None or ahead.id == job.id:
+        return None
+    return f"after {printable(ahead.name)} (running in lane {printable(job.lane)})"
 
 
 def _waiting_note(job: Job, unmet: frozenset[str]) -> str | None:
@@ -268,6 +282,7 @@ def cmd_show(args: argparse.Namespace, home: Home) -> int:
         now = queue.clock()
         unmet = queue.unmet()
         paused = queue.paused(job.lane)
+        running = _running_by_lane(queue)
     logs = home.job_logs(job.id, job.name)
     if args.json:
         emit_json(job.as_dict() | {"history": [event.as_dict() for event in history],
@@ -276,7 +291,8 @@ def cmd_show(args: argparse.Namespace, home: Home) -> int:
     state = job.state.value
     if job.state in (State.PENDING, State.RUNNING):
         state += f" ({when(job, now, paused)})"
-    waits = _waiting_note(job, unmet) if job.state == State.PENDING else None
+    waits = _waiting_note(job, unmet) or _behind_note(job, running) \
+        if job.state == State.PENDING else None
     if waits and job.not_before <= now:
         state += f", {waits}"
     fields = [

@@ -375,3 +375,17 @@ def line_of(proc: subprocess.Popen, timeout: float = 20.0) -> str:
     ready, _, _ = select.select([proc.stdout], [], [], timeout)
     assert ready, f"no line from {proc.args} in {timeout}s"
     return proc.stdout.readline()
+
+
+def test_a_due_job_held_back_by_its_lanes_running_job_says_which_one(home):
+    """Why a job waits: its lane runs one job at a time, and this one is running."""
+    running = push(home, "fetch_mail", "net")
+    behind = push(home, "tidy", "net")
+    elsewhere = push(home, "backup", "main")
+    with Queue(home.db) as queue:
+        assert queue.claim("app", lane="net").id == running
+    listed = {line.split()[0]: line for line in sloth(home, "list").stdout.splitlines()[1:]}
+    assert listed[behind[:6]].endswith("after fetch_mail (running in lane net)")
+    assert "after" not in listed[elsewhere[:6]] and "after" not in listed[running[:6]]
+    shown = sloth(home, "show", behind).stdout
+    assert "pending (due now), after fetch_mail (running in lane net)" in shown

@@ -631,3 +631,17 @@ def test_a_run_that_ends_in_a_step_that_asks_is_failed_once_and_says_so(tmp_path
         assert [event.kind for event in queue.history(job_id)] == ["pushed", "claimed", "failed"]
         assert job.last_error.startswith('step "send" was cut short')
         assert job.attempts == (0 if ending in ("later", "release") else 1)
+
+
+@pytest.mark.parametrize("options", [{"every": 60.0}, {"cron": "*/5 * * * *"}, {"at": "09:00"}],
+                         ids=["every", "cron", "at"])
+def test_each_run_of_a_series_is_in_the_lane_it_was_dropped_into(queue, clock, options):
+    first = queue.push("sync", script="/x/sync.sh", options=dict(options), lane="net")
+    clock.advance(86400)  # every kind is due by then
+    for _ in range(2):
+        run = queue.claim("w")
+        assert run is not None and run.lane == "net"
+        assert queue.complete(run.id, "w") == State.DONE
+        (waiting,) = queue.jobs(State.PENDING)
+        assert waiting.lane == "net" and waiting.id != first
+        clock.advance(86400)
