@@ -221,11 +221,13 @@ def failures_to_announce(before: Snapshot | None, after: Snapshot,
                          since: float | None = None) -> list[FailedJob]:
     """Jobs that failed since `before` (newest first): each failure is news once.
     Nothing is news in the first snapshot but what failed at or after `since` (this
-    start's: old failures are not), nor is a job that only came into view: when
+    start's: old failures are not) and a step's question that still waits for a
+    person's word (asks), nor is a job that only came into view: when
     `before` carried only some of the failed jobs, one that failed no later than the
     newest it carried was there already, unseen."""
-    if before is None:
-        return [] if since is None else [job for job in after.failed_jobs if job.at >= since]
+    if before is None:  # a step's question still open (say, cut by the last quit) is news
+        return [] if since is None else [job for job in after.failed_jobs
+                                         if job.at >= since or asks(job)]
     seen = {(job.id, job.at) for job in before.failed_jobs}
     partial = len(before.failed_jobs) < before.failed_count
     newest = max((job.at for job in before.failed_jobs), default=float("-inf"))

@@ -222,3 +222,15 @@ def test_failures_at_this_start_are_news_and_older_ones_are_not():
     [notice] = announcer.failures(None, first, NOW)
     assert [j.id for j in notice.jobs] == ["u1"]
     assert failures_to_announce(None, first) == []
+
+
+def test_a_step_question_left_open_at_the_last_quit_is_asked_again_at_start_up():
+    """A quit cuts a step that asks: the job failed then, before this start, and no
+    notification could be shown. Its question still waits for a person's word, so the
+    first snapshot of the next start asks it; an old plain failure stays no news."""
+    unsure = job(1, Reason.STEP_UNSURE, at=NOW - 3600, unsure_step="send")
+    plain = job(2, at=NOW - 3600)
+    assert failures_to_announce(None, failed(unsure, plain), since=NOW) == [unsure]
+    announcer = Announcer(since=NOW)
+    (notice,) = announcer.failures(None, failed(unsure, plain), NOW)
+    assert "send" in notice.title + notice.body and len(notice.actions) >= 2
