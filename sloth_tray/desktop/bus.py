@@ -7,6 +7,7 @@ and sleeps in epoll with no timer when nothing happens (waiting costs nothing).
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import socket
 import threading
@@ -25,6 +26,22 @@ DBUS_NAME = "org.freedesktop.DBus"
 DBUS_PATH = "/org/freedesktop/DBus"
 
 Start = Callable[[MessageBus], Awaitable[None]]
+
+
+class ClosedByUs(logging.Filter):
+    """After our own disconnect, dbus-fast still hands the messages already read to
+    their handlers, and a method call's reply then meets the closed socket (EBADF):
+    it logs that with a traceback. The connection was closed on purpose, by us; the
+    caller (a panel asking for the menu as the app quits) is told by the bus that we
+    are gone. Nothing there is the user's to read."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(exc, OSError) and exc.errno == errno.EBADF)
+
+
+CLOSED_BY_US = ClosedByUs()
+READER_LOG = "dbus_fast.aio.message_reader"  # where dbus-fast says a handler failed
 
 
 def describe(call: Callable[..., object]) -> str:
@@ -179,6 +196,7 @@ class BusLoop:
             self._stop_wanted = True  # also when the bus went away: nothing more to send
             for task in self._tasks:
                 task.cancel()
+            logging.getLogger(READER_LOG).addFilter(CLOSED_BY_US)  # the same one once
             bus.disconnect()  # the bus daemon drops every name we own
             # Until dbus-fast has seen the end of the stream and closed the socket.
             await asyncio.wait({gone}, timeout=5)

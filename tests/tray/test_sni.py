@@ -942,3 +942,31 @@ def test_a_menu_and_an_item_leaving_the_bus_send_no_signal(scene):
     assert menu.refresh()  # the layout changed: kept, and said to no one
     item.update(scene.appearance())
     assert sent == ["LayoutUpdated"] and item.appearance == scene.appearance()
+
+
+def test_a_reply_that_meets_the_socket_we_closed_is_no_traceback_in_the_log(
+        bus_address, caplog):
+    """Quitting while a panel asks for the menu: dbus-fast still hands the calls it read
+    to their handlers after our disconnect, and logs the reply that meets the closed
+    socket (EBADF) with a traceback. Once the loop let go of the bus, that says nothing
+    a user should read; any other failure still does."""
+    import errno
+
+    loop = busmod.BusLoop(bus_address)
+
+    async def start(bus: MessageBus) -> None:
+        return None
+
+    thread = threading.Thread(target=loop.run, args=(start,), name="bus")
+    thread.start()
+    wait_for(lambda: loop.bus is not None and loop.bus.connected, what="the bus")
+    loop.stop()
+    thread.join(10)
+    reader = logging.getLogger(busmod.READER_LOG)
+    caplog.set_level(logging.ERROR, logger=busmod.READER_LOG)
+    for code in (errno.EBADF, errno.EIO):
+        try:
+            raise OSError(code, os.strerror(code))
+        except OSError:
+            reader.exception("Unexpected error processing message")
+    assert [record.exc_info[1].errno for record in caplog.records] == [errno.EIO]
