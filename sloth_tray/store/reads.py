@@ -36,21 +36,27 @@ _FOLLOWS = re.compile(r"the next run after ([0-9a-f]{12})")
 SERIES_WALK_LIMIT = 1000
 
 
-def counts(db: sqlite3.Connection, now: float) -> dict[str, int]:
-    """Jobs per state, and how many could be claimed at `now` (due, or with a lapsed
-    lease). Done and cancelled come from the trigger-kept `counts` table: those pile
-    up by the million; the others are few and counted on their partial indexes."""
+def state_counts(db: sqlite3.Connection) -> dict[str, int]:
+    """Jobs per state. Done and cancelled come from the trigger-kept `counts` table:
+    those pile up by the million; the others are few and counted on their partial
+    indexes."""
     found = dict(db.execute("SELECT state, n FROM counts"))
     found.update(db.execute(
         "SELECT 'pending', count(*) FROM jobs WHERE state = 'pending' UNION ALL "
         "SELECT 'running', count(*) FROM jobs WHERE state = 'running' UNION ALL "
         "SELECT 'failed', count(*) FROM jobs WHERE state = 'failed'"))
+    return {state.value: found.get(state.value, 0) for state in State}
+
+
+def counts(db: sqlite3.Connection, now: float) -> dict[str, int]:
+    """state_counts(), and how many could be claimed at `now` (due, or with a lapsed
+    lease), whatever lane or pause holds them."""
     due_now = db.execute(
         "SELECT (SELECT count(*) FROM jobs WHERE state = 'pending' AND not_before <= :now)"
         " + (SELECT count(*) FROM jobs WHERE state = 'running' AND lease_until <= :now)",
         {"now": now},
     ).fetchone()[0]
-    return {state.value: found.get(state.value, 0) for state in State} | {"due_now": due_now}
+    return state_counts(db) | {"due_now": due_now}
 
 
 def paused(db: sqlite3.Connection) -> bool:
@@ -80,11 +86,8 @@ def not_waiting(unmet: frozenset[str] | set[str]) -> tuple[str, dict[str, str]]:
 
 
 def waiting_on(db: sqlite3.Connection, now: float, unmet: frozenset[str]) -> dict[str, int]:
-    """Due jobs that wait, per unmet condition (only those some job waits on),
-    and "any": how many wait at all. Empty when every condition holds."""
-    if not unmet:
-        return {}
-    waits, params = not_waiting(unmet)
+    """Due jobs that wait, per unmet condition (only those some job waits on). Empty
+    when every condition holds."""
     found: dict[str, int] = {}
     for name in sorted(unmet):
         n = db.execute(
@@ -93,10 +96,6 @@ def waiting_on(db: sqlite3.Connection, now: float, unmet: frozenset[str]) -> dic
             {"now": now, "name": f",{name},"}).fetchone()[0]
         if n:
             found[name] = n
-    if found:
-        found["any"] = db.execute(
-            "SELECT count(*) FROM jobs WHERE state = 'pending' AND not_before <= :now "
-            f"AND NOT (1{waits})", {"now": now, **params}).fetchone()[0]
     return found
 
 
@@ -105,14 +104,15 @@ def summary(db: sqlite3.Connection, now: float) -> dict[str, Any]:
     lanes.counts). While the queue is paused, nothing is due now,
     whatever the clock says: nothing will start. Jobs waiting for a condition are
     not due either; "waiting_on" says how many wait for which."""
-    found: dict[str, Any] = counts(db, now)
+    found: dict[str, Any] = state_counts(db)
     is_paused = paused(db)
     held_back = unmet(db)
     waits = waiting_on(db, now, held_back)
-    waits.pop("any", 0)
-    found["lanes"] = lanes.counts(db, now, is_paused, not_waiting(held_back))
-    # Due now: what a lane that starts jobs now would start (a paused lane's are not).
-    found["due_now"] = sum(lane["due_now"] for lane in found["lanes"].values())
+    per_lane = lanes.counts(db, now, is_paused, not_waiting(held_back))
+    # Due now: what a lane that starts jobs now would start (a paused lane's are not;
+    # nor are jobs held back by an unmet condition).
+    found["due_now"] = sum(lane["due_now"] for lane in per_lane.values())
+    found["lanes"] = per_lane
     return found | {"paused": is_paused} | ({"waiting_on": waits} if waits else {})
 
 
