@@ -573,8 +573,9 @@ class Engine:
                 snapshot = self._read(stopped)
             except SlothError as exc:
                 runs = self._runs()
-                snapshot = Snapshot(running=runs[0] if runs else None, runs=runs,
-                                    paused=self._paused, problem=str(exc), stopped=stopped)
+                snapshot = Snapshot(running=runs[0] if runs else None,
+                                    lanes=self._lanes({}, runs), paused=self._paused,
+                                    problem=str(exc), stopped=stopped)
             if snapshot == self._last:
                 return
             self._last = snapshot
@@ -587,10 +588,10 @@ class Engine:
     def _read(self, stopped: bool) -> Snapshot:
         counts = self.queue.summary()
         self._paused = bool(counts["paused"])
-        runs = self.queue.failed_by_series(SHOWN_FAILED, SHOWN_RUNS_PER_SERIES)
-        failed = self._failed_jobs([(job, series) for job, series, _, _ in runs])
+        failed_runs = self.queue.failed_by_series(SHOWN_FAILED, SHOWN_RUNS_PER_SERIES)
+        failed = self._failed_jobs([(job, series) for job, series, _, _ in failed_runs])
         failing_series = {series: FailedSeries(series, j.name, failures, since)
-                          for j, series, failures, since in runs if series}
+                          for j, series, failures, since in failed_runs if series}
         unmet = self._unmet()
         waiting = tuple(WaitingJob(j.id, j.name, j.not_before,
                                    waiting_for(j.options, unmet), lane=j.lane)
@@ -598,11 +599,10 @@ class Engine:
         verdict = self.queue.overdue(paused=bool(counts["paused"]))
         self._next_overdue = verdict.next_change
         runs = tuple(self._in_its_step(running) for running in self._runs())
-        lane_states = self._lanes(counts["lanes"], runs)
         return Snapshot(
             pending=counts["pending"], done=counts["done"], failed_count=counts["failed"],
-            due_now=counts["due_now"], running=runs[0] if runs else None, runs=runs,
-            lanes=lane_states, failed_jobs=failed,
+            due_now=counts["due_now"], running=runs[0] if runs else None,
+            lanes=self._lanes(counts["lanes"], runs), failed_jobs=failed,
             failed_series=tuple(failing_series.values()),
             waiting=waiting,
             next_wakeup=self.queue.next_wakeup(unmet), paused=bool(counts["paused"]),
@@ -623,10 +623,14 @@ class Engine:
 
     @staticmethod
     def _lanes(counted: dict[str, dict], runs: tuple[RunningJob, ...]) -> tuple[Lane, ...]:
+        """Each lane counted, with its running job; a running job's lane the counts do
+        not have (renamed as it ran, or the counts unread) is one too: every running
+        job is in the snapshot's lanes."""
         running = {run.lane: run for run in runs}
-        return tuple(Lane(name, running.get(name), lane["pending"], lane["due_now"],
-                          lane["failed"], bool(lane["paused"]))
-                     for name, lane in counted.items())
+        known = tuple(Lane(name, running.pop(name, None), lane["pending"], lane["due_now"],
+                           lane["failed"], bool(lane["paused"]))
+                      for name, lane in counted.items())
+        return known + tuple(Lane(name, run) for name, run in running.items())
 
     def _failed_jobs(self, runs: list[tuple[Job, str]]) -> tuple[FailedJob, ...]:
         """The failed jobs shown, each with how far its steps got (one read for them

@@ -93,8 +93,8 @@ class Snapshot:
     done: int = 0
     failed_count: int = 0
     due_now: int = 0
-    running: RunningJob | None = None  # the first of `runs`: main's, else the first lane's
-    runs: tuple[RunningJob, ...] = ()  # every job running now, one per lane at most
+    # The first job running: main's, else the first lane's (every one is in `lanes`)
+    running: RunningJob | None = None
     # The newest engine.SHOWN_FAILED of failed_count, at most SHOWN_RUNS_PER_SERIES a series
     failed_jobs: tuple[FailedJob, ...] = ()
     failed_series: tuple[FailedSeries, ...] = ()  # the series of the runs in failed_jobs
@@ -104,7 +104,7 @@ class Snapshot:
     problem: str | None = None  # a sentence for the user: the database is locked, ...
     stopped: bool = False
     overdue: tuple[OverdueJob, ...] = ()  # recurring series with no success for too long
-    lanes: tuple[Lane, ...] = ()  # main first, then by name
+    lanes: tuple[Lane, ...] = ()  # main first, then by name; each with its running job
 
     @property
     def paused_lanes(self) -> tuple[str, ...]:

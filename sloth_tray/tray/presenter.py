@@ -96,10 +96,10 @@ def separator(key: str) -> Item:
 
 
 def running_jobs(snapshot: Snapshot) -> tuple[RunningJob, ...]:
-    """Every job running now, main's first, then by lane. Read from `runs`, `running`
-    and each lane's, whichever a snapshot fills: one made before lanes has `running` only."""
+    """Every job running now, main's first, then by lane: each lane's, and `running`
+    (a snapshot made with no lanes has that one only)."""
     found: dict[str, RunningJob] = {}
-    for job in (*snapshot.runs, *((snapshot.running,) if snapshot.running else ()),
+    for job in (*((snapshot.running,) if snapshot.running else ()),
                 *(lane.running for lane in snapshot.lanes if lane.running)):
         found.setdefault(job.id, job)
     return tuple(sorted(found.values(), key=lambda job: (job.lane != MAIN, job.lane)))

@@ -32,12 +32,12 @@ BROKEN = FailedJob("p0000000009", "resize", "exit status 1", NOW - 5, lane="phot
 
 def in_lanes(*lanes: Lane, **more) -> Snapshot:
     """A snapshot as the engine makes one with lanes: its totals the lanes' sums, its
-    `runs` theirs, `running` main's (else the first lane's)."""
+    `running` main's (else the first lane's)."""
     runs = tuple(lane.running for lane in lanes if lane.running)
     totals = {"pending": sum(lane.pending for lane in lanes),
               "due_now": sum(lane.due_now for lane in lanes),
               "failed_count": sum(lane.failed for lane in lanes)}
-    return Snapshot(**{**totals, **more}, running=runs[0] if runs else None, runs=runs,
+    return Snapshot(**{**totals, **more}, running=runs[0] if runs else None,
                     lanes=lanes)
 
 
@@ -168,8 +168,7 @@ def test_in_a_host_a_lanes_line_keeps_its_id_while_its_time_and_other_lanes_move
     change = model.update(presenter.menu(LANES, Recorder(), NOW + 1))
     assert ids_by_key() == before and not change.layout  # relabels only
     assert {before["lane:main"], before["lane:net"]} <= {node for node, _ in change.updated}
-    main_done = replace(LANES, lanes=(Lane("main"), *LANES.lanes[1:]), running=FETCH,
-                        runs=(FETCH,))
+    main_done = replace(LANES, lanes=(Lane("main"), *LANES.lanes[1:]), running=FETCH)
     model.update(presenter.menu(main_done, Recorder(), NOW + 2))
     assert ids_by_key()["lane:net"] == before["lane:net"]
     assert "lane:main" not in ids_by_key()
@@ -187,7 +186,7 @@ def test_a_stop_in_a_menu_still_showing_a_lanes_last_job_never_stops_its_next():
                 if model.nodes[node_id].item.key == "lane:net"]
     old_stop = model.nodes[net_id].children[0]
     following = RunningJob("n0000000002", "fetch_news", 1, 5, NOW, lane="net")
-    moved_on = replace(LANES, runs=(BACKUP, following),
+    moved_on = replace(LANES,
                        lanes=(LANES.lanes[0], replace(LANES.lanes[1], running=following),
                               *LANES.lanes[2:]))
     model.update(presenter.menu(moved_on, controls, NOW + 1), open_ids={net_id})
@@ -407,7 +406,7 @@ def flat(items, depth: int = 0):
 
 
 def test_with_main_alone_the_menu_icon_and_tooltip_are_as_before_lanes():
-    main_only = replace(BUSY, runs=(BUSY.running,),
+    main_only = replace(BUSY,
                         lanes=(Lane("main", BUSY.running, pending=1, failed=4),))
     assert not has_lanes(main_only)
     for snapshot in (BUSY, main_only):
