@@ -391,3 +391,27 @@ def test_a_lane_drop_cut_short_by_a_crash_is_queued_once_and_in_its_lane_at_the_
         (job,) = queue.jobs()
         assert (job.name, job.lane) == ("fetch", "net")
     assert not drop.exists(), "the twin left in the lane folder would be a second job"
+
+
+def test_a_lane_folder_on_another_file_system_takes_its_drops_into_its_lane(
+        home, queue, watching, tmp_path):
+    """A tmpfs mounted at jobs/net: each drop is copied across into the spool (no link
+    can cross), runs in lane net, and leaves nothing behind in the folder."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    lane = home.jobs / "net"
+    lane.mkdir(mode=0o700)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(lane)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        watching()
+        wait_for(lambda: "net" in queue.lanes(), what="the lane on the tmpfs")
+        drafts = lane / ".drafts"  # written on the tmpfs too, then renamed in: at once
+        drafts.mkdir()
+        move_in(lane, "fetch.sh", drafts)
+        job = wait_for(taken(queue, "fetch"), what="the drop on the tmpfs")
+        assert job.lane == "net" and Path(job.script).read_text() == "echo hi\n"
+        assert sorted(os.listdir(lane)) == [".drafts"]
+    finally:
+        subprocess.run(["umount", str(lane)], check=True)
