@@ -1,7 +1,8 @@
 """Lanes in a real StatusNotifier host (xfce4-panel, as test_sni_panel.py runs it): two
 lanes each running a long job show both in the panel's menu; the `net` lane's Pause,
 clicked in the Lanes submenu, holds that lane; each running job's Stop stops that job
-and no other. The test acts as the panel over D-Bus (GetLayout, then Event "clicked"),
+and no other; a lane's Resume, Open folder and Retry failed, and Pause and Resume at
+the top, each do what they say. The test acts as the panel over D-Bus (GetLayout, then Event "clicked"),
 as KDE's and GNOME's hosts do. Every process started here is killed by pid at the end.
 """
 
@@ -112,7 +113,12 @@ def test_two_lanes_run_side_by_side_and_the_net_lanes_pause_holds_it(
     home = locate(tmp_path / "home").ensure()
     net = home.lane_folder("net")
     net.mkdir()
-    start_app(home, panel, pids)
+    opened = tmp_path / "opened"
+    bin_dir = tmp_path / "bin"  # the desktop's opener, recording what it was asked to open
+    bin_dir.mkdir()
+    (bin_dir / "xdg-open").write_text(f'#!/bin/sh\necho "$1" >> {opened}\n')
+    (bin_dir / "xdg-open").chmod(0o755)
+    start_app(home, {**panel, "PATH": f"{bin_dir}:{panel['PATH']}"}, pids)
     [bus_name] = re.findall(r"(:[0-9.]+)/StatusNotifierItem", registered_items(panel))
 
     started = {name: tmp_path / f"{name}.pid" for name in ("backup", "fetch_mail")}
@@ -156,3 +162,32 @@ def test_two_lanes_run_side_by_side_and_the_net_lanes_pause_holds_it(
     assert state_of(home, "held") == State.PENDING, "a paused lane started a job"
     wait_for(lambda: menu(panel, bus_name).find("net: 1 waiting · paused"),
              what="the net lane's line to say it holds a job", every=0.1)
+
+    # Lanes > net > Resume lets its job run; Open folder opens that lane's folder
+    click(panel, bus_name, menu(panel, bus_name).at("Lanes", "net (paused)", "Resume"))
+    wait_for(lambda: state_of(home, "held") == State.DONE, what="the resumed lane's job")
+    click(panel, bus_name, menu(panel, bus_name).at("Lanes", "net", "Open folder"))
+    wait_for(lambda: opened.exists() and str(net) in opened.read_text().splitlines(),
+             what="Open folder to open the net lane's folder")
+
+    # A failure in net: that lane's Retry failed runs it again
+    drop(home, net, "broken.sh", "#!/bin/sh\n# sloth: max_attempts=1\nexit 3\n")
+    wait_for(lambda: menu(panel, bus_name).find("Failed jobs (1)"),
+             what="the failure in the menu", every=0.1)
+    click(panel, bus_name, menu(panel, bus_name).at("Lanes", "net", "Retry failed"))
+    with Queue(home.db) as queue:
+        broken = job_named(home, "broken").id
+        wait_for(lambda: "retried" in [e.kind for e in queue.history(broken)],
+                 what="Retry failed to retry net's failed job")
+
+    # Pause and Resume at the top act on every lane
+    click(panel, bus_name, menu(panel, bus_name).at("Pause"))
+    with Queue(home.db) as queue:
+        wait_for(queue.paused, what="the top Pause to pause every lane")
+        assert queue.paused("net") and queue.paused("main")
+    wait_for(lambda: menu(panel, bus_name).find("Resume"), what="the top row to say Resume",
+             every=0.1)
+    click(panel, bus_name, menu(panel, bus_name).at("Resume"))
+    with Queue(home.db) as queue:
+        wait_for(lambda: not queue.paused(), what="the top Resume to resume every lane")
+        assert not queue.paused("net") and not queue.paused("main")
