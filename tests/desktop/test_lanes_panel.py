@@ -2,8 +2,9 @@
 lanes each running a long job show both in the panel's menu; the `net` lane's Pause,
 clicked in the Lanes submenu, holds that lane; each running job's Stop stops that job
 and no other; a lane's Resume, Open folder and Retry failed, and Pause and Resume at
-the top, each do what they say. The test acts as the panel over D-Bus (GetLayout, then Event "clicked"),
-as KDE's and GNOME's hosts do. Every process started here is killed by pid at the end.
+the top, each do what they say. The test acts as the panel over D-Bus (GetLayout,
+then Event "clicked"), as KDE's and GNOME's hosts do. Every process started here is
+killed by pid at the end.
 """
 
 from __future__ import annotations
@@ -98,9 +99,8 @@ def drop(home, lane_folder, name: str, text: str) -> None:
 
 
 def job_named(home, name: str):
-    with Queue(home.db) as queue:
-        found = [job for state in State for job in queue.jobs(state) if job.name == name]
-    return found[0] if found else None
+    with Queue(home.db) as queue:  # one read: a job moving between states is not missed
+        return next((job for job in queue.jobs() if job.name == name), None)
 
 
 def state_of(home, name: str) -> State | None:
