@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -227,9 +228,15 @@ def identify(db: sqlite3.Connection, path: Path) -> int:
     """The file's schema version (0: a new, empty file), after refusing a file written
     by a newer sloth-tray or by another program. Only reads: a file that is not ours
     must come out exactly as it went in."""
-    version = db.execute("PRAGMA user_version").fetchone()[0]
-    app_id = db.execute("PRAGMA application_id").fetchone()[0]
-    tables = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+    # One read transaction: read apart, another process's first migration could commit
+    # between the version (0) and the tables (now some), a new file seen as foreign.
+    db.execute("BEGIN")
+    try:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        app_id = db.execute("PRAGMA application_id").fetchone()[0]
+        tables = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+    finally:
+        db.execute("COMMIT")
     if version > SCHEMA_VERSION:
         raise DatabaseProblem(
             f"{path} was written by a newer sloth-tray (schema {version}, "
@@ -264,8 +271,7 @@ def connect(path: Path, busy_timeout: float, *, synchronous: str = "FULL",
             version = identify(db, path)
             if query_only and version < SCHEMA_VERSION:
                 verify(path)  # a migration writes: never on top of a damaged page
-            if db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
-                raise DatabaseProblem(f"cannot switch {path} to WAL mode")
+            _switch_to_wal(db, path, busy_timeout)
             db.execute(f"PRAGMA synchronous = {synchronous}")
             if version < SCHEMA_VERSION:
                 _migrate(db)
@@ -275,6 +281,31 @@ def connect(path: Path, busy_timeout: float, *, synchronous: str = "FULL",
         db.close()
         raise
     return db
+
+
+def _switch_to_wal(db: sqlite3.Connection, path: Path, busy_timeout: float) -> None:
+    """PRAGMA journal_mode = WAL, waiting as long as any other statement would. SQLite
+    answers a switch that meets another connection's lock (a second process opening a
+    new file at the same moment) with busy at once, without its busy handler: so the
+    wait is done here, up to busy_timeout, as the handler would."""
+    deadline = time.monotonic() + busy_timeout
+    pause = 0.001
+    while True:
+        try:
+            mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            break
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+    if mode.lower() != "wal":
+        raise DatabaseProblem(f"cannot switch {path} to WAL mode")
+
+
+def is_busy(exc: sqlite3.OperationalError) -> bool:
+    """SQLite's way of saying another connection holds the lock."""
+    return "locked" in str(exc) or "busy" in str(exc)
 
 
 def _migrate(db: sqlite3.Connection) -> None:
@@ -300,13 +331,12 @@ def translated_errors(path: Path, busy_timeout: float) -> Iterator[None]:
     except (SlothError, sqlite3.IntegrityError):
         raise  # ours already, or the caller's to handle (a duplicate id)
     except sqlite3.OperationalError as exc:
-        text = str(exc)
-        if "locked" in text or "busy" in text:
+        if is_busy(exc):
             raise DatabaseProblem(
                 f"the queue {path} is locked by another program "
                 f"(waited {busy_timeout:g} s); try again when it lets go"
             ) from None
-        raise DatabaseProblem(f"cannot use the queue {path}: {text}") from None
+        raise DatabaseProblem(f"cannot use the queue {path}: {exc}") from None
     except sqlite3.DatabaseError as exc:
         raise DatabaseProblem(
             f"{path} is damaged or is not a sloth-tray queue ({exc}); it was left as it is"
@@ -332,7 +362,7 @@ def verify(path: Path) -> None:
         finally:
             db.close()
     except sqlite3.OperationalError as exc:
-        if "locked" in str(exc) or "busy" in str(exc):
+        if is_busy(exc):
             raise DatabaseProblem(f"the queue {path} is locked by another program; "
                                   "try again when it lets go") from None
         raise DatabaseProblem(f"{path} is damaged or is not a sloth-tray queue ({exc}); "

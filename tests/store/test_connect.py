@@ -5,6 +5,7 @@ the connection `status` reads through cannot write (PRAGMA query_only)."""
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import random
 import sqlite3
@@ -61,8 +62,10 @@ def test_an_older_schema_is_migrated_once_in_one_begin_immediate(tmp_path, said)
     queue_file_of_schema(path, OLD, rows=(ROW,))
     said.clear()
     connect(path, 5.0).close()
-    assert said.count("BEGIN IMMEDIATE") == 1 and said.count("COMMIT") == 1
-    begin, commit = said.index("BEGIN IMMEDIATE"), said.index("COMMIT")
+    assert said.count("BEGIN IMMEDIATE") == 1  # (a read transaction identifies the file)
+    begin = said.index("BEGIN IMMEDIATE")
+    assert said[begin:].count("COMMIT") == 1
+    commit = said.index("COMMIT", begin)
     inside = said[begin + 1:commit]
     assert [s for s in inside if s in migration_statements(0)] == migration_statements(OLD)
     assert f"PRAGMA user_version = {SCHEMA_VERSION}" in inside
@@ -185,3 +188,43 @@ def test_status_never_migrates_on_top_of_a_damaged_page(tmp_path):
     assert "\n" not in str(refused.value)
     assert home.db.read_bytes() == bytes(data)
     assert sorted(p.name for p in home.root.iterdir()) == before
+
+
+def _open_when_told(path, go, results) -> None:
+    """In a child process: wait for the word, open the queue file, say how it went."""
+    go.wait()
+    try:
+        connect(path, 5.0).close()
+        results.put("ok")
+    except Exception as exc:  # said back to the test, which names it
+        results.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_processes_opening_a_new_queue_file_at_the_same_moment_all_get_it(tmp_path):
+    """The daemon's first start and a command typed at the same moment (or two
+    commands) meet on a file that does not exist yet. Each must get the queue: none may
+    see the other's half-made file as "something else", and none may be told it is
+    locked when it never waited (SQLite answers busy to a switch to WAL at once,
+    without waiting for the other connection)."""
+    forks = multiprocessing.get_context("fork")
+    problems = []
+    for round_ in range(25):
+        path = tmp_path / f"q{round_}.db"
+        go, results = forks.Event(), forks.Queue()
+        children = [forks.Process(target=_open_when_told, args=(path, go, results))
+                    for _ in range(4)]
+        try:
+            for child in children:
+                child.start()
+            go.set()
+            said = [results.get(timeout=30) for _ in children]
+        finally:
+            for child in children:
+                child.join(timeout=10)
+                if child.is_alive():
+                    child.kill()
+                    child.join()
+        problems += [f"round {round_}: {word}" for word in said if word != "ok"]
+        with contextlib.closing(connect(path, 5.0)) as db:
+            assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert problems == []
