@@ -64,12 +64,17 @@ IN_MOVED_TO = 0x80
 IN_CREATE = 0x100
 IN_DELETE_SELF = 0x400
 IN_MOVE_SELF = 0x800
+IN_UNMOUNT = 0x2000
 IN_Q_OVERFLOW = 0x4000
 IN_IGNORED = 0x8000  # the kernel dropped the watch: deleted, or its file system unmounted
 IN_ONLYDIR = 0x1000000
 IN_DONT_FOLLOW = 0x2000000  # a link at the path is refused (ENOTDIR with IN_ONLYDIR), not followed
 GONE = IN_DELETE_SELF | IN_MOVE_SELF  # self-only: changes inside never wake the watcher
 ARRIVALS = IN_CREATE | IN_MOVED_TO
+# The watched inode itself is no more. Told late, a folder may already stand at the
+# path again, and with the very same inode number (ext4 hands a freed one to the next
+# folder made): its (device, inode) then says nothing, the event does.
+INODE_GONE = IN_DELETE_SELF | IN_UNMOUNT | IN_IGNORED
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, length of the name that follows
 
 EventCallback = Callable[[int, int, str], None]  # (watch descriptor, mask, name)
@@ -241,6 +246,7 @@ class KeptFolder:
         with self._lock:
             if self._closed:
                 return
+            lost = False
             if not mask & IN_Q_OVERFLOW:
                 path = self._wds.get(wd)
                 if path is None:
@@ -250,16 +256,20 @@ class KeptFolder:
                 if (mask & ARRIVALS and self._waiting_in is not None
                         and name != self._next_step(path)):
                     return  # an entry on no way to the folder
-            change = self._settle()
+                lost = bool(mask & INODE_GONE) and path == self.folder
+            change = self._settle(lost=lost)
         if change is not None:
             self.on_change(change)
 
     def _next_step(self, parent: Path) -> str:
         return self.folder.relative_to(parent).parts[0]
 
-    def _settle(self) -> FolderChange | None:
-        """Bring the watches in line with what is at the folder's path; say what changed."""
+    def _settle(self, *, lost: bool = False) -> FolderChange | None:
+        """Bring the watches in line with what is at the folder's path; say what changed.
+        lost: the watched folder itself is no more, whatever inode number stands there."""
         had = self._identity
+        if lost:
+            self._identity = None
         for tries_left in reversed(range(self.MAX_TRIES)):
             now = folder_identity(self.folder)
             try:
@@ -273,7 +283,7 @@ class KeptFolder:
                 continue  # it changed under us: look again
             if folder_identity(self.folder) == now:
                 break
-        if self._identity == had:
+        if self._identity == had and not lost:
             return None
         if self._identity is None:
             return FolderChange.GONE
@@ -349,8 +359,9 @@ class Subfolders:
         self.on_change = on_change
         self.events = events
         self._lock = threading.Lock()
-        # path -> (watchdog's watch, the folder's (device, inode), our watch descriptor)
-        self._watched: dict[str, tuple[ObservedWatch, tuple[int, int], int | None]] = {}
+        # path -> (watchdog's watch, the folder's (device, inode), our watch descriptor);
+        # (device, inode) None once that folder is no more (INODE_GONE)
+        self._watched: dict[str, tuple[ObservedWatch, tuple[int, int] | None, int | None]] = {}
         self._held: dict[str, int | None] = {}  # path -> our watch descriptor
         self._wds: dict[int, str] = {}
         self._paths = make_path_watch(self._on_event)
@@ -433,5 +444,10 @@ class Subfolders:
             else:
                 path = self._wds.pop(wd, None) if mask & IN_IGNORED else self._wds.get(wd)
                 paths = [] if path is None else [path]
+                watched = self._watched.get(path) if path is not None else None
+                if watched is not None and mask & INODE_GONE:
+                    # Its folder is no more: whatever stands at the path now is new to
+                    # us, even with the same inode number, and is looked at as such.
+                    self._watched[path] = (watched[0], None, watched[2])
         for path in paths:
             self.on_change(Path(path))
