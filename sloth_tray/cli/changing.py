@@ -1,0 +1,273 @@
+"""The commands that change the queue: add, retry, run-now, cancel, pause, resume,
+prune, and autostart (which changes the login session)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from sloth_tray.cli.common import command, emit_json, find_job, in_lane, open_queue, sound_home
+from sloth_tray.errors import SlothError
+from sloth_tray.paths import Home
+from sloth_tray.store.states import Reason, State
+from sloth_tray.text import printable
+
+TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
+if TYPE_CHECKING:
+    from sloth_tray.store.queue import Job, Queue
+
+
+Hint = Callable[["Job"], "str | None"]
+
+
+def _each_job(queue: Queue, ids: Sequence[str], act: Callable[[Queue, str], bool],
+              verb: str, done: str, hint: Hint | None = None) -> int:
+    """Apply `act` to each id; one line per job; non-zero if any could not be done.
+
+    `hint` may say what to do instead with a job `act` cannot change (the
+    command that would), in place of "nothing to <verb>"."""
+    status = 0
+    for given in ids:
+        try:
+            job = queue.get(find_job(queue, given))
+            if act(queue, job.id):
+                print(f"{done:<9} {printable(job.name)} ({job.id})")
+            else:
+                why = (hint and hint(job)) or f"is {job.state.value}; nothing to {verb}"
+                print(f"sloth-tray: {printable(job.name)} ({job.id}) {why}",
+                      file=sys.stderr)
+                status = 1
+        except SlothError as exc:
+            print(f"sloth-tray: {printable(exc)}", file=sys.stderr)
+            status = 1
+    return status
+
+
+def _run_now_instead(job: Job) -> str | None:
+    if job.state == State.PENDING:
+        return f"is waiting; `sloth-tray run-now {job.id}` starts it now"
+    return None
+
+
+def _retry_instead(job: Job) -> str | None:
+    if job.state in (State.FAILED, State.CANCELLED):
+        return f"is {job.state.value}; `sloth-tray retry {job.id}` puts it back in line"
+    return None
+
+
+def _bulk_usage_mistake(args: argparse.Namespace, verb: str) -> bool:
+    """Say, in one line, what is wrong with `retry` or `cancel` given neither ids nor
+    --all-failed, both, or --lane with ids (a usage mistake: the caller exits 2)."""
+    if args.all_failed == bool(args.ids):
+        print(f"sloth-tray: give job ids to {verb}, or --all-failed (not both)",
+              file=sys.stderr)
+    elif args.lane is not None and not args.all_failed:
+        print(f"sloth-tray: --lane goes with --all-failed (`sloth-tray {verb} --all-failed "
+              "--lane NAME`); ids name their jobs already", file=sys.stderr)
+    else:
+        return False
+    return True
+
+
+def _failed_jobs(queue: Queue, lane: str | None) -> list[Job]:
+    """Every failed job, newest first; with `lane`, that lane's only."""
+    return queue.jobs(State.FAILED, lane=lane)
+
+
+@command
+def cmd_retry(args: argparse.Namespace, home: Home) -> int:
+    if _bulk_usage_mistake(args, "retry"):
+        return 2  # argparse's exit code for a usage mistake
+    from sloth_tray.store import spool
+
+    ids = args.ids
+    with open_queue(home) as queue:
+        if args.all_failed:
+            failed = _failed_jobs(queue, args.lane)
+            # A refused drop never runs; a step that asks is answered job by job, never
+            # by a sweep: it may have happened.
+            ids = [job.id for job in failed
+                   if job.reason not in (Reason.REFUSED, Reason.STEP_UNSURE)]
+            refused = sum(job.reason == Reason.REFUSED for job in failed)
+            unsure = [job.id for job in failed if job.reason == Reason.STEP_UNSURE]
+            if refused:
+                print(f"skipped {refused} refused job{'' if refused == 1 else 's'}: a refused "
+                      "drop never runs (`sloth-tray list --reason refused` shows them, "
+                      "`sloth-tray cancel ID` removes one)")
+            if unsure:
+                which = unsure[0] if len(unsure) == 1 else "ID"
+                jobs_ask = "job that asks" if len(unsure) == 1 else "jobs that ask"
+                print(f"skipped {len(unsure)} {jobs_ask} about a step cut short: "
+                      f"`sloth-tray retry {which}` runs the step again, "
+                      f"`sloth-tray retry {which} --step-done NAME` says it happened"
+                      + ("" if len(unsure) == 1 else
+                         " (`sloth-tray list --reason step_unsure` shows them)"))
+            if not ids:
+                print(f"no failed jobs{in_lane(args.lane)}" if not (refused or unsure)
+                      else "nothing else to retry")
+                return 0
+        steps = {"step_done": args.step_done, "forget_from": args.forget_from,
+                 "fresh": args.fresh}
+        status = _each_job(queue, ids, lambda queue, job_id: spool.retry(queue, job_id, **steps),
+                           "retry", "retried", _run_now_instead)
+    home.ring_doorbell()
+    return status
+
+
+@command
+def cmd_run_now(args: argparse.Namespace, home: Home) -> int:
+    with open_queue(home) as queue:
+        status = _each_job(queue, args.ids, lambda queue, job_id: queue.run_now(job_id),
+                           "run now", "due now", _retry_instead)
+        paused = queue.paused()
+        held = sorted(_lanes_of(queue, args.ids) & queue.paused_lanes())
+    home.ring_doorbell()
+    if paused and held and status == 0:
+        print("the queue is paused: it starts after `sloth-tray resume`")
+    for lane in held if status == 0 and not paused else ():
+        print(f"lane {printable(lane)} is paused: its jobs start after "
+              f"`sloth-tray resume {_quoted(lane)}`")
+    return status
+
+
+def _lanes_of(queue: Queue, given: Sequence[str]) -> set[str]:
+    """The lanes of the jobs named (one that names none was said already)."""
+    found = set()
+    for name in given:
+        with contextlib.suppress(SlothError):
+            found.add(queue.get(find_job(queue, name)).lane)
+    return found
+
+
+@command
+def cmd_pause(args: argparse.Namespace, home: Home) -> int:
+    lane = args.lane
+    with open_queue(home) as queue:
+        was_paused, known = queue.paused(lane), lane is None or lane in queue.lanes()
+        queue.set_paused(True, lane=lane)
+    home.ring_doorbell()
+    if lane is None:
+        print("paused: no new job starts until `sloth-tray resume` (a running job finishes)")
+    elif was_paused:
+        print(f"lane {printable(lane)} was paused already: nothing new starts in it until "
+              f"`sloth-tray resume {_quoted(lane)}`")
+    else:
+        print(f"lane {printable(lane)} paused: its running job finishes, nothing new starts "
+              f"in it until `sloth-tray resume {_quoted(lane)}`"
+              + ("" if known else " (no job or folder has that lane yet: it starts paused)"))
+    return 0
+
+
+@command
+def cmd_resume(args: argparse.Namespace, home: Home) -> int:
+    lane = args.lane
+    with open_queue(home) as queue:
+        whole_queue_paused = queue.paused()
+        lanes_paused = queue.paused_lanes(on_their_own=True)
+        was_paused = queue.paused(lane)
+        queue.set_paused(False, lane=lane)
+        due = queue.summary()["due_now"] if lane is None else \
+            queue.lane_counts().get(lane, {}).get("due_now", 0)
+    home.ring_doorbell()
+    jobs_due = f"{due} job{'' if due == 1 else 's'} due now" if due else "nothing is due now"
+    if lane is None:
+        print(f"resumed{' every lane' if lanes_paused else ''}: {jobs_due}")
+    elif not was_paused:
+        print(f"lane {printable(lane)} was not paused: its due jobs start as they come")
+    elif whole_queue_paused:
+        print(f"lane {printable(lane)} resumed: {jobs_due}; every other lane stays paused "
+              "(`sloth-tray resume` resumes them all)")
+    else:
+        print(f"lane {printable(lane)} resumed: {jobs_due}")
+    return 0
+
+
+def _quoted(lane: str) -> str:
+    """A lane's name as a shell takes it back, to show in a command to type."""
+    import shlex  # here: only a sentence about one lane needs it
+
+    return printable(shlex.quote(lane))
+
+
+@command
+def cmd_cancel(args: argparse.Namespace, home: Home) -> int:
+    if _bulk_usage_mistake(args, "cancel"):
+        return 2  # argparse's exit code for a usage mistake
+    with open_queue(home) as queue:
+        ids = args.ids
+        if args.all_failed:  # refused drops too: cancel is how they go
+            ids = [job.id for job in _failed_jobs(queue, args.lane)]
+            if not ids:
+                print(f"no failed jobs{in_lane(args.lane)}")
+                return 0
+        status = _each_job(queue, ids, lambda queue, job_id: queue.cancel(job_id),
+                           "cancel", "cancelled")
+    home.ring_doorbell()
+    return status
+
+
+@command
+def cmd_autostart(args: argparse.Namespace, home: Home) -> int:
+    from sloth_tray import autostart
+
+    change = {"enable": autostart.enable, "disable": autostart.disable,
+              "status": autostart.status}[args.action]
+    # The entry starts the app on this home (and jobs folder, and config file):
+    # enabled from a SLOTH_TRAY_HOME, login must not bring it back on another queue.
+    state = change(**autostart.app_location(home, args.settings))
+    places = {"home": state.home, "jobs_dir": state.jobs_dir, "config": state.config}
+    if args.json:
+        emit_json({"enabled": state.enabled, "where": state.where, "detail": state.detail}
+                  | places | {"command": list(state.command) if state.command else None})
+        return 0
+    print(f"start at login: {'on' if state.enabled else 'off'} — "
+          f"{printable(state.detail)}\n  ({printable(state.where)})")
+    labels = {"home": "home:       ", "jobs_dir": "jobs folder:", "config": "config:     "}
+    for key, place in places.items():
+        if place is not None:
+            print(f"  {labels[key]} {printable(place)}")
+    return 0
+
+
+@command
+def cmd_prune(args: argparse.Namespace, home: Home) -> int:
+    from sloth_tray.store import spool
+
+    with open_queue(home) as queue:
+        removed = spool.prune(home, queue, before=queue.clock() - args.older_than)
+    print(f"removed {removed} finished job{'' if removed == 1 else 's'}")
+    return 0
+
+
+@command
+def cmd_add(args: argparse.Namespace, home: Home) -> int:
+    from sloth_tray.store import spool
+
+    inline = getattr(args, "inline", None)  # after `--` (_main takes it off the line)
+    if (args.path is None) == (inline is None):
+        print("sloth-tray add: give a script or a command after --, not both" if args.path
+              else "sloth-tray add: give a script (add PATH) or a command after -- (add -- "
+              "COMMAND [ARG...])", file=sys.stderr)
+        return 2
+    if inline == []:
+        print("sloth-tray add: give the command after --, as in `sloth-tray add -- make "
+              "test`", file=sys.stderr)
+        return 2
+    # A command runs where `add` was called from; a script in the home folder, as a
+    # dropped one does, unless --cwd says otherwise.
+    cwd = spool.working_folder(args.cwd, default_here=inline is not None)
+    options = {"name": args.name, "delay": args.delay, "max_attempts": args.max_attempts,
+               "cwd": cwd}
+    if args.lane is not None:  # without it, main (spool's default)
+        options["lane"] = args.lane
+    if inline is not None:
+        job_id = spool.add_command(sound_home(home), inline, **options)
+    else:
+        job_id = spool.add(sound_home(home), Path(args.path), **options)
+    home.ring_doorbell()
+    print(job_id)
+    return 0
+

@@ -1,0 +1,120 @@
+"""What every command shares: the registry of commands, the queue opened (vetted, or
+only for reading), a job found by id or name, and the shapes of output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+
+from sloth_tray.paths import Home
+from sloth_tray.store.states import State
+from sloth_tray.text import printable
+from sloth_tray.timefmt import relative
+
+TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
+if TYPE_CHECKING:
+    from typing import Any
+
+    from sloth_tray.store.queue import Job, Queue
+
+
+Command = Callable[[argparse.Namespace, Home], int]
+BROKEN_PIPE_STATUS = 128 + 13  # 128 + SIGPIPE, as a shell reports a tool the signal stopped
+INTERRUPTED = 128 + 2  # 128 + SIGINT: Ctrl-C, after a clean stop
+COMMANDS: dict[str, Command] = {}  # filled by @command as reading, changing, daemons load
+
+
+def command(function: Command) -> Command:
+    """cmd_run_now is `sloth-tray run-now`."""
+    COMMANDS[function.__name__.removeprefix("cmd_").replace("_", "-")] = function
+    return function
+
+
+def sound_home(home: Home) -> Home:
+    """The home, vetted (Home.ensure), once its queue file has read back whole and sound
+    (schema.verify: about 30 ms per 100,000 jobs): a command must never write on top of
+    a damaged page, nor do half its work and then meet one."""
+    from sloth_tray.store.schema import verify
+
+    home.ensure()
+    verify(home.db)
+    return home
+
+
+def open_queue(home: Home) -> Queue:
+    from sloth_tray.store.queue import Queue  # here: `status` reads without it (reads.py)
+
+    return Queue(sound_home(home).db)
+
+
+def read_queue(home: Home) -> Queue | None:
+    """The queue, for a command that only reads; None when there is none to read: a
+    home or jobs folder that does not exist is not made (Home.readable)."""
+    from sloth_tray.store.queue import Queue
+    from sloth_tray.store.schema import verify
+
+    if not home.readable():
+        return None
+    verify(home.db)
+    return Queue(home.db)
+
+
+def no_queue_here(home: Home) -> None:
+    """Say, on stderr, that there is no queue to read (the command's output stays empty)."""
+    print(f"sloth-tray: {printable(home.no_queue)}", file=sys.stderr)
+
+
+def find_job(queue: Queue, given: str) -> str:
+    """The id of the job `given` names: an id, enough of its start, or a name (its
+    newest job); see reads.find_job."""
+    from sloth_tray.store import reads
+
+    if len(given) == 12 and queue.exists(given):  # a whole id: nothing else to look at
+        return given
+    db = reads.reader(queue.path)
+    try:
+        return reads.find_job(db, given)
+    finally:
+        db.close()
+
+
+def emit_json(data: Any) -> None:
+    text = json.dumps(data, indent=2, ensure_ascii=False)
+    try:
+        text.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict")
+    except UnicodeEncodeError:  # a file name's undecodable bytes: \u escapes are exact too
+        text = json.dumps(data, indent=2)
+    print(text)
+
+
+def table(rows: Sequence[Sequence[str]]) -> str:
+    """Columns padded to their widest cell; the last column is left ragged.
+
+    Every cell is made printable first: a name or result carrying a newline or
+    an escape sequence must not forge a row or drive the terminal."""
+    rows = [[printable(cell) for cell in row] for row in rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join(
+        "  ".join([cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+                  + [row[-1]]).rstrip()
+        for row in rows
+    )
+
+
+def when(job: Job, now: float, paused: bool = False) -> str:
+    """A pending job due while the queue is paused says so: nothing starts it now."""
+    if job.state == State.PENDING:
+        if job.not_before <= now:
+            return "due (paused)" if paused else "due now"
+        return f"due {relative(job.not_before, now)}"
+    if job.state == State.RUNNING:
+        return f"started {relative(job.updated_at, now)}"
+    return relative(job.updated_at, now)
+
+
+def in_lane(lane: str | None) -> str:
+    """` in lane net`, to end a sentence about a whole lane (nothing for every lane)."""
+    return "" if lane is None else f" in lane {printable(lane)}"
+

@@ -1,0 +1,125 @@
+"""main(): parse, hand the command its home and settings, turn errors into one sentence
+and Ctrl-C into 130."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from sloth_tray import config
+from sloth_tray.cli import changing, daemons, reading  # noqa: F401 (each registers its commands)
+from sloth_tray.cli.common import BROKEN_PIPE_STATUS, COMMANDS, INTERRUPTED
+from sloth_tray.cli.parser import build_parser
+from sloth_tray.errors import SlothError
+from sloth_tray.paths import locate
+from sloth_tray.text import printable
+
+
+def load_settings(args: argparse.Namespace) -> config.Settings:
+    """config.toml, the environment, and the flags this command has."""
+    flag = vars(args).get
+    return config.load(Path(flag("config")) if flag("config") else None, flags={
+        "jobs_dir": flag("jobs_dir"), "lease": flag("lease"),
+        "notifications": False if flag("no_notifications") else None})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        code = _main(argv)
+        if sys.stdout is not None:  # None in a windowed bundle, which has no console
+            sys.stdout.flush()  # here, not at exit: a reader that went away is seen below
+        return code
+    except BrokenPipeError:
+        # `sloth-tray list | head -1`: the reader has what it wanted. Stop quietly with
+        # the status of a tool stopped by SIGPIPE; stdout goes to devnull so that
+        # Python's own flush at exit does not complain either.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE_STATUS
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    line = list(sys.argv[1:] if argv is None else argv)
+    # `sloth-tray add -- COMMAND ...`: the command's words are its own, whatever they
+    # look like (--cwd, -h, another --): they are taken off before the parse.
+    inline = None
+    if _command_of(line) == "add" and "--" in line:
+        cut = line.index("--")
+        line, inline = line[:cut], line[cut + 1:]
+    # `sloth-tray status --json`: the command comes first, so only its parser is
+    # needed; anything else (help, options first, no command) gets them all.
+    parser = build_parser(only=line[0] if line and line[0] in COMMANDS else None)
+    args = parser.parse_args(line)
+    if inline is not None:
+        args.inline = inline
+    if args.command is None:  # plain `sloth-tray` starts the app
+        args = parser.parse_args([*line, "run"])
+    if args.command == "step":  # inside a job: no settings, no home: the run names its queue
+        from sloth_tray import shellstep
+
+        ask, command = args.ask, list(args.step_command)
+        while command[:1] == ["--ask"]:  # NAME --ask -- ...: argparse left it in the rest
+            ask, command = True, command[1:]
+        return shellstep.main(args.name, command[1:] if command[:1] == ["--"] else command,
+                              ask=ask)
+    try:
+        args.settings = load_settings(args)
+        home = locate(getattr(args, "home", None), args.settings["jobs_dir"],
+                      jobs_source=args.settings.sources.get("jobs_dir"))
+        with interrupted_at_once(args.command not in (*DAEMONS, *WAITING)):
+            return COMMANDS[args.command](args, home)
+    except SlothError as exc:
+        print(f"sloth-tray: {printable(exc)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return INTERRUPTED
+
+
+DAEMONS = ("run", "work")  # they stop cleanly on Ctrl-C themselves (stopsignals.py)
+# They only read, and may wait for long: Ctrl-C ends them with 130 (KeyboardInterrupt).
+WAITING = ("wait", "log")
+# The options every command takes that are followed by a value (before the command too).
+COMMON_VALUED = ("--home", "--config", "--jobs-dir")
+
+
+def _command_of(line: Sequence[str]) -> str | None:
+    """The command a command line names: its first word that is not an option (nor
+    the value of one) before any `--`."""
+    words = iter(line)
+    for word in words:
+        if word == "--":
+            return None
+        if word in COMMON_VALUED:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+@contextlib.contextmanager
+def interrupted_at_once(one_shot: bool):
+    """Ctrl-C ends a one-shot command at once, as it ends any C tool.
+
+    Python turns it into KeyboardInterrupt wherever the interpreter happens to
+    be, even inside a context manager's own code between taking a lock and
+    the code that gives it back: an `add` waiting on a locked queue then hung
+    for good. A one-shot command has nothing to clean up: each write is one
+    SQLite transaction, and `add` copies where no start would queue it.
+    """
+    previous = None
+    if one_shot:
+        try:
+            previous = signal.signal(signal.SIGINT, signal.SIG_DFL)
+        except ValueError:  # not the main thread (main() called from a thread): leave it be
+            pass
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+

@@ -1,0 +1,415 @@
+"""The commands that only read: paths, status, list, show, config, wait and log. On a
+home that does not exist they make nothing and say there is no queue there yet."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from sloth_tray import config, limits
+from sloth_tray.cli.common import (
+    command,
+    emit_json,
+    find_job,
+    in_lane,
+    no_queue_here,
+    read_queue,
+    table,
+    when,
+)
+from sloth_tray.errors import SlothError
+from sloth_tray.paths import Home
+from sloth_tray.store.states import State
+from sloth_tray.text import printable
+from sloth_tray.timefmt import clock_time, format_duration, relative
+
+TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
+if TYPE_CHECKING:
+    from typing import Any
+
+    from sloth_tray.store.queue import Job, Queue
+
+
+@command
+def cmd_paths(args: argparse.Namespace, home: Home) -> int:
+    places = {"home": home.root, "db": home.db, "jobs": home.jobs, "logs": home.logs}
+    if args.json:
+        emit_json({key: str(path) for key, path in places.items()})
+    else:
+        print(table([(key, str(path)) for key, path in places.items()]))
+    if not home.db.exists():  # where they will be: nothing is made by looking
+        no_queue_here(home)
+    return 0
+
+
+@command
+def cmd_status(args: argparse.Namespace, home: Home) -> int:
+    from sloth_tray.store import reads
+
+    # "overdue": recurring jobs with no success for a period + grace
+    counts = reads.read(home, per_lane=not args.json)
+    if counts is None:  # no home or jobs folder, and no queue: nothing was made
+        counts = reads.empty()
+        no_queue_here(home)
+    if args.json:
+        emit_json(counts)
+        return 0
+    now = time.time()
+    waiting_on = counts.pop("waiting_on", {})  # jobs due that wait for a condition
+    running, next_job = counts.pop("running_job"), counts.pop("next")
+    per_lane, running_by_lane = counts.pop("lanes", {}), counts.pop("running_by_lane", {})
+    rows = ([(key, str(value)) for key, value in counts.items() if key != "paused"]
+            + [("paused", "yes" if counts["paused"] else "no")]
+            + [(f"waiting for {name}", str(n)) for name, n in waiting_on.items()])
+    if running is not None:
+        rows.append(("running now", f"{running['name']} ({running['id']}), started "
+                                    f"{relative(running['since'], now)}"))
+    if next_job is not None:
+        due = "due now" if next_job["due"] <= now else f"due {relative(next_job['due'], now)}"
+        rows.append(("next", f"{next_job['name']} ({next_job['id']}), {due}"
+                             + (" (paused)" if counts["paused"] else "")))
+    print(table(rows))
+    if _lanes_worth_showing(per_lane, counts["paused"]):
+        print("\nlanes")
+        for name, lane in per_lane.items():
+            print(f"  {printable(name)}: {_lane_doing(lane, running_by_lane.get(name), now)}")
+    return 0
+
+
+def _lanes_worth_showing(per_lane: dict[str, dict[str, Any]], whole_queue_paused: bool) -> bool:
+    """Lanes are shown once there is more than main, or main alone is paused on its
+    own: a queue that never used lanes keeps its short status."""
+    from sloth_tray.store.lanes import MAIN
+
+    return any(name != MAIN or lane["paused"] != whole_queue_paused
+               for name, lane in per_lane.items())
+
+
+def _lane_doing(lane: dict[str, Any], running: dict[str, Any] | None, now: float) -> str:
+    """What a lane is doing, in a few words: `running fetch_mail (42s) · 2 waiting ·
+    paused`, or `idle`."""
+    parts = []
+    if running is not None:
+        parts.append(f"running {printable(running['name'])} "
+                     f"({format_duration(now - running['since'])})")
+    if lane["pending"]:
+        parts.append(f"{lane['pending']} waiting")
+    if lane["failed"]:
+        parts.append(f"{lane['failed']} failed")
+    if lane["paused"]:
+        parts.append("paused")
+    return " · ".join(parts) or "idle"
+
+
+@command
+def cmd_list(args: argparse.Namespace, home: Home) -> int:
+    queue = read_queue(home)
+    if queue is None:
+        no_queue_here(home)
+        if args.json:
+            emit_json([])
+        return 0
+    with queue:
+        limit = args.limit or None
+        want = limit + 1 if limit else None  # one more: is there more than shown?
+        jobs = queue.jobs(args.state, limit=want, reason=args.reason, lane=args.lane)
+        more = limit is not None and len(jobs) > limit
+        jobs = jobs[:limit]
+        if args.json:
+            emit_json([job.as_dict() for job in jobs])
+            return 0
+        if not jobs:
+            which = " ".join(filter(None, [args.state, args.reason and f"{args.reason}"]))
+            nothing = f"no {which} jobs" if which else "no jobs yet"
+            print(nothing if args.lane is None else
+                  f"no {which + ' ' if which else ''}jobs in lane {printable(args.lane)}")
+            return 0
+        now = queue.clock()
+        unmet = queue.unmet()
+        paused_lanes = queue.paused_lanes()
+        running = _running_by_lane(queue)
+        # The lane column, once there is more than one lane to tell apart.
+        with_lane = args.lane is None and len({job.lane for job in jobs} | set(queue.lanes())) > 1
+        rows = [("ID", *(("LANE",) if with_lane else ()), "NAME", "STATE", "TRIES", "WHEN",
+                 "NOTE")]
+        for job in jobs:
+            note = job.last_error if job.state in (State.FAILED, State.PENDING) else job.result
+            if job.state == State.PENDING and job.not_before <= now:
+                note = _waiting_note(job, unmet) or _behind_note(job, running) or note
+            rows.append((queue.shortest_unique_prefix(job.id),
+                         *((job.lane,) if with_lane else ()), job.name, job.state.value,
+                         f"{job.attempts}/{job.max_attempts}",
+                         when(job, now, job.lane in paused_lanes),
+                         (note or "").replace("\n", " ")[:80]))
+    print(table(rows))
+    if more:
+        print(f"(the newest {limit}; --limit 0 shows all)")
+    return 0
+
+
+def _running_by_lane(queue: Queue) -> dict[str, Job]:
+    return {job.lane: job for job in queue.jobs(State.RUNNING)}
+
+
+def _behind_note(job: Job, running: dict[str, Job]) -> str | None:
+    """`after fetch_mail (running in lane net)`, for a due job its lane's running job
+    holds back: a lane runs one job at a time."""
+    ahead = running.get(job.lane)
+    if ahead is None or ahead.id == job.id:
+        return None
+    return f"after {printable(ahead.name)} (running in lane {printable(job.lane)})"
+
+
+def _waiting_note(job: Job, unmet: frozenset[str]) -> str | None:
+    """`waiting for AC power`, for a due job whose require= does not hold now."""
+    from sloth_tray.jobs.conditions import waiting_for
+
+    waits = waiting_for(job.options, unmet)
+    return f"waiting for {waits}" if waits else None
+
+
+@command
+def cmd_show(args: argparse.Namespace, home: Home) -> int:
+    queue = read_queue(home)
+    if queue is None:
+        raise SlothError(home.no_queue)
+    with queue:
+        job = queue.get(find_job(queue, args.id))
+        if args.step is not None:
+            return _print_step_output(queue.step(job.id, args.step, args.occurrence))
+        history = queue.history(job.id)
+        steps = queue.steps(job.id)
+        now = queue.clock()
+        unmet = queue.unmet()
+        paused = queue.paused(job.lane)
+        running = _running_by_lane(queue)
+    logs = home.job_logs(job.id, job.name)
+    if args.json:
+        emit_json(job.as_dict() | {"history": [event.as_dict() for event in history],
+                                   "steps": steps, "logs": str(logs)})
+        return 0
+    state = job.state.value
+    if job.state in (State.PENDING, State.RUNNING):
+        state += f" ({when(job, now, paused)})"
+    waits = _waiting_note(job, unmet) or _behind_note(job, running) \
+        if job.state == State.PENDING else None
+    if waits and job.not_before <= now:
+        state += f", {waits}"
+    fields = [
+        ("id", job.id), ("name", job.name), ("lane", job.lane), ("state", state),
+        ("attempts", f"{job.attempts} of {job.max_attempts}"),
+        ("script", job.script or "-"),
+        ("options", " ".join(option_text(k, v) for k, v in sorted(job.options.items())) or "-"),
+        ("last error", job.last_error or "-"), ("result", job.result or "-"),
+        ("created", f"{clock_time(job.created_at)} ({relative(job.created_at, now)})"),
+        ("logs", str(logs) if logs.exists() else f"{logs} (none yet)"),
+    ]
+    print(table(fields))
+    print("\nhistory")
+    print(table([("  " + clock_time(e.at), e.kind, e.detail) for e in history]))
+    if steps:
+        print("\nsteps")
+        print(table([_step_row(step, now) for step in steps]))
+    return 0
+
+
+def _step_row(step: dict[str, Any], now: float) -> tuple[str, ...]:
+    """name, state, run, when, how long, output: one row of `show`'s steps."""
+    name = step["name"] + (f" #{step['occurrence']}" if step["occurrence"] > 1 else "")
+    state = step["state"]
+    if step["marked_at"]:
+        state += " (marked by hand)"
+    elif step["state"] == "cut" and step["ask"]:
+        state += " (asks: did it happen?)"
+    elif step["state"] == "failed" and step["exit_code"] is not None:
+        state += f" (exit {step['exit_code']})"
+    ended = step["ended_at"] if step["ended_at"] is not None else now
+    took = format_duration(max(ended - step["started_at"], 0.0))
+    output = "-" if step["output_size"] is None else \
+        f"{step['output_size']} byte{'' if step['output_size'] == 1 else 's'}"
+    return ("  " + name, state, f"run {step['run']}", clock_time(step["started_at"]),
+            took if step["state"] != "running" else f"{took} so far", output)
+
+
+def _print_step_output(step: dict[str, Any]) -> int:
+    """A step's recorded output, exactly as kept (`show ID --step NAME`)."""
+    if step["state"] != "done":
+        print(f"sloth-tray: step \"{printable(step['name'])}\" is {step['state']}: only a "
+              "done step's output is kept", file=sys.stderr)
+        return 1
+    output = bytes(step["output"] or b"")
+    sys.stdout.flush()
+    sys.stdout.buffer.write(output)
+    if step["output_size"] and step["output_size"] > len(output):
+        print(f"sloth-tray: the step wrote {step['output_size']} bytes; the first "
+              f"{len(output)} were kept", file=sys.stderr)
+    return 0
+
+
+# A job's options that hold seconds: shown as a header says them (every=1h, not 3600.0).
+DURATION_OPTIONS = {limit.key for limit in (limits.TIMEOUT, limits.DELAY, limits.LEASE,
+                                            limits.EVERY, limits.GRACE, limits.WINDOW)}
+
+
+def option_text(key: str, value: object) -> str:
+    """key=value as a header would say it; `scheduled`, the series' clock, as a time."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if key in DURATION_OPTIONS:
+            return f"{key}={limits.compact_duration(value)}"
+        if key == "scheduled":
+            return f"{key}={clock_time(value)}"
+    return f"{key}={value}"
+
+
+@command
+def cmd_config(args: argparse.Namespace, home: Home) -> int:
+    settings = args.settings
+    shown = {key: settings[key] for key in config.KEYS} | {"jobs_dir": str(home.jobs)}
+    # As config.toml says them: 60s, 10MiB (the values: seconds and bytes, for scripts).
+    texts = {key: settings.text(key) for key in config.KEYS} | {"jobs_dir": str(home.jobs)}
+    sources = {key: "default (home)" if key == "jobs_dir" and source == "default" else source
+               for key, source in settings.sources.items()}
+    if args.json:
+        emit_json({"file": str(settings.path), "home": str(home.root),
+                   "settings": {key: {"value": value, "text": texts[key], "from": sources[key]}
+                                for key, value in shown.items()}})
+    else:
+        print(f"config file: {printable(settings.path)}"
+              + ("" if settings.path.exists() else " (none yet)"))
+        print(f"home:        {printable(home.root)}\n")
+        print(table([("SETTING", "VALUE", "FROM")] + [
+            (key, "-" if texts[key] is None else texts[key], sources[key]) for key in shown]))
+    if not home.db.exists():
+        no_queue_here(home)
+    return 0
+
+
+ENDED = (State.DONE, State.FAILED, State.CANCELLED)  # what `wait` and `log -f` wait for
+
+
+@command
+def cmd_wait(args: argparse.Namespace, home: Home) -> int:
+    if not args.ids and args.lane is None:  # a usage mistake: argparse's exit code, 2
+        print("sloth-tray: give job ids to wait for, or --lane NAME", file=sys.stderr)
+        return 2
+    from sloth_tray.daemon.follow import Changes
+    from sloth_tray.errors import UnknownJob
+
+    queue = read_queue(home)
+    if queue is None:
+        raise SlothError(home.no_queue)
+    with queue, Changes(home) as changes:  # watched before the first look: nothing missed
+        ids = list(dict.fromkeys(find_job(queue, given) for given in args.ids))
+        waited = set(ids)  # a job the lane still shows once it ended is not waited for again
+        names: dict[str, str] = {}
+        endings: dict[str, str] = {}  # id -> how it ended, for each not done
+        while True:
+            if args.lane is not None:  # the lane's jobs, those that joined it meanwhile too
+                joined = [job_id for job_id in _live_in_lane(queue, args.lane)
+                          if job_id not in waited]
+                ids += joined
+                waited.update(joined)
+            if not ids:
+                break
+            for job_id in list(ids):
+                try:
+                    job = queue.get(job_id)
+                except UnknownJob:  # pruned meanwhile: it ended, but how is not known
+                    endings[job_id] = "was pruned"
+                    print(f"{'pruned':<9} {printable(names.get(job_id, '?'))} ({job_id})")
+                    ids.remove(job_id)
+                    continue
+                names[job_id] = job.name
+                if job.state not in ENDED:
+                    continue
+                ids.remove(job_id)
+                said = f": {job.last_error}" if job.state == State.FAILED and job.last_error \
+                    else ""
+                print(f"{job.state.value:<9} {printable(job.name)} ({job.id})"
+                      f"{printable(said)}", flush=True)
+                if job.state != State.DONE:
+                    endings[job_id] = "failed" if job.state == State.FAILED else "was cancelled"
+            if ids:
+                changes.wait()
+    if not waited:
+        print(f"nothing pending or running{in_lane(args.lane)}")
+    if not endings:
+        return 0
+    total = len(names) + sum(1 for job_id in endings if job_id not in names)
+    told = ", ".join(f"{printable(names.get(job_id, '?'))} ({job_id}) {how}"
+                     for job_id, how in endings.items())
+    print(f"sloth-tray: {len(endings)} of {total} job{'' if total == 1 else 's'} did not end "
+          f"done: {told}", file=sys.stderr)
+    return 1
+
+
+def _live_in_lane(queue: Queue, lane: str) -> list[str]:
+    """The ids of the jobs pending or running in `lane`, but the runs of a repeating job:
+    a series always has a run waiting, and would keep its lane from ever being empty.
+    (Pending is read first: a job claimed between the two reads is in the second.)"""
+    from sloth_tray.jobs.series import repeats
+
+    return [job.id for state in (State.PENDING, State.RUNNING)
+            for job in queue.jobs(state, lane=lane) if not repeats(job.options)]
+
+
+@command
+def cmd_log(args: argparse.Namespace, home: Home) -> int:
+    from sloth_tray.daemon.follow import read_new
+
+    queue = read_queue(home)
+    if queue is None:
+        raise SlothError(home.no_queue)
+    with queue:
+        job = queue.get(find_job(queue, args.id))
+        who = f"{printable(job.name)} ({job.id})"
+        if args.run is not None and args.run > max(job.runs, 1 if args.follow else 0):
+            raise SlothError(f"{who} has run {job.runs} time{'' if job.runs == 1 else 's'}: "
+                             + (f"--run takes 1 to {job.runs}" if job.runs else
+                                "it has no log yet"))
+        if args.follow:
+            return _follow_log(queue, home, job, args.run or max(job.runs, 1))
+        if not job.runs:
+            raise SlothError(f"{who} has not run yet: it has no log (`sloth-tray log -f "
+                             f"{job.id}` waits for it)")
+    run = args.run or job.runs
+    path = home.job_logs(job.id, job.name) / f"{run}.log"
+    if not path.is_file():
+        why = f": {job.last_error}" if run == job.runs and job.last_error else ""
+        raise SlothError(f"run {run} of {who} left no log{printable(why)}")
+    sys.stdout.flush()
+    read_new(path, 0, sys.stdout.buffer)
+    return 0
+
+
+def _follow_log(queue: Queue, home: Home, job: Job, run: int) -> int:
+    """`log -f`: the run's log as it grows, then each later run's, until the job ends:
+    0 when it ended done, else 1."""
+    from sloth_tray.daemon.follow import Changes, read_new
+
+    folder = home.job_logs(job.id, job.name)
+    offset = 0
+    sys.stdout.flush()
+    out = sys.stdout.buffer
+    with Changes(home) as changes:
+        while True:
+            changes.also(folder)  # made when the first run starts
+            log_file = folder / f"{run}.log"
+            was = offset
+            offset = read_new(log_file, offset, out)
+            job = queue.get(job.id)
+            if job.runs > run:  # a later run began: this one's log is whole
+                read_new(log_file, offset, out)
+                run, offset = run + 1, 0
+                print(f"sloth-tray: run {run} of {printable(job.name)} ({job.id}) began",
+                      file=sys.stderr, flush=True)
+                changes.saw_change()
+                continue
+            if job.state in ENDED:  # its run's log was closed before it ended
+                read_new(log_file, offset, out)
+                return 0 if job.state == State.DONE else 1
+            if offset != was:
+                changes.saw_change()
+            changes.wait()
+
