@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 Command = Callable[[argparse.Namespace, Home], int]
 BROKEN_PIPE_STATUS = 128 + 13  # 128 + SIGPIPE, as a shell reports a tool the signal stopped
 INTERRUPTED = 128 + 2  # 128 + SIGINT: Ctrl-C, after a clean stop
-COMMANDS: dict[str, Command] = {}  # filled by @command as reading, changing, daemons load
+COMMANDS: dict[str, Command] = {}  # filled by @command as the command modules load (entry.py)
 
 
 def command(function: Command) -> Command:

@@ -440,7 +440,7 @@ class Inbox(FileSystemEventHandler):
         lane forgotten (the queue keeps it while it has jobs)."""
         if gone:
             self._told.pop(str(path), None)
-            if self._watches.identity(str(path)) is not None:
+            if str(path) in self._watches.watched():  # (its identity is gone with it)
                 log.info("the lane folder %s is gone; lane %s stays listed only while it "
                          "has jobs", path, path.name)
         self._watches.drop(path)

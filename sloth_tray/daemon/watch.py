@@ -367,7 +367,8 @@ class Subfolders:
         self._paths = make_path_watch(self._on_event)
 
     def identity(self, path: str) -> tuple[int, int] | None:
-        """The (device, inode) of the folder watched at `path`, or None when none is."""
+        """The (device, inode) of the folder watched at `path`; None when none is, or
+        when the folder watched there is no more (whatever stands there now is new)."""
         with self._lock:
             found = self._watched.get(path)
         return found[1] if found else None

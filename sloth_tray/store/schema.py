@@ -295,7 +295,7 @@ def _switch_to_wal(db: sqlite3.Connection, path: Path, busy_timeout: float) -> N
             mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             break
         except sqlite3.OperationalError as exc:
-            if not is_busy(exc) or time.monotonic() >= deadline:
+            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
                 raise
         time.sleep(pause)
         pause = min(pause * 2, 0.05)

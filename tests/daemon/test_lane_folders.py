@@ -248,7 +248,7 @@ def test_a_lane_folder_opened_to_others_while_in_use_is_no_longer_taken_from(
 
 
 def test_a_removed_lane_folder_is_forgotten_once_it_has_no_jobs(home, queue, watching,
-                                                                 tmp_path):
+                                                                 tmp_path, caplog):
     watching()
     for name in ("empty", "busy", "away"):
         (home.jobs / name).mkdir()
@@ -260,6 +260,9 @@ def test_a_removed_lane_folder_is_forgotten_once_it_has_no_jobs(home, queue, wat
     (home.jobs / "busy").rmdir()
     os.rename(home.jobs / "away", tmp_path / "away")  # moved out of the jobs folder
     wait_for(lambda: queue.lanes() == ["main", "busy"], what="the lanes gone to be forgotten")
+    for name in ("empty", "busy"):  # the log says so, once each
+        assert said(caplog, f"the lane folder {home.jobs / name} is gone; lane {name} stays "
+                            "listed only while it has jobs") == 1
     assert queue.cancel(job.id)
     assert queue.lanes() == ["main"], "a lane whose folder went ends with its last job"
 
