@@ -128,9 +128,11 @@ class Plasma:
     def icon(self, before) -> tuple[int, int]:
         """The middle of the left-most group of panel columns that changed since
         `before` (the panel without the app's icon)."""
-        after = self.steady_panel()
-        box = differs(before, after)
-        assert box, "nothing changed in the panel"
+        def shown():  # Plasma draws a registered item a moment later: longer under load
+            after = self.steady_panel()
+            return after if differs(before, after) else None
+
+        after = wait_for(shown, timeout=20.0, what="the app's icon to show in the panel")
         mask = differs_columns(before, after)
         run = [mask[0]]
         for x in mask[1:]:
