@@ -58,6 +58,20 @@ def spawn_options() -> dict[str, Any]:
     return {"start_new_session": True}  # new session, so pgid == pid
 
 
+def has_ended(child: subprocess.Popen) -> bool:
+    """Whether the child has exited, reaped or not. Popen.poll answers None while
+    another thread holds Popen's waitpid lock, as the output watcher does while it
+    reaps this very child: the kernel is asked then, without reaping (WNOWAIT)."""
+    if child.poll() is not None:
+        return True
+    if not hasattr(os, "waitid"):
+        return False  # Windows: there poll takes no lock, so its None is the answer
+    try:
+        return os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True  # reaped meanwhile, by the watcher a moment ago
+
+
 def start_time(pid: int) -> str | None:
     """A token that differs between two processes that had the same pid."""
     if sys.platform.startswith("linux"):

@@ -190,7 +190,7 @@ class Runner:
             # given back to run a second time. The requests are read before that look,
             # so one that came after the end is always seen with the end.
             stopping, interrupted, now = self._stopping, self._interrupted, self.monotonic()
-            if child.poll() is not None:
+            if procs.has_ended(child):
                 break
             if show is not None and show_at is not None and now >= show_at:
                 show_at = None

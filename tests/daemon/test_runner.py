@@ -535,6 +535,50 @@ def test_a_job_that_ended_as_the_quit_came_is_recorded_done_not_given_back(
     assert queue.get(job.id).state == State.DONE
 
 
+def zombie(pid: int) -> bool:
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the pidfd watcher is Linux's")
+def test_a_job_the_watcher_is_reaping_as_the_quit_comes_is_recorded_done(
+        home, tmp_path, monkeypatch):
+    """The job has ended and the watcher is reaping it (inside Popen.wait, which holds
+    Popen's waitpid lock) as the quit wakes the runner: Popen.poll answers None while
+    that lock is held, yet the job has run to its end. Given back, it would run a
+    second time at the next start."""
+    looked, reaping = threading.Event(), threading.Event()
+    runner = None
+    real_poll, watch = subprocess.Popen.poll, runner_module.watch_child
+
+    def poll(child):
+        code = real_poll(child)
+        if runner is not None and runner._stopping:
+            looked.set()
+        return code
+
+    def watch_reaping(child, *args) -> None:
+        wait_for(lambda: zombie(child.pid), what="the job to end")
+        with child._waitpid_lock:  # as Popen.wait holds it while it reaps
+            reaping.set()
+            looked.wait(10)  # until the runner has looked for the end, or given up
+        watch(child, *args)
+
+    monkeypatch.setattr(subprocess.Popen, "poll", poll)
+    monkeypatch.setattr(runner_module, "watch_child", watch_reaping)
+    queue = Queue(home.db)
+    job = start(queue, script(home, "quick.sh", "true\n"))
+    runner = Runner(queue, home, "me")
+    thread, results = run_in_thread(runner, job)
+    try:
+        wait_for(reaping.is_set, what="the watcher to reap the job")
+        runner.stop()
+    finally:
+        thread.join(20)
+        looked.set()
+    assert results and results[0].effect == Effect.DONE, results
+    assert queue.get(job.id).state == State.DONE
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the pidfd watcher is Linux's")
 def test_a_quit_that_lands_between_the_check_for_the_end_and_the_stop_records_done(
         home, tmp_path, monkeypatch):
