@@ -8,6 +8,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 
+from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home
 from sloth_tray.store.states import State
 from sloth_tray.text import printable
@@ -59,6 +60,15 @@ def read_queue(home: Home) -> Queue | None:
         return None
     verify(home.db)
     return Queue(home.db)
+
+
+def queue_to_read(home: Home) -> Queue:
+    """The queue, for a command that reads one job (`show`, `wait`, `log`): where there
+    is none, the one sentence that says so (exit 1), and nothing made."""
+    queue = read_queue(home)
+    if queue is None:
+        raise SlothError(home.no_queue)
+    return queue
 
 
 def no_queue_here(home: Home) -> None:

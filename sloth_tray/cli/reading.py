@@ -14,6 +14,7 @@ from sloth_tray.cli.common import (
     find_job,
     in_lane,
     no_queue_here,
+    queue_to_read,
     read_queue,
     table,
     when,
@@ -171,9 +172,7 @@ def _waiting_note(job: Job, unmet: frozenset[str]) -> str | None:
 
 @command
 def cmd_show(args: argparse.Namespace, home: Home) -> int:
-    queue = read_queue(home)
-    if queue is None:
-        raise SlothError(home.no_queue)
+    queue = queue_to_read(home)
     with queue:
         job = queue.get(find_job(queue, args.id))
         if args.step is not None:
@@ -296,9 +295,7 @@ def cmd_wait(args: argparse.Namespace, home: Home) -> int:
     from sloth_tray.daemon.follow import Changes
     from sloth_tray.errors import UnknownJob
 
-    queue = read_queue(home)
-    if queue is None:
-        raise SlothError(home.no_queue)
+    queue = queue_to_read(home)
     with queue, Changes(home) as changes:  # watched before the first look: nothing missed
         ids = list(dict.fromkeys(find_job(queue, given) for given in args.ids))
         waited = set(ids)  # a job the lane still shows once it ended is not waited for again
@@ -358,9 +355,7 @@ def _live_in_lane(queue: Queue, lane: str) -> list[str]:
 def cmd_log(args: argparse.Namespace, home: Home) -> int:
     from sloth_tray.daemon.follow import read_new
 
-    queue = read_queue(home)
-    if queue is None:
-        raise SlothError(home.no_queue)
+    queue = queue_to_read(home)
     with queue:
         job = queue.get(find_job(queue, args.id))
         who = f"{printable(job.name)} ({job.id})"
