@@ -1110,7 +1110,8 @@ class Queue:
                 f" SELECT min(not_before) AS t FROM jobs WHERE state = 'pending'{waits}"
                 f" AND {lanes.CLAIMABLE}"
                 " UNION ALL SELECT min(lease_until) FROM jobs WHERE state = 'running'"
-                f" AND id NOT IN ({', '.join(':renewed' + str(i) for i in range(len(ids)))}))",
+                f" AND id NOT IN ({', '.join(':renewed' + str(i) for i in range(len(ids)))})"
+                f" AND {lanes.NOT_PAUSED})",  # as claim: a paused lane's lease is not taken back
                 {**waits_params, **{f"renewed{i}": job for i, job in enumerate(ids)}},
             ).fetchone()[0]
 

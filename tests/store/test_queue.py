@@ -645,3 +645,21 @@ def test_each_run_of_a_series_is_in_the_lane_it_was_dropped_into(queue, clock, o
         (waiting,) = queue.jobs(State.PENDING)
         assert waiting.lane == "net" and waiting.id != first
         clock.advance(86400)
+
+
+@pytest.mark.parametrize("pause", ["its lane", "the queue"])
+def test_a_lease_that_ran_out_in_a_paused_lane_wakes_nothing_until_the_resume(
+        queue, clock, pause):
+    """A run that died (another app's, or a worker of ours) leaves its lease to run out.
+    While its lane is paused nothing takes it back, so its end is no time to wake: a
+    wake-up time in the past would have the app's loop spin until the resume."""
+    lane = "net" if pause == "its lane" else None
+    job_id = queue.push("sync", lane="net")
+    assert queue.claim("other").id == job_id
+    queue.set_paused(True, lane=lane)
+    clock.advance(3600)
+    assert queue.claim("me") is None
+    assert queue.next_wakeup() is None
+    queue.set_paused(False, lane=lane)
+    assert queue.next_wakeup() <= clock.now
+    assert queue.claim("me").id == job_id
