@@ -484,7 +484,8 @@ def quit_label(snapshot: Snapshot) -> str:
     if job.step and job.step_asks:  # its run ends in that step: the job fails step_unsure
         return (f"Quit (cuts {printable(job.name)} short in step "
                 f"\"{printable(job.step[1])}\": it will ask whether that happened)")
-    again = "once resumed" if snapshot.paused else "at the next start"
+    again = ("once resumed" if snapshot.paused or job.lane in snapshot.paused_lanes
+             else "at the next start")
     return f"Quit (stops {printable(job.name)}; it runs again {again})"
 
 
@@ -494,7 +495,7 @@ def several_quit_label(snapshot: Snapshot, runs: tuple[RunningJob, ...]) -> str:
     asking = [job for job in runs if job.step and job.step_asks]
     others = [job for job in runs if job not in asking]
     if not asking:
-        paused = {lane.name for lane in lanes_of(snapshot) if lane.paused}
+        paused = snapshot.paused_lanes
         again = ("once resumed" if snapshot.paused or all(job.lane in paused for job in runs)
                  else "at the next start")
         return f"Quit (stops {and_list(printable(job.name) for job in others)}; " \

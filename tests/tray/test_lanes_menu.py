@@ -109,6 +109,17 @@ def test_a_paused_lane_shows_paused_only_while_it_holds_work_back():
     assert state(everything) == Look.PAUSED
 
 
+def test_quit_says_a_job_running_in_a_lane_paused_on_its_own_runs_again_once_resumed():
+    """Given back by the quit, the job waits for its lane's resume, not for the next
+    start: one running job is told as several are."""
+    net_paused = in_lanes(Lane("main"), Lane("net", FETCH, paused=True))
+    assert presenter.quit_label(net_paused) == \
+        "Quit (stops fetch_mail; it runs again once resumed)"
+    main_paused = in_lanes(Lane("main", paused=True), Lane("net", FETCH))
+    assert presenter.quit_label(main_paused) == \
+        "Quit (stops fetch_mail; it runs again at the next start)"
+
+
 def test_a_job_running_in_a_lane_alone_runs_the_icon():
     """A snapshot whose main is idle: `running` is the first lane's job."""
     snapshot = in_lanes(Lane("main"), Lane("net", FETCH))
