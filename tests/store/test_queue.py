@@ -265,7 +265,6 @@ def test_two_queues_in_many_threads_never_hand_one_job_to_two_owners(tmp_path):
     queues = [Queue(path), Queue(path)]
     claimed: list[tuple[str, str]] = []
     lock = threading.Lock()
-    running_lanes: set[str] = set()
     both_at_once: list[str] = []
 
     def worker(q: Queue, owner: str) -> None:
@@ -275,13 +274,13 @@ def test_two_queues_in_many_threads_never_hand_one_job_to_two_owners(tmp_path):
                 if not q.summary()["pending"]:
                     return
                 continue  # every lane with work is busy: look again
+            # Held: the file must say this one job of its lane is running, whatever
+            # the other threads claimed meanwhile.
+            running = q.jobs(State.RUNNING, lane=job.lane)
             with lock:
                 claimed.append((job.id, owner))
-                if job.lane in running_lanes:
+                if len(running) > 1:
                     both_at_once.append(job.lane)
-                running_lanes.add(job.lane)
-            with lock:  # before the completion: the lane is free from its commit on
-                running_lanes.discard(job.lane)
             assert q.complete(job.id, owner)
 
     threads = [threading.Thread(target=worker, args=(queues[i % 2], f"worker{i}"))
