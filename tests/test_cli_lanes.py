@@ -249,9 +249,11 @@ def test_add_puts_a_script_or_a_command_in_the_lane_given_else_main(home):
     assert not (home.jobs / "net").exists()  # no folder is needed, none is made
     longest = "n" * NAME_MAX
     assert job(home, add(home, "--lane", longest, "--", "true")).lane == longest
+    assert job(home, add(home, "--lane", "café", "--", "true")).lane == "café"
 
 
-BAD_NAMES = [".hidden", "a/b", "", "n" * (NAME_MAX + 1), "bell\x07", "new\nline", "del\x7f"]
+BAD_NAMES = [".hidden", "a/b", "", "n" * (NAME_MAX + 1), "bell\x07", "new\nline", "del\x7f",
+             "\U0001f600" * NAME_MAX]  # 100 characters, but 400 bytes: no folder's name
 
 
 def exit_code(capsys, *argv: str) -> tuple[int, str, str]:

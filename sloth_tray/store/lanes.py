@@ -9,6 +9,7 @@ Standard library only: `status` reads through this module.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
 
 MAIN = "main"  # drops straight into the jobs folder; every job before lanes
 NAME_MAX = 100  # characters in a lane's name (a folder's name)
+NAME_BYTES = 255  # and bytes: what a folder's name can hold on Linux (ext4, tmpfs)
 
 # The partial index's condition: a query uses the index only when it says this very
 # clause (SQLite does not reason that state = 'running' implies it).
@@ -80,8 +82,8 @@ def problem(name: str) -> str | None:
     is a folder's: one name, not hidden, printable."""
     if not name:
         return "a lane needs a name"
-    if len(name) > NAME_MAX:
-        return f"a lane's name is at most {NAME_MAX} characters"
+    if len(name) > NAME_MAX or len(os.fsencode(name)) > NAME_BYTES:
+        return f"a lane's name is at most {NAME_MAX} characters and {NAME_BYTES} bytes"
     if name.startswith(".") or "/" in name or "\\" in name:
         return f"{name!r} cannot name a lane: a lane is a folder in the jobs folder, " \
                "its name neither hidden (a leading dot) nor a path"
