@@ -194,6 +194,7 @@ def test_kill_9_with_two_lanes_running_reclaims_each_job_once_and_leaves_no_orph
         start_daemon(pids, home, tag, tmp_path / "second.log", "--lease", "1")
         wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in orphans.values()),
                  what="the killed app's runs to be stopped")
+        orphans.clear()  # gone: their pids may be someone else's from now on
         wait_for(lambda: all((tmp_path / f"pid_{lane}_2").exists() for lane in ids),
                  what="each lane's job to run again")
         hold.touch()
