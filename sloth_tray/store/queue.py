@@ -1088,7 +1088,8 @@ class Queue:
     def lane_counts(self) -> dict[str, dict[str, Any]]:
         """Per lane, as `status --json` has them (reads.summary's "lanes")."""
         with self._reading() as db:
-            return reads.summary(db, self.clock())["lanes"]
+            return lanes.counts(db, self.clock(), reads.paused(db),
+                                reads.not_waiting(reads.unmet(db)))
 
     def next_wakeup(self, unmet: frozenset[str] = frozenset(),
                     renewed: Collection[str] = ()) -> float | None:
