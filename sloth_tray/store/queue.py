@@ -92,6 +92,13 @@ def _in_lane(lane: str | None, skip: Collection[str] = ()) -> tuple[str, dict[st
     return sql, params
 
 
+def _refuse_a_bad_lane_name(name: str) -> None:
+    """SlothError with the sentence that says why `name` cannot name a lane."""
+    why = lanes.problem(name)
+    if why is not None:
+        raise SlothError(why)
+
+
 def _never_started(child: str | None) -> bool:
     """A run whose token was written at the claim, and whose process never was: the
     claim committed with the last job's outcome, and the daemon died before the spawn."""
@@ -236,8 +243,7 @@ class Queue:
         attempts_allowed = (self.max_attempts if max_attempts is None
                             else int(limits.ATTEMPTS.check(max_attempts)))
         delay = limits.DELAY.check(delay)
-        if lanes.problem(lane):
-            raise SlothError(lanes.problem(lane))
+        _refuse_a_bad_lane_name(lane)
         if job_id is not None and not VALID_ID.fullmatch(job_id):
             raise SlothError(f"{job_id!r} is not a job id (12 lowercase hex characters)")
         now = self.clock()
@@ -1030,8 +1036,8 @@ class Queue:
 
         `lane`: that lane only. With none, every lane: a pause holds lanes made later
         too, and a resume resumes every lane, those paused one by one as well."""
-        if lane is not None and lanes.problem(lane):
-            raise SlothError(lanes.problem(lane))
+        if lane is not None:
+            _refuse_a_bad_lane_name(lane)
         with self._transaction() as db:
             if lane is None:
                 self._set_whole_pause(db, paused)
@@ -1080,8 +1086,7 @@ class Queue:
         """A lane's folder was renamed: its jobs and its pause follow. Returns the
         jobs moved."""
         for name in (old, new):
-            if lanes.problem(name):
-                raise SlothError(lanes.problem(name))
+            _refuse_a_bad_lane_name(name)
         with self._transaction() as db:
             return lanes.rename(db, old, new)
 
