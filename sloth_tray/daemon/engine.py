@@ -613,7 +613,7 @@ class Engine:
     def _runs(self) -> tuple[RunningJob, ...]:
         """The jobs running now, main's first, then by lane."""
         runs = [work.running for work in self._working() if work.running is not None]
-        return tuple(sorted(runs, key=lambda run: (run.lane != lanes.MAIN, run.lane)))
+        return tuple(sorted(runs, key=lambda run: lanes.order(run.lane)))
 
     def _in_its_step(self, running: RunningJob) -> RunningJob:
         """The step it is in: a step's start or end rings wake()."""

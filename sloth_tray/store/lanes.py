@@ -112,13 +112,18 @@ def paused_lanes(db: sqlite3.Connection, whole_queue_paused: bool) -> set[str]:
     return {name for name in known(db) if is_paused(name, words, whole_queue_paused)}
 
 
+def order(name: str) -> tuple[bool, str]:
+    """The key lanes are shown in, everywhere: main first, then by name."""
+    return (name != MAIN, name)
+
+
 def known(db: sqlite3.Connection) -> list[str]:
     """Every lane the queue knows of: those with a row (a folder seen, a pause) and
     those with a live job, main always; sorted, main first."""
     names = {MAIN} | {row[0] for row in db.execute(
         f"SELECT name FROM lanes UNION SELECT lane FROM jobs INDEXED BY jobs_live_lane "
         f"WHERE {LIVE}")}
-    return sorted(names, key=lambda name: (name != MAIN, name))
+    return sorted(names, key=order)
 
 
 def note(db: sqlite3.Connection, name: str) -> None:

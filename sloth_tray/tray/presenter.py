@@ -29,7 +29,7 @@ from sloth_tray.daemon.snapshot import (
     WaitingJob,
 )
 from sloth_tray.jobs.overdue import OverdueJob
-from sloth_tray.store.lanes import MAIN
+from sloth_tray.store.lanes import MAIN, order
 from sloth_tray.store.states import Reason
 from sloth_tray.text import printable
 from sloth_tray.timefmt import format_duration
@@ -102,7 +102,7 @@ def running_jobs(snapshot: Snapshot) -> tuple[RunningJob, ...]:
     for job in (*((snapshot.running,) if snapshot.running else ()),
                 *(lane.running for lane in snapshot.lanes if lane.running)):
         found.setdefault(job.id, job)
-    return tuple(sorted(found.values(), key=lambda job: (job.lane != MAIN, job.lane)))
+    return tuple(sorted(found.values(), key=lambda job: order(job.lane)))
 
 
 def lanes_of(snapshot: Snapshot) -> tuple[Lane, ...]:
@@ -114,7 +114,7 @@ def lanes_of(snapshot: Snapshot) -> tuple[Lane, ...]:
         if lane.running is None:
             by_name[job.lane] = Lane(lane.name, job, lane.pending, lane.due_now, lane.failed,
                                      lane.paused)
-    return tuple(sorted(by_name.values(), key=lambda lane: (lane.name != MAIN, lane.name)))
+    return tuple(sorted(by_name.values(), key=lambda lane: order(lane.name)))
 
 
 def has_lanes(snapshot: Snapshot) -> bool:
