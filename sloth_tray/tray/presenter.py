@@ -140,8 +140,7 @@ def look(snapshot: Snapshot) -> Look:
     failed, overdue, running, paused. Paused: the whole queue, or a lane paused while
     it has work waiting (held_lanes)."""
     holds = {
-        Look.FAILED: bool(snapshot.failed_count or snapshot.problem
-                          or any(lane.failed for lane in snapshot.lanes)),
+        Look.FAILED: bool(snapshot.failed_count or snapshot.problem),  # (every lane's)
         Look.RUNNING: bool(running_jobs(snapshot)),
         Look.OVERDUE: bool(snapshot.overdue),
         Look.PAUSED: snapshot.paused or bool(held_lanes(snapshot)),

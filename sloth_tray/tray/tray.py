@@ -21,7 +21,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sloth_tray import autostart
-from sloth_tray.config import KEYS
 from sloth_tray.daemon.app import Daemon
 from sloth_tray.daemon.snapshot import FailedJob, Snapshot
 from sloth_tray.daemon.stopsignals import STOP_SIGNALS
@@ -78,10 +77,6 @@ def make_notifier(surface: Surface):
 class Tray:
     """The icon and its menu, in front of a running Daemon. presenter.Controls."""
 
-    # A lane done with a burst of jobs, followed only when the user asked to be told
-    # (notify_lane_emptied); None: not asked
-    _lane_bursts: LaneBursts | None = None
-
     def __init__(self, daemon: Daemon, *, notifications: bool = True,
                  surface: Surface | None = None,
                  opener: Callable[[Path], None] | None = None) -> None:
@@ -99,8 +94,8 @@ class Tray:
         self._clock = time.monotonic  # a burst's gap: never moved by a clock set back
         self.revealer: Callable[[Path], None] = self._reveal
         self._overdue_announced: set[tuple[str, float]] = set()  # (name, last success)
-        if self._setting("notify_lane_emptied"):
-            self._lane_bursts = LaneBursts()
+        # A lane done with a burst of jobs, followed only when the user asked to be told
+        self._lane_bursts = LaneBursts() if daemon.settings["notify_lane_emptied"] else None
         self._engine_thread = threading.Thread(target=self._run_engine, name="engine")
         self.surface.set_menu(self._menu_items)
 
@@ -306,12 +301,6 @@ class Tray:
 
     def open_logs(self) -> None:
         self.opener(self.home.logs)
-
-    def _setting(self, key: str) -> object:
-        """A setting of the daemon's (config.KEYS); its default when it has none."""
-        settings = getattr(self.daemon, "settings", None)
-        values = getattr(settings, "values", {})
-        return values.get(key, KEYS[key].default)
 
     def _app_location(self) -> dict:
         """Where this app lives (home, and the jobs folder and config when chosen),
