@@ -83,12 +83,16 @@ def check_opened(path: Path, info: os.stat_result) -> None:
         raise UnsafePath(f"{path} {why}; {REFUSED}")
 
 
-def _link_refusal(path: Path) -> UnsafePath:
+def link_target(path: Path) -> str:
+    """Where the link at `path` points, for a sentence; "somewhere else" if unreadable."""
     try:
-        target = os.readlink(path)
+        return os.readlink(path)
     except OSError:
-        target = "somewhere else"
-    return UnsafePath(f"{path} is a symbolic link (to {target}); {NOT_FOLLOWED}")
+        return "somewhere else"
+
+
+def _link_refusal(path: Path) -> UnsafePath:
+    return UnsafePath(f"{path} is a symbolic link (to {link_target(path)}); {NOT_FOLLOWED}")
 
 
 def refuse_if_link(path: Path) -> None:

@@ -112,13 +112,6 @@ def still(path: Path, info: os.stat_result) -> bool:
     return stat.S_ISDIR(now.st_mode) and folder_identity(now) == folder_identity(info)
 
 
-def readlink(path: Path) -> str:
-    try:
-        return os.readlink(path)
-    except OSError:
-        return "somewhere else"
-
-
 def jobs_going_along(moved: int) -> str:
     """What the log says of the jobs that follow a renamed lane."""
     if moved == 0:
@@ -420,7 +413,7 @@ class Inbox(FileSystemEventHandler):
         if why is None:
             return None
         if stat.S_ISLNK(info.st_mode):
-            return (f"the lane folder {path} is a symbolic link (to {readlink(path)}); "
+            return (f"the lane folder {path} is a symbolic link (to {safety.link_target(path)}); "
                     f"sloth-tray will not follow it or take jobs from it")
         return f"the lane folder {path} {why}; {NOT_USED} until that is put right"
 
