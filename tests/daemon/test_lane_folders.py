@@ -272,6 +272,22 @@ def test_a_removed_lane_folder_is_forgotten_once_it_has_no_jobs(home, queue, wat
     assert (tmp_path / "away" / "late.sh").exists()
 
 
+def test_a_lane_folder_removed_while_its_job_runs_lets_the_job_end_in_its_lane(
+        home, queue, watching, tmp_path, caplog):
+    watching()
+    (home.jobs / "net").mkdir()
+    move_in(home.jobs / "net", "sync.sh", tmp_path)
+    job = wait_for(taken(queue, "sync"), what="the drop into net")
+    assert queue.claim("me", lane="net").id == job.id  # it runs
+    (home.jobs / "net").rmdir()
+    wait_for(lambda: said(caplog, f"the lane folder {home.jobs / 'net'} is gone"),
+             what="the removal to be seen")
+    assert queue.lanes() == ["main", "net"], "a lane is listed while it has a job"
+    assert queue.complete(job.id, "me")
+    assert (queue.get(job.id).state, queue.get(job.id).lane) == (State.DONE, "net")
+    assert queue.lanes() == ["main"], "a lane whose folder went ends with its last job"
+
+
 def test_a_lane_folder_renamed_in_a_running_app_takes_its_jobs_along(home, tmp_path, pids):
     lane, ran = home.jobs / "net", tmp_path / "ran"
     lane.mkdir(mode=0o700)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import start_daemon, wait_for
+from conftest import run_sloth, start_daemon, wait_for
 
 from sloth_tray.store.queue import Queue, State
 
@@ -78,12 +78,18 @@ def test_two_lanes_run_side_by_side_and_one_lane_never_runs_two_at_once(home, tm
     assert main_start < net_end and net_start < main_end, "the lanes did not run side by side"
 
 
-def test_a_paused_lane_stays_paused_across_a_restart_while_others_run(home, tmp_path, pids):
+@pytest.mark.parametrize("typed", [False, True], ids=["set before the start",
+                                                      "typed while the app runs"])
+def test_a_paused_lane_stays_paused_across_a_restart_while_others_run(home, tmp_path, pids,
+                                                                      typed):
     effects, hold = tmp_path / "effects", tmp_path / "hold"
     hold.touch()
-    with Queue(home.db) as queue:
-        queue.set_paused(True, "net")
+    if not typed:
+        with Queue(home.db) as queue:
+            queue.set_paused(True, "net")
     daemon = start_daemon(pids, home)
+    if typed:
+        run_sloth(home, "pause", "net")
     held = queued(home, "fetch", timed(effects, "net", hold), "net")
     ran = queued(home, "tidy", timed(effects, "main", hold), "main")
     wait_for(lambda: states(home)[ran] == State.DONE, what="main's job to run")
@@ -95,8 +101,12 @@ def test_a_paused_lane_stays_paused_across_a_restart_while_others_run(home, tmp_
     assert states(home)[held] == State.PENDING, "a paused lane started a job"
     with Queue(home.db) as queue:
         assert queue.paused("net") and not queue.paused("main")
-        queue.set_paused(False, "net")
-    home.ring_doorbell()
+    if typed:
+        run_sloth(home, "resume", "net")
+    else:
+        with Queue(home.db) as queue:
+            queue.set_paused(False, "net")
+        home.ring_doorbell()
     wait_for(lambda: states(home)[held] == State.DONE, what="the resumed lane's job to run")
 
 
