@@ -41,7 +41,9 @@ class ClosedByUs(logging.Filter):
 
 
 CLOSED_BY_US = ClosedByUs()
-READER_LOG = "dbus_fast.aio.message_reader"  # where dbus-fast says a handler failed
+# Where dbus-fast says a handler failed: its reader, or the bus itself for a method
+# call's handler (whose reply is what meets the closed socket).
+HANDLER_LOGS = ("dbus_fast.aio.message_reader", "dbus_fast.message_bus")
 
 
 def describe(call: Callable[..., object]) -> str:
@@ -196,7 +198,8 @@ class BusLoop:
             self._stop_wanted = True  # also when the bus went away: nothing more to send
             for task in self._tasks:
                 task.cancel()
-            logging.getLogger(READER_LOG).addFilter(CLOSED_BY_US)  # the same one once
+            for name in HANDLER_LOGS:
+                logging.getLogger(name).addFilter(CLOSED_BY_US)  # the same one once
             bus.disconnect()  # the bus daemon drops every name we own
             # Until dbus-fast has seen the end of the stream and closed the socket.
             await asyncio.wait({gone}, timeout=5)
