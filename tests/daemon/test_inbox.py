@@ -209,7 +209,8 @@ def test_header_options_are_read_and_a_bad_header_fails_the_job_at_once(home, qu
     assert good.options["every"] == 3600 and good.not_before >= good.created_at + 30
     assert bad.state == State.FAILED
     assert "unknown option 'retries'" in bad.last_error and "bad.sh, line 2" in bad.last_error
-    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    said = wait_for(lambda: [r.getMessage() for r in caplog.records  # said after the push
+                             if r.levelname == "WARNING"], what="the app's log to say why")
     assert said == [f"failed bad ({bad.id}): {bad.last_error}"]  # the app's log says why
 
 
