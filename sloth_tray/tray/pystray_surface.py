@@ -71,6 +71,33 @@ def import_pystray() -> ModuleType:
     return pystray
 
 
+class NoNotifications:
+    """What pystray's GTK backends get in place of their own notifier, which asks the
+    session bus for org.freedesktop.Notifications synchronously, with no deadline of
+    its own, on the thread that is about to run the GTK loop: a Gio proxy made at
+    start (it asks the bus to start the service and waits for it: D-Bus's 25 s
+    activation timeout when the service never appears, as Plasma's does outside a
+    Plasma session, after which the icon's start fails and its setup thread is never
+    released) and a CloseNotification at the end. The app sends its notifications
+    itself, off the UI thread and with deadlines (notify.py): this one calls nothing."""
+
+    def notify(self, title: str, message: str, icon: str | None) -> None:
+        pass
+
+    def hide(self) -> None:
+        pass
+
+
+def without_pystray_notifications() -> None:
+    """Give pystray's GTK backends `NoNotifications` (a pystray laid out otherwise is
+    left as it is)."""
+    try:
+        from pystray._util import notify_dbus
+    except ImportError:
+        return
+    notify_dbus.Notifier = NoNotifications
+
+
 def guarded(action: Callable[[], None], label: str) -> Callable[[object, object], None]:
     """pystray's callback for a model action: two parameters, errors said as they are."""
 
@@ -98,9 +125,11 @@ class PystraySurface:
             from gi.repository import GLib
 
             GLib.set_prgname(APP_NAME)  # the window class, not "__main__.py"
+            without_pystray_notifications()
         self._build: MenuBuilder = tuple
         self._stop_signals = stop_signals
         self._quit: Callable[[], None] = self.stop
+        self._over = False  # run() has returned: a late setup must not start anything
         self.icon = pystray.Icon(APP_NAME, icon=render(Look.IDLE, ICON_PIXELS),
                                  title="sloth: starting", menu=pystray.Menu(self._items))
         self.has_default_action = bool(self.icon.HAS_DEFAULT_ACTION)
@@ -112,6 +141,8 @@ class PystraySurface:
         self._quit = on_signal or self.stop
 
         def setup(icon) -> None:  # on a thread of pystray's
+            if self._over:
+                return
             icon.visible = True
             ready()
 
@@ -119,9 +150,20 @@ class PystraySurface:
             try:
                 self.icon.run(setup=setup)
             except Exception as exc:
-                # pystray's GTK teardown asks the session's notification service to
-                # hide a notification and raises when there is no such service.
-                log.debug("tray teardown: %s", exc)
+                log.warning("the tray icon failed: %s", exc)
+            finally:
+                self._over = True
+                self._release_setup_thread()
+
+    def _release_setup_thread(self) -> None:
+        """pystray's setup thread is not a daemon and waits until the icon is marked
+        ready; an icon whose start failed before that would hold the app's exit for
+        good. Marked now, the thread finds `_over` and ends."""
+        thread = getattr(self.icon, "_setup_thread", None)
+        if thread is not None and thread.is_alive() and not getattr(self.icon, "_running",
+                                                                   True):
+            self.icon._mark_ready()
+            thread.join(timeout=5)
 
     def stop(self) -> None:
         self.post(self.icon.stop)
@@ -179,7 +221,10 @@ class PystraySurface:
         return None  # XEmbed, macOS and Windows give no token with a click
 
     def notify(self, title: str, message: str) -> None:
-        """pystray's own notification (always with a title: darwin's crashes without)."""
+        """pystray's own notification (always with a title: darwin's crashes without);
+        none from its GTK backends (see NoNotifications)."""
+        if self.name in ("gtk", "appindicator"):
+            raise RuntimeError("the GTK icon sends none of its own")
         self.icon.notify(message, title)
 
     def _items(self):
