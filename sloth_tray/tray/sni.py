@@ -71,6 +71,13 @@ ICON_SIZES = (16, 22, 24, 32, 48, 64)  # panels pick the nearest; none has to sc
 # row; staying registered for a check resets the count.
 REREGISTER_AT_MOST = 6
 CHECK_AFTER = 2.0  # seconds after registering: is the item still in the watcher's list?
+# A watcher that has not answered in this long is frozen (or never starts): the item
+# waits, at no cost, for the next watcher to take the name.
+WATCHER_TIMEOUT = 10.0
+# How long the start waits for the registration's answer (a live watcher answers in
+# milliseconds: the item is registered before the jobs start); past it, the jobs start
+# and the registration goes on waiting on its own.
+REGISTER_BEFORE_READY = 0.5
 TOKEN_FRESH_FOR = 10.0  # seconds an activation token from a click stays usable
 STARTING = Appearance(Look.IDLE, "sloth: starting")
 
@@ -354,16 +361,25 @@ class SniSurface:
         await add_match(bus, name_owner_rule(WATCHER_NAME))
         await add_match(bus, f"type='signal',interface='{WATCHER_NAME}',"
                              f"member='StatusNotifierItemUnregistered'")
-        await self._register()
+        # Not awaited for long: a watcher that hangs must hold up neither the jobs nor
+        # a quit.
+        registering = asyncio.ensure_future(self._register())
+        self._loop.spawn(registering)
+        await asyncio.wait({registering}, timeout=REGISTER_BEFORE_READY)
 
     async def _register(self) -> None:
         assert self._bus is not None
         try:
             await call(self._bus, WATCHER_NAME, WATCHER_PATH, WATCHER_NAME,
-                       "RegisterStatusNotifierItem", "s", [ITEM_PATH])
+                       "RegisterStatusNotifierItem", "s", [ITEM_PATH],
+                       timeout=WATCHER_TIMEOUT)
         except DBusError as exc:
             log.info("no panel shows the tray icon yet (%s: %s); it appears when one starts",
                      WATCHER_NAME, exc.text or exc.type)
+            return
+        except TimeoutError:
+            log.warning("no panel shows the tray icon yet (%s did not answer in %g s); it "
+                        "appears when a panel starts", WATCHER_NAME, WATCHER_TIMEOUT)
             return
         log.debug("tray icon %s%s registered with %s", self.bus_name, ITEM_PATH, WATCHER_NAME)
         self._later(CHECK_AFTER, self._check_registered)
@@ -374,8 +390,9 @@ class SniSurface:
         assert self._bus is not None
         try:
             [listed] = await call(self._bus, WATCHER_NAME, WATCHER_PATH, PROPERTIES, "Get",
-                                  "ss", [WATCHER_NAME, "RegisteredStatusNotifierItems"])
-        except DBusError:
+                                  "ss", [WATCHER_NAME, "RegisteredStatusNotifierItems"],
+                                  timeout=WATCHER_TIMEOUT)
+        except (DBusError, TimeoutError):
             return  # the watcher is gone: the next one's arrival registers the item
         if any(self._is_me(entry) for entry in listed.value):
             self._retold = 0
