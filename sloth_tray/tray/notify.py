@@ -30,6 +30,9 @@ APP_NAME = "sloth-tray"
 SERVICE = "org.freedesktop.Notifications"
 SERVICE_PATH = "/org/freedesktop/Notifications"
 CALL_TIMEOUT = 10.0  # a server that does not answer in this long is taken as absent
+# A server that did not answer (or died mid-call) is not asked again for this long: the
+# notifications meanwhile go to the log, each at no cost; the next one after it asks.
+ASK_AGAIN_AFTER = 60.0
 REMEMBERED = 64  # notifications whose buttons may still be clicked; older ones are forgotten
 URGENCY_NORMAL = 1
 # A notification updated in place is sent again at most this often, with the newest
@@ -44,6 +47,11 @@ OnClosed = Callable[[], None]
 
 _NO_SERVER_ERRORS = ("org.freedesktop.DBus.Error.ServiceUnknown",
                      "org.freedesktop.DBus.Error.NameHasNoOwner")
+# The bus's word for a server that never answered: its start timed out (an activatable
+# service that never appears), or it left the bus with our call pending.
+_NO_ANSWER_ERRORS = ("org.freedesktop.DBus.Error.TimedOut",
+                     "org.freedesktop.DBus.Error.Timeout",
+                     "org.freedesktop.DBus.Error.NoReply")
 
 
 class Notifies(Protocol):
@@ -94,6 +102,7 @@ class Notifier:
         self._wanted: dict[str, tuple] = {}  # the newest text of each key, not yet sent
         self._due: set[str] = set()  # keys with a send on its way (it takes the newest)
         self._sent_at: OrderedDict[str, float] = OrderedDict()  # loop time, per key
+        self._quiet_until = float("-inf")  # loop time: no server is asked before it
         self._ids: OrderedDict[str, int] = OrderedDict()  # key -> the server's id, while up
         self._keys: dict[int, str] = {}  # and back
         self._on_closed: dict[str, OnClosed] = {}
@@ -200,6 +209,9 @@ class Notifier:
             _forget_oldest(self._sent_at)
             title, body, actions, on_action, on_closed = wanted
             delivered = False
+            if asyncio.get_running_loop().time() < self._quiet_until:
+                _to_log(title, body)  # the server did not answer a moment ago
+                return
             try:
                 delivered = await self._deliver(key, title, body, actions, on_action,
                                                 on_closed)
@@ -209,10 +221,12 @@ class Notifier:
             except _Refused as exc:
                 self._say_once("refused", f"the desktop's notification service refused a "
                                f"notification ({exc}); refused ones go to this log")
-            except TimeoutError:
+            except (TimeoutError, _NoAnswer) as exc:
+                self._quiet_until = asyncio.get_running_loop().time() + ASK_AGAIN_AFTER
+                why = str(exc) or f"no reply in {CALL_TIMEOUT:g} s"
                 self._say_once("timeout", "the desktop's notification service did not "
-                               f"answer within {CALL_TIMEOUT:g} s; unanswered notifications "
-                               "go to this log")
+                               f"answer ({why}); notifications go to this log, and it is "
+                               f"asked again after {ASK_AGAIN_AFTER:g} s")
             except Exception as exc:  # the connection broke mid-call, a malformed reply
                 self._forget_bus()
                 self._say_once("failed", f"a desktop notification failed ({_describe(exc)}); "
@@ -408,6 +422,10 @@ class _NoServer(_Refused):
     """Nobody owns the name and nothing on the bus can be started to own it."""
 
 
+class _NoAnswer(Exception):
+    """The bus says the server never answered: it did not start in time, or died."""
+
+
 async def _call(bus: Any, destination: str, path: str, interface: str, member: str,
                 signature: str, body: list[Any]) -> list[Any]:
     """A method call's reply body, with a deadline. Raises _NoServer or _Refused for an
@@ -420,6 +438,8 @@ async def _call(bus: Any, destination: str, path: str, interface: str, member: s
         return await call(bus, destination, path, interface, member, signature, body,
                           timeout=CALL_TIMEOUT)
     except DBusError as exc:
+        if exc.type in _NO_ANSWER_ERRORS:
+            raise _NoAnswer(exc.text or exc.type) from None
         refusal = _NoServer if exc.type in _NO_SERVER_ERRORS else _Refused
         raise refusal(exc.text or exc.type) from None
 

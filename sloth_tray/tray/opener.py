@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,14 @@ FILE_MANAGER_PATH = "/org/freedesktop/FileManager1"
 CALL_TIMEOUT = 20.0
 NOT_RUNNING = ("org.freedesktop.DBus.Error.ServiceUnknown",
                "org.freedesktop.DBus.Error.NameHasNoOwner")
+# The bus's word for a service that never answered: it did not start in time (an
+# activatable one that never appears), or it left with the call pending.
+NO_ANSWER = ("org.freedesktop.DBus.Error.TimedOut", "org.freedesktop.DBus.Error.Timeout",
+             "org.freedesktop.DBus.Error.NoReply")
+# A service that did not answer is passed over for this long (what is opened meanwhile
+# goes to the next way at once); the first open after it asks it again.
+ASK_AGAIN_AFTER = 60.0
+_unanswered: dict[str, float] = {}  # bus name -> time.monotonic() it may be asked again
 BOTH_SERVICES = "the desktop portal and the file manager"
 # A program that cannot open the path says so at once (no handler, no display); one still
 # running after this long has opened it: some stay until the app they started quits.
@@ -64,6 +73,12 @@ def open_path(path: str | os.PathLike[str], notifier: Notifies | None = None, *,
     work happens on a thread of its own. Never raises. `activation_token`: the one the
     tray host gave for the click, if any."""
     _in_background(open_now, path, notifier, activation_token)
+
+
+def reveal_path(path: str | os.PathLike[str], notifier: Notifies | None = None, *,
+                activation_token: str | None = None) -> None:
+    """Show a file in its folder, as `reveal_now` does, on a thread of its own."""
+    _in_background(reveal_now, path, notifier, activation_token)
 
 
 def open_now(path: str | os.PathLike[str], notifier: Notifies | None = None, *,
@@ -253,20 +268,34 @@ async def _ask_desktop(target: Path, *, reveal: bool, token: str | None, tried: 
         log.debug("no session bus to open %s: %s", target, _describe(exc))
         tried.fail(BOTH_SERVICES, "no session bus")
         return ""
-    ways = [("portal", "the desktop portal", _portal)]
+    ways = [("portal", "the desktop portal", PORTAL, _portal)]
     if reveal or target.is_dir():  # it shows a file in its folder, never opens one
-        ways.append(("file-manager", "the file manager", _file_manager))
+        ways.append(("file-manager", "the file manager", FILE_MANAGER, _file_manager))
     try:
-        for way, who, ask in ways:
+        for way, who, name, ask in ways:
+            if _unanswered.get(name, float("-inf")) > time.monotonic():
+                tried.fail(who, "did not answer a moment ago")
+                continue
             try:
                 await ask(bus, target, reveal, token)
                 return way
             except Exception as exc:
+                if _no_answer(exc):
+                    log.warning("%s did not answer (%s); asked again after %g s", name,
+                                _dbus_failure(exc), ASK_AGAIN_AFTER)
+                    _unanswered[name] = time.monotonic() + ASK_AGAIN_AFTER
                 log.debug("%s could not open %s: %s", way, target, _describe(exc))
                 tried.fail(who, _dbus_failure(exc))
         return ""
     finally:
         bus.disconnect()
+
+
+def _no_answer(exc: Exception) -> bool:
+    from dbus_fast import DBusError
+
+    return isinstance(exc, TimeoutError) or (isinstance(exc, DBusError)
+                                             and exc.type in NO_ANSWER)
 
 
 def _dbus_failure(exc: Exception) -> str:

@@ -203,10 +203,12 @@ class Tray:
             self.opener(self.home.jobs)
 
     def _reveal(self, path: Path) -> None:
-        """Selected in its folder, never opened: opening a script may run it."""
-        from sloth_tray.tray.opener import reveal_now
+        """Selected in its folder, never opened: opening a script may run it. On a
+        thread of its own: a menu's click runs this on the surface's thread, and the
+        portal or the file manager may take their deadline to answer."""
+        from sloth_tray.tray.opener import reveal_path
 
-        reveal_now(path, notifier=self.notifier)  # the action's own thread may wait
+        reveal_path(path, notifier=self.notifier)
 
     def _announce_overdue(self, job: OverdueJob) -> None:
         """Once per overdue spell: again only after a success and a new delay."""
@@ -322,5 +324,8 @@ class Tray:
         self.surface.menu_changed()
 
     def quit(self) -> None:
-        """Clean: the engine stops, a running job's lease is released, then the icon goes."""
+        """Clean: the engine stops, a running job's lease is released, then the icon goes
+        (at once when the engine never started: nothing else would end the surface)."""
         self.engine.stop()
+        if self._engine_thread.ident is None:
+            self.surface.stop()
