@@ -216,7 +216,7 @@ def test_wait_exits_1_and_says_which_failed(home, tmp_path):
     done = sloth(home, "wait", good, bad, gone, check=False)
     assert done.returncode == 1
     assert done.stdout.splitlines() == [f"done      good ({good})",
-                                        f"failed    bad ({bad}): broken",
+                                        f"failed    bad ({bad}): exit status 3: broken",
                                         f"cancelled never ({gone})"]
     assert done.stderr == (f"sloth-tray: 2 of 3 jobs did not end done: bad ({bad}) failed, "
                            f"never ({gone}) was cancelled\n")

@@ -73,11 +73,11 @@ def claimed(home, lane: str):
 
 
 def failed_in(home, lane: str, name: str) -> str:
-    """A job of `lane` that failed for good (one attempt, exit code 1)."""
+    """A job of `lane` that failed for good (one attempt, exit status 1)."""
     with Queue(home.ensure().db) as queue:
         job_id = queue.push(name, max_attempts=1, lane=lane)
         assert queue.claim("me", lane=lane).id == job_id
-        assert queue.fail(job_id, "me", "exit code 1") == State.FAILED
+        assert queue.fail(job_id, "me", "exit status 1") == State.FAILED
     return job_id
 
 
@@ -361,8 +361,8 @@ def test_wait_lane_waits_for_the_lanes_jobs_and_those_that_join_and_fails_if_one
     # Each look at the jobs begins with the lane's: once gate's end is told, fetch is in.
     assert line_of(waiting) == f"done      echo gate ({gate})\n"
     late = add(home, "--lane", "net", "--", "echo", "late")  # joins while it waits
-    finish(home, "net", fetch, "exit code 1")
-    assert line_of(waiting) == f"failed    echo fetch ({fetch}): exit code 1\n"
+    finish(home, "net", fetch, "exit status 1")
+    assert line_of(waiting) == f"failed    echo fetch ({fetch}): exit status 1\n"
     assert waiting.poll() is None  # late is still to come
     finish(home, "net", late)
     out, err = waiting.communicate(timeout=30)
