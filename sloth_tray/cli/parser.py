@@ -35,13 +35,11 @@ class Parser(argparse.ArgumentParser):
         """A choice mistyped (a command, a --state) gets the nearest one: `did you mean
         status?`."""
         if action.choices is not None and value not in action.choices:
-            import difflib  # here: only a mistake needs it
+            from sloth_tray.nearest import did_you_mean  # here: only a mistake needs it
 
-            choices = [str(choice) for choice in action.choices]
-            near = difflib.get_close_matches(str(value), choices, n=1)
+            near = did_you_mean(str(value), action.choices)
             if near:
-                raise argparse.ArgumentError(
-                    action, f"invalid choice: {value!r}; did you mean {near[0]}?")
+                raise argparse.ArgumentError(action, f"invalid choice: {value!r}{near}")
         super()._check_value(action, value)
 
     def parse_known_args(self, args=None, namespace=None):
