@@ -200,13 +200,57 @@ def test_pause_and_resume_one_lane_leave_the_others_running(home):
     assert sloth(home, "resume", "net").stdout.startswith("lane net was not paused")
 
 
-def test_a_lane_paused_before_it_has_a_job_or_folder_starts_paused(home):
+def lanes_known(home) -> list[str]:
+    with Queue(home.db) as queue:
+        return queue.lanes()
+
+
+@pytest.mark.parametrize("verb", ["pause", "resume"])
+def test_a_lane_no_folder_and_no_job_has_is_refused_with_the_nearest(home, verb):
+    push(home, "fetch", "net")
+    rung(home)
+    done = sloth(home, verb, "nte", code=2)
+    assert done.stdout == "" and done.stderr.count("\n") == 1
+    assert done.stderr.startswith(f"sloth-tray {verb}: no folder and no job has a lane "
+                                  "'nte'; did you mean net?")
+    if verb == "pause":  # how to pause a lane before its first job
+        assert f"make its folder first (mkdir {home.jobs / 'nte'})" in done.stderr
+    assert lanes_known(home) == ["main", "net"] and paused(home, "nte") == [False]
+    assert not rung(home)
+    far = sloth(home, verb, "photos", code=2).stderr
+    assert "did you mean" not in far and "'photos'" in far
+
+
+def test_a_lane_paused_ahead_of_its_jobs_is_the_folder_made_first(home):
     push(home, "tidy", "main")
+    (home.jobs / "later").mkdir(parents=True)
     said = sloth(home, "pause", "later").stdout
-    assert said.endswith("(no job or folder has that lane yet: it starts paused)\n")
+    assert said.startswith("lane later paused:")
     fetch = add(home, "--lane", "later", "--", "echo", "fetch")
     with Queue(home.db) as queue:
         assert queue.claim("me", lane="later") is None and queue.get(fetch).lane == "later"
+
+
+def test_a_lane_only_a_pause_made_is_gone_once_resumed(home):
+    """A pause an older version took for a lane nothing has: its resume ends it."""
+    push(home, "tidy", "main")
+    with Queue(home.db) as queue:
+        queue.set_paused(True, "ghost")
+    assert lanes_known(home) == ["main", "ghost"]
+    assert sloth(home, "resume", "ghost").stdout.startswith("lane ghost resumed")
+    assert lanes_known(home) == ["main"]
+
+
+@pytest.mark.parametrize("verb", ["pause", "resume"])
+def test_pause_and_resume_take_the_lane_as_every_command_spells_it(home, verb):
+    push(home, "fetch", "net")
+    if verb == "resume":
+        sloth(home, "pause", "net")
+    said = sloth(home, verb, "--lane", "net").stdout
+    assert said.startswith(f"lane net {verb}d")
+    assert paused(home, "net", "main", None) == [verb == "pause", False, False]
+    both = sloth(home, verb, "main", "--lane", "net", code=2).stderr
+    assert both.count("\n") == 1 and "not both" in both
 
 
 def test_pause_everything_then_resume_one_lane_keeps_the_others_paused(home):

@@ -89,6 +89,12 @@ def lane_name(text: str) -> str:
     return text
 
 
+def lane_option(parser: argparse.ArgumentParser) -> None:
+    """`--lane NAME` beside a LANE argument: the lane as every other command spells it."""
+    parser.add_argument("--lane", dest="lane_option", type=lane_name, metavar="NAME",
+                        help="the same as LANE")
+
+
 def json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -158,11 +164,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = add("pause", "start no new job until resume, in every lane or in LANE only, in "
                      "this and every later start (a running job finishes)")
     p.add_argument("lane", nargs="?", type=lane_name, metavar="LANE",
-                   help="only this lane (default: every lane, and lanes made later)")
+                   help="only this lane, one a folder or a job has (default: every lane, "
+                        "and lanes made later)")
+    lane_option(p)
     p = add("resume", "start due jobs again after a pause, in every lane or in LANE only")
     p.add_argument("lane", nargs="?", type=lane_name, metavar="LANE",
                    help="only this lane; the others stay as they are (default: every "
                         "lane, those paused on their own too)")
+    lane_option(p)
     p = add("add", "queue a script (a copy of it: later edits change nothing), or a "
                    "command: add -- COMMAND [ARG...]")
     p.add_argument("path", nargs="?", help="the script")
