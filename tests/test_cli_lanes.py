@@ -296,6 +296,26 @@ def test_add_puts_a_script_or_a_command_in_the_lane_given_else_main(home):
     assert job(home, add(home, "--lane", "café", "--", "true")).lane == "café"
 
 
+def test_add_to_a_paused_queue_or_lane_says_on_stderr_how_it_starts(home):
+    """stdout stays the id alone (`id=$(sloth-tray add ...)`); the note is on stderr."""
+    quiet = sloth(home, "add", script(home))
+    assert quiet.stderr == "" and quiet.stdout == f"{quiet.stdout.strip()}\n"
+    (home.jobs / "my photos").mkdir()
+    sloth(home, "pause", "my photos")
+    held = sloth(home, "add", script(home), "--lane", "my photos")
+    assert held.stdout == f"{held.stdout.strip()}\n" and job(home, held.stdout.strip())
+    assert held.stderr == ("sloth-tray: lane my photos is paused: the job starts after "
+                           "`sloth-tray resume 'my photos'`\n")
+    assert sloth(home, "add", script(home)).stderr == ""  # main is not paused
+    sloth(home, "pause")
+    for lane in ("main", "my photos"):  # one resume lifts both pauses
+        said = sloth(home, "add", "--lane", lane, "--", "true")
+        assert said.stderr == ("sloth-tray: the queue is paused: the job starts after "
+                               "`sloth-tray resume`\n")
+    sloth(home, "resume", "main")  # the whole queue paused, main resumed on its own
+    assert sloth(home, "add", "--", "true").stderr == ""
+
+
 BAD_NAMES = [".hidden", "a/b", "", "n" * (NAME_MAX + 1), "bell\x07", "new\nline", "del\x7f",
              "\U0001f600" * NAME_MAX]  # 100 characters, but 400 bytes: no folder's name
 

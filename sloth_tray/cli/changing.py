@@ -322,5 +322,21 @@ def cmd_add(args: argparse.Namespace, home: Home) -> int:
         job_id = spool.add(sound_home(home), Path(args.path), **options)
     home.ring_doorbell()
     print(job_id)
+    _say_if_held(home, args.lane or "main")
     return 0
+
+
+def _say_if_held(home: Home, lane: str) -> None:
+    """A job added where a pause holds it: the resume that starts it, on stderr (stdout
+    is the id alone, for `id=$(sloth-tray add ...)`), as `work` says its pause."""
+    with open_queue(home) as queue:
+        if not queue.paused(lane):
+            return
+        whole = queue.paused()
+    if whole:  # `resume` lifts the lane's own pause too
+        print("sloth-tray: the queue is paused: the job starts after `sloth-tray resume`",
+              file=sys.stderr)
+    else:
+        print(f"sloth-tray: lane {printable(lane)} is paused: the job starts after "
+              f"`sloth-tray resume {_quoted(lane)}`", file=sys.stderr)
 
