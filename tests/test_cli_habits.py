@@ -333,7 +333,7 @@ def test_status_names_the_running_job_and_the_next_due(home, tmp_path, pids):
     lines = sloth(home, "status").stdout.splitlines()
     assert any(line.startswith("running now") and f"  busy ({running}), started " in line
                for line in lines), lines
-    assert any(line.split()[:3] == ["next", "tidy", f"({upcoming}),"] and "due in 59m" in line
+    assert any(line.split()[:3] == ["next", "tidy", f"({upcoming}),"] and "due in 1h" in line
                for line in lines), lines
     (tmp_path / "go-busy").touch()
 
