@@ -180,7 +180,8 @@ _TOML_LINE = re.compile(r"\(at line ([0-9]+), column [0-9]+\)")
 
 def _unquoted(path: Path, text: str, exc: Exception) -> str | None:
     """The sentence for the common mistake TOML only calls a syntax error: a duration
-    or a size not in quotes, on the line the TOML error names; None for any other."""
+    or a size not in quotes (one its key takes once quoted), on the line the TOML error
+    names; None for any other."""
     where = getattr(exc, "lineno", None)  # Python 3.14; before, only in its message
     if where is None:
         found = _TOML_LINE.search(str(exc))
@@ -192,6 +193,9 @@ def _unquoted(path: Path, text: str, exc: Exception) -> str | None:
     if bare is None:
         return None
     key, value = bare.groups()
+    limit = KEYS[key].limit if key in KEYS else None
+    if limit is None or not limit.well_formed(value):  # quotes would not mend it
+        return None
     return (f'{path}, line {where}: {key} = {value} needs quotes in TOML: write '
             f'{key} = "{value}"')
 

@@ -52,6 +52,8 @@ def test_no_file_means_defaults(tmp_path):
     ('log_cap = 10MiB  # per run\n', 'line 1: log_cap = 10MiB needs quotes in TOML: write '
                                      'log_cap = "10MiB"'),
     ("timeout = 1.5h\n", 'line 1: timeout = 1.5h needs quotes in TOML: write timeout = "1.5h"'),
+    ("lease = 10x\n", "is not valid TOML: Expected newline"),  # quotes would not mend it
+    ("lease_time = 60s\n", "is not valid TOML: Expected newline"),  # nor a key never known
 ])
 def test_a_bad_file_is_one_sentence_with_the_file_line_and_key(tmp_path, text, message):
     path = write(tmp_path, text)
