@@ -150,15 +150,18 @@ def _read(path: Path, texts: dict[str, str] | None = None) -> dict[str, Any]:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise SlothError(f"{path} is not valid TOML: {exc}") from None
+        raise SlothError(_unquoted(path, text, exc) or f"{path} is not valid TOML: {exc}") \
+            from None
     except ValueError:  # an integer of thousands of digits, which Python refuses to read
         raise SlothError(_overlong_number(path, text)) from None
     parsed = {}
     for key, value in data.items():
         line = _line_of(text, key)
         if key not in KEYS:
-            raise SlothError(f"{path}, line {line}: unknown setting {key!r} "
-                             f"(known: {', '.join(KEYS)})")
+            from sloth_tray.nearest import did_you_mean  # here: only a mistake needs it
+
+            raise SlothError(f"{path}, line {line}: unknown setting {key!r}"
+                             f"{did_you_mean(key, KEYS)} (known: {', '.join(KEYS)})")
         try:
             parsed[key] = KEYS[key].parse(value)
         except ValueError as exc:
@@ -167,6 +170,34 @@ def _read(path: Path, texts: dict[str, str] | None = None) -> dict[str, Any]:
             texts[key] = value.strip() if isinstance(value, str) else \
                 value_text(key, parsed[key])
     return parsed
+
+
+# `timeout = 30m`: a duration or a size written bare, as a header or a flag takes it.
+_BARE_AMOUNT = re.compile(r"""\s*["']?([A-Za-z0-9_-]+)["']?\s*=\s*([0-9][0-9_.]*[A-Za-z]+)"""
+                          r"\s*(?:#.*)?")
+_TOML_LINE = re.compile(r"\(at line ([0-9]+), column [0-9]+\)")
+
+
+def _unquoted(path: Path, text: str, exc: Exception) -> str | None:
+    """The sentence for the common mistake TOML only calls a syntax error: a duration
+    or a size not in quotes (one its key takes once quoted), on the line the TOML error
+    names; None for any other."""
+    where = getattr(exc, "lineno", None)  # Python 3.14; before, only in its message
+    if where is None:
+        found = _TOML_LINE.search(str(exc))
+        where = int(found.group(1)) if found else None
+    lines = text.splitlines()
+    if where is None or not 1 <= where <= len(lines):
+        return None
+    bare = _BARE_AMOUNT.fullmatch(lines[where - 1])
+    if bare is None:
+        return None
+    key, value = bare.groups()
+    limit = KEYS[key].limit if key in KEYS else None
+    if limit is None or not limit.well_formed(value):  # quotes would not mend it
+        return None
+    return (f'{path}, line {where}: {key} = {value} needs quotes in TOML: write '
+            f'{key} = "{value}"')
 
 
 def _overlong_number(path: Path, text: str) -> str:

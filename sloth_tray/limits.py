@@ -103,6 +103,11 @@ class Limit(namedtuple("Limit", ["key", "kind", "low", "high", "low_open", "note
             raise ValueError(self.accepted)
         return number
 
+    def well_formed(self, text: str) -> bool:
+        """Whether `text` is written as a value of this kind is (`90s`, `10MiB`), whatever
+        its range."""
+        return self._number(text) is not None
+
     def check(self, value: object, where: str | None = None) -> int | float:
         """`convert`, refusing with SlothError: one sentence naming `where` and the key."""
         try:

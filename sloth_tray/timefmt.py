@@ -23,17 +23,28 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
+def nearest_whole(number: float) -> int:
+    """Half up, as a person rounds (round() takes 0.5 to 0 and 2.5 to 2)."""
+    return math.floor(number + 0.5)
+
+
 def format_duration(seconds: float) -> str:
-    """Compact and rounded down to what a person cares about: 42s, 4m, 1h5m, 3d."""
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m"
-    if seconds < 86400:
-        hours, minutes = divmod(seconds // 60, 60)
+    """Compact, to the nearest of the unit shown: 42s, 4m, 1h5m, 3d. Never rounded down:
+    an hour's wait read a moment later is 1h, not 59m (59.5s is 1m, 59m30s is 1h)."""
+    if math.isnan(seconds):
+        return "an unknown time"
+    if seconds == math.inf:
+        return "forever"
+    seconds = max(0.0, seconds)
+    if nearest_whole(seconds) < 60:
+        return f"{nearest_whole(seconds)}s"
+    minutes = nearest_whole(seconds / 60)
+    if minutes < 60:
+        return f"{minutes}m"
+    if minutes < 24 * 60:
+        hours, minutes = divmod(minutes, 60)
         return f"{hours}h{minutes}m" if minutes else f"{hours}h"
-    return f"{seconds // 86400}d"
+    return f"{nearest_whole(seconds / 86400)}d"
 
 
 def relative(moment: float, now: float) -> str:

@@ -216,7 +216,7 @@ def test_wait_exits_1_and_says_which_failed(home, tmp_path):
     done = sloth(home, "wait", good, bad, gone, check=False)
     assert done.returncode == 1
     assert done.stdout.splitlines() == [f"done      good ({good})",
-                                        f"failed    bad ({bad}): broken",
+                                        f"failed    bad ({bad}): exit status 3: broken",
                                         f"cancelled never ({gone})"]
     assert done.stderr == (f"sloth-tray: 2 of 3 jobs did not end done: bad ({bad}) failed, "
                            f"never ({gone}) was cancelled\n")
@@ -333,7 +333,7 @@ def test_status_names_the_running_job_and_the_next_due(home, tmp_path, pids):
     lines = sloth(home, "status").stdout.splitlines()
     assert any(line.startswith("running now") and f"  busy ({running}), started " in line
                for line in lines), lines
-    assert any(line.split()[:3] == ["next", "tidy", f"({upcoming}),"] and "due in 59m" in line
+    assert any(line.split()[:3] == ["next", "tidy", f"({upcoming}),"] and "due in 1h" in line
                for line in lines), lines
     (tmp_path / "go-busy").touch()
 

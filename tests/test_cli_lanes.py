@@ -73,11 +73,11 @@ def claimed(home, lane: str):
 
 
 def failed_in(home, lane: str, name: str) -> str:
-    """A job of `lane` that failed for good (one attempt, exit code 1)."""
+    """A job of `lane` that failed for good (one attempt, exit status 1)."""
     with Queue(home.ensure().db) as queue:
         job_id = queue.push(name, max_attempts=1, lane=lane)
         assert queue.claim("me", lane=lane).id == job_id
-        assert queue.fail(job_id, "me", "exit code 1") == State.FAILED
+        assert queue.fail(job_id, "me", "exit status 1") == State.FAILED
     return job_id
 
 
@@ -200,13 +200,57 @@ def test_pause_and_resume_one_lane_leave_the_others_running(home):
     assert sloth(home, "resume", "net").stdout.startswith("lane net was not paused")
 
 
-def test_a_lane_paused_before_it_has_a_job_or_folder_starts_paused(home):
+def lanes_known(home) -> list[str]:
+    with Queue(home.db) as queue:
+        return queue.lanes()
+
+
+@pytest.mark.parametrize("verb", ["pause", "resume"])
+def test_a_lane_no_folder_and_no_job_has_is_refused_with_the_nearest(home, verb):
+    push(home, "fetch", "net")
+    rung(home)
+    done = sloth(home, verb, "nte", code=2)
+    assert done.stdout == "" and done.stderr.count("\n") == 1
+    assert done.stderr.startswith(f"sloth-tray {verb}: no folder and no job has a lane "
+                                  "'nte'; did you mean net?")
+    if verb == "pause":  # how to pause a lane before its first job
+        assert f"make its folder first (mkdir {home.jobs / 'nte'})" in done.stderr
+    assert lanes_known(home) == ["main", "net"] and paused(home, "nte") == [False]
+    assert not rung(home)
+    far = sloth(home, verb, "photos", code=2).stderr
+    assert "did you mean" not in far and "'photos'" in far
+
+
+def test_a_lane_paused_ahead_of_its_jobs_is_the_folder_made_first(home):
     push(home, "tidy", "main")
+    (home.jobs / "later").mkdir(parents=True)
     said = sloth(home, "pause", "later").stdout
-    assert said.endswith("(no job or folder has that lane yet: it starts paused)\n")
+    assert said.startswith("lane later paused:")
     fetch = add(home, "--lane", "later", "--", "echo", "fetch")
     with Queue(home.db) as queue:
         assert queue.claim("me", lane="later") is None and queue.get(fetch).lane == "later"
+
+
+def test_a_lane_only_a_pause_made_is_gone_once_resumed(home):
+    """A pause an older version took for a lane nothing has: its resume ends it."""
+    push(home, "tidy", "main")
+    with Queue(home.db) as queue:
+        queue.set_paused(True, "ghost")
+    assert lanes_known(home) == ["main", "ghost"]
+    assert sloth(home, "resume", "ghost").stdout.startswith("lane ghost resumed")
+    assert lanes_known(home) == ["main"]
+
+
+@pytest.mark.parametrize("verb", ["pause", "resume"])
+def test_pause_and_resume_take_the_lane_as_every_command_spells_it(home, verb):
+    push(home, "fetch", "net")
+    if verb == "resume":
+        sloth(home, "pause", "net")
+    said = sloth(home, verb, "--lane", "net").stdout
+    assert said.startswith(f"lane net {verb}d")
+    assert paused(home, "net", "main", None) == [verb == "pause", False, False]
+    both = sloth(home, verb, "main", "--lane", "net", code=2).stderr
+    assert both.count("\n") == 1 and "not both" in both
 
 
 def test_pause_everything_then_resume_one_lane_keeps_the_others_paused(home):
@@ -250,6 +294,26 @@ def test_add_puts_a_script_or_a_command_in_the_lane_given_else_main(home):
     longest = "n" * NAME_MAX
     assert job(home, add(home, "--lane", longest, "--", "true")).lane == longest
     assert job(home, add(home, "--lane", "café", "--", "true")).lane == "café"
+
+
+def test_add_to_a_paused_queue_or_lane_says_on_stderr_how_it_starts(home):
+    """stdout stays the id alone (`id=$(sloth-tray add ...)`); the note is on stderr."""
+    quiet = sloth(home, "add", script(home))
+    assert quiet.stderr == "" and quiet.stdout == f"{quiet.stdout.strip()}\n"
+    (home.jobs / "my photos").mkdir()
+    sloth(home, "pause", "my photos")
+    held = sloth(home, "add", script(home), "--lane", "my photos")
+    assert held.stdout == f"{held.stdout.strip()}\n" and job(home, held.stdout.strip())
+    assert held.stderr == ("sloth-tray: lane my photos is paused: the job starts after "
+                           "`sloth-tray resume 'my photos'`\n")
+    assert sloth(home, "add", script(home)).stderr == ""  # main is not paused
+    sloth(home, "pause")
+    for lane in ("main", "my photos"):  # one resume lifts both pauses
+        said = sloth(home, "add", "--lane", lane, "--", "true")
+        assert said.stderr == ("sloth-tray: the queue is paused: the job starts after "
+                               "`sloth-tray resume`\n")
+    sloth(home, "resume", "main")  # the whole queue paused, main resumed on its own
+    assert sloth(home, "add", "--", "true").stderr == ""
 
 
 BAD_NAMES = [".hidden", "a/b", "", "n" * (NAME_MAX + 1), "bell\x07", "new\nline", "del\x7f",
@@ -361,8 +425,8 @@ def test_wait_lane_waits_for_the_lanes_jobs_and_those_that_join_and_fails_if_one
     # Each look at the jobs begins with the lane's: once gate's end is told, fetch is in.
     assert line_of(waiting) == f"done      echo gate ({gate})\n"
     late = add(home, "--lane", "net", "--", "echo", "late")  # joins while it waits
-    finish(home, "net", fetch, "exit code 1")
-    assert line_of(waiting) == f"failed    echo fetch ({fetch}): exit code 1\n"
+    finish(home, "net", fetch, "exit status 1")
+    assert line_of(waiting) == f"failed    echo fetch ({fetch}): exit status 1\n"
     assert waiting.poll() is None  # late is still to come
     finish(home, "net", late)
     out, err = waiting.communicate(timeout=30)

@@ -45,6 +45,15 @@ def test_no_file_means_defaults(tmp_path):
     ('log_cap = "10 parsecs"\n', "line 1: bad value for log_cap: use a number of bytes"),
     ('notifications = "yes"\n', "line 1: bad value for notifications: use true or false"),
     ('lease = \n', "is not valid TOML: Invalid value (at line 1, column 9)"),
+    ('max_atempts = 3\n', "line 1: unknown setting 'max_atempts'; did you mean max_attempts? "
+                          "(known: jobs_dir, lease, "),
+    ('lease = "2m"\n\ntimeout = 30m\n', 'line 3: timeout = 30m needs quotes in TOML: write '
+                                        'timeout = "30m"'),
+    ('log_cap = 10MiB  # per run\n', 'line 1: log_cap = 10MiB needs quotes in TOML: write '
+                                     'log_cap = "10MiB"'),
+    ("timeout = 1.5h\n", 'line 1: timeout = 1.5h needs quotes in TOML: write timeout = "1.5h"'),
+    ("lease = 10x\n", "is not valid TOML: Expected newline"),  # quotes would not mend it
+    ("lease_time = 60s\n", "is not valid TOML: Expected newline"),  # nor a key never known
 ])
 def test_a_bad_file_is_one_sentence_with_the_file_line_and_key(tmp_path, text, message):
     path = write(tmp_path, text)

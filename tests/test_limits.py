@@ -13,6 +13,7 @@ import io
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from sloth_tray.errors import SlothError
 from sloth_tray.jobs.header import OPTIONS, BadJobFile, parse_options
 from sloth_tray.paths import locate
 from sloth_tray.store.queue import Queue, State
+from sloth_tray.timefmt import parse_duration
 
 # Hypothesis keeps its caches out of the source tree, and no example database.
 set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), "sloth-tray-hypothesis"))
@@ -244,7 +246,16 @@ def test_fuzz_a_config_value_is_in_range_or_one_sentence_naming_the_key(tmp_path
     except SlothError as exc:
         message = str(exc)
         assert message.startswith(str(path)) and "\n" not in message
-        assert f"bad value for {key}: use " in message or "is not valid TOML" in message
+        told_to_quote = f'needs quotes in TOML: write {key} = "{literal}"'
+        assert (f"bad value for {key}: use " in message or "is not valid TOML" in message
+                or message.endswith(told_to_quote))
+        if told_to_quote in message:  # only for an amount the quotes make well-formed
+            kind = config.KEYS[key].limit.kind
+            assert kind in (limits.Kind.DURATION, limits.Kind.SIZE), (key, literal)
+            if kind == limits.Kind.DURATION:
+                parse_duration(literal)  # raises for what no quotes could mend
+            else:
+                assert re.fullmatch(r"[0-9]+(\.[0-9]+)?(b|[kmgt]i?b)", literal.lower())
     else:
         assert config.KEYS[key].limit.contains(settings_[key]), (key, literal)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -142,11 +143,56 @@ def _lanes_of(queue: Queue, given: Sequence[str]) -> set[str]:
     return found
 
 
+def _lane_given(args: argparse.Namespace, verb: str) -> tuple[bool, str | None]:
+    """(sound, the lane): LANE or --lane NAME, the same thing; both, naming two lanes,
+    is a usage mistake, said in one line (the caller exits 2)."""
+    lane, option = args.lane, args.lane_option
+    if lane is not None and option is not None and lane != option:
+        print(f"sloth-tray {verb}: give the lane as LANE or as --lane NAME, not both",
+              file=sys.stderr)
+        return False, None
+    return True, lane if lane is not None else option
+
+
+def _no_such_lane(queue: Queue, home: Home, lane: str, verb: str) -> bool:
+    """Whether `lane` is one no folder and no job has (said in one line, with the nearest
+    lane: a typo must not make a lane). The queue's lanes are those with a job, a
+    folder the app has seen, or a word on the pause; a folder made while the app was
+    not running counts too."""
+    folders = _lane_folders(home)
+    known = {*queue.lanes(), *folders}
+    if lane in known:
+        return False
+    from sloth_tray.nearest import did_you_mean  # here: only a mistake needs it
+
+    ahead = (f"; to pause a lane before its first job, make its folder first (mkdir "
+             f"{_quoted(str(home.lane_folder(lane)))})" if verb == "pause" else "")
+    print(f"sloth-tray {verb}: no folder and no job has a lane {printable(repr(lane))}"
+          f"{printable(did_you_mean(lane, sorted(known)))}{ahead}", file=sys.stderr)
+    return True
+
+
+def _lane_folders(home: Home) -> list[str]:
+    """The folders in the jobs folder, each a lane's (none when it is not there)."""
+    from sloth_tray.store.lanes import problem
+
+    try:
+        entries = list(os.scandir(home.jobs))
+    except OSError:
+        return []
+    return [entry.name for entry in entries
+            if entry.is_dir(follow_symlinks=False) and problem(entry.name) is None]
+
+
 @command
 def cmd_pause(args: argparse.Namespace, home: Home) -> int:
-    lane = args.lane
+    sound, lane = _lane_given(args, "pause")
+    if not sound:
+        return 2  # argparse's exit code for a usage mistake
     with open_queue(home) as queue:
-        was_paused, known = queue.paused(lane), lane is None or lane in queue.lanes()
+        if lane is not None and _no_such_lane(queue, home, lane, "pause"):
+            return 2
+        was_paused = queue.paused(lane)
         queue.set_paused(True, lane=lane)
     home.ring_doorbell()
     if lane is None:
@@ -156,19 +202,26 @@ def cmd_pause(args: argparse.Namespace, home: Home) -> int:
               f"`sloth-tray resume {_quoted(lane)}`")
     else:
         print(f"lane {printable(lane)} paused: its running job finishes, nothing new starts "
-              f"in it until `sloth-tray resume {_quoted(lane)}`"
-              + ("" if known else " (no job or folder has that lane yet: it starts paused)"))
+              f"in it until `sloth-tray resume {_quoted(lane)}`")
     return 0
 
 
 @command
 def cmd_resume(args: argparse.Namespace, home: Home) -> int:
-    lane = args.lane
+    sound, lane = _lane_given(args, "resume")
+    if not sound:
+        return 2  # argparse's exit code for a usage mistake
     with open_queue(home) as queue:
+        if lane is not None and _no_such_lane(queue, home, lane, "resume"):
+            return 2
         whole_queue_paused = queue.paused()
         lanes_paused = queue.paused_lanes(on_their_own=True)
         was_paused = queue.paused(lane)
         queue.set_paused(False, lane=lane)
+        if lane is not None and lane not in _lane_folders(home):
+            # Known for its pause alone (an older version took one for any name), or
+            # for its jobs: no longer for the pause once it is lifted.
+            queue.forget_lane(lane)
         due = queue.summary()["due_now"] if lane is None else \
             queue.lane_counts().get(lane, {}).get("due_now", 0)
     home.ring_doorbell()
@@ -269,5 +322,21 @@ def cmd_add(args: argparse.Namespace, home: Home) -> int:
         job_id = spool.add(sound_home(home), Path(args.path), **options)
     home.ring_doorbell()
     print(job_id)
+    _say_if_held(home, args.lane or "main")
     return 0
+
+
+def _say_if_held(home: Home, lane: str) -> None:
+    """A job added where a pause holds it: the resume that starts it, on stderr (stdout
+    is the id alone, for `id=$(sloth-tray add ...)`), as `work` says its pause."""
+    with open_queue(home) as queue:
+        if not queue.paused(lane):
+            return
+        whole = queue.paused()
+    if whole:  # `resume` lifts the lane's own pause too
+        print("sloth-tray: the queue is paused: the job starts after `sloth-tray resume`",
+              file=sys.stderr)
+    else:
+        print(f"sloth-tray: lane {printable(lane)} is paused: the job starts after "
+              f"`sloth-tray resume {_quoted(lane)}`", file=sys.stderr)
 

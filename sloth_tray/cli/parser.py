@@ -35,13 +35,11 @@ class Parser(argparse.ArgumentParser):
         """A choice mistyped (a command, a --state) gets the nearest one: `did you mean
         status?`."""
         if action.choices is not None and value not in action.choices:
-            import difflib  # here: only a mistake needs it
+            from sloth_tray.nearest import did_you_mean  # here: only a mistake needs it
 
-            choices = [str(choice) for choice in action.choices]
-            near = difflib.get_close_matches(str(value), choices, n=1)
+            near = did_you_mean(str(value), action.choices)
             if near:
-                raise argparse.ArgumentError(
-                    action, f"invalid choice: {value!r}; did you mean {near[0]}?")
+                raise argparse.ArgumentError(action, f"invalid choice: {value!r}{near}")
         super()._check_value(action, value)
 
     def parse_known_args(self, args=None, namespace=None):
@@ -89,6 +87,12 @@ def lane_name(text: str) -> str:
     if why is not None:
         raise argparse.ArgumentTypeError(why)
     return text
+
+
+def lane_option(parser: argparse.ArgumentParser) -> None:
+    """`--lane NAME` beside a LANE argument: the lane as every other command spells it."""
+    parser.add_argument("--lane", dest="lane_option", type=lane_name, metavar="NAME",
+                        help="the same as LANE")
 
 
 def json_flag(parser: argparse.ArgumentParser) -> None:
@@ -160,11 +164,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = add("pause", "start no new job until resume, in every lane or in LANE only, in "
                      "this and every later start (a running job finishes)")
     p.add_argument("lane", nargs="?", type=lane_name, metavar="LANE",
-                   help="only this lane (default: every lane, and lanes made later)")
+                   help="only this lane, one a folder or a job has (default: every lane, "
+                        "and lanes made later)")
+    lane_option(p)
     p = add("resume", "start due jobs again after a pause, in every lane or in LANE only")
     p.add_argument("lane", nargs="?", type=lane_name, metavar="LANE",
                    help="only this lane; the others stay as they are (default: every "
                         "lane, those paused on their own too)")
+    lane_option(p)
     p = add("add", "queue a script (a copy of it: later edits change nothing), or a "
                    "command: add -- COMMAND [ARG...]")
     p.add_argument("path", nargs="?", help="the script")

@@ -161,7 +161,8 @@ class Daemon:
                 return
             except Exception as exc:  # conditions left unknown would hold jobs for good
                 log.warning("cannot follow the system bus (%s)", exc)
-        log.info("require=: %s", fall_back(self.conditions, CONDITIONS))
+        log.info("no service here tells what require= waits for: %s",
+                 fall_back(self.conditions, CONDITIONS))
 
     def _watch_the_queue_file(self) -> None:
         """Stop, saying why, when queue.db is deleted, moved or replaced (or the home

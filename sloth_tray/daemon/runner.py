@@ -236,12 +236,12 @@ class Runner:
             return Attempt(Ending.SUCCEEDED, result, code=0)
         # A skipped step's note on stderr says what happened, never why the job failed.
         said = err.text()
-        error = (said if not sloth_step.is_note(said) else "") or out.text() \
-            or exit_description(child.returncode)
-        if run_log.error:
-            error = f"{error} ({run_log.error})"
-        if child.returncode == EX_TEMPFAIL:
-            return Attempt(Ending.LATER, error, code=child.returncode)
+        said = (said if not sloth_step.is_note(said) else "") or out.text()
+        if child.returncode == EX_TEMPFAIL:  # not a failure: the script's own words say why
+            return Attempt(Ending.LATER, with_log_error(said or exit_description(EX_TEMPFAIL),
+                                                        run_log), code=child.returncode)
+        # The exit status always: a last line alone ("sunny") hides that the job failed.
+        error = with_log_error(failure_description(child.returncode, said), run_log)
         reason = Reason.KILLED if child.returncode < 0 else Reason.EXIT_CODE
         return Attempt.failed(reason, error, child.returncode)
 
@@ -342,12 +342,24 @@ def working_folder_gone(job: Job) -> str | None:
 
 
 def exit_description(returncode: int) -> str:
+    """`exit status 3`, `killed by SIGTERM`: how the process ended."""
     if returncode < 0:
         try:
             return f"killed by {signal.Signals(-returncode).name}"
         except ValueError:
             return f"killed by signal {-returncode}"
-    return f"exit code {returncode}"
+    return f"exit status {returncode}"
+
+
+def failure_description(returncode: int, said: str) -> str:
+    """`exit status 3: disk full`: how it ended, then the last line it printed (if any)."""
+    ended = exit_description(returncode)
+    return f"{ended}: {said}" if said else ended
+
+
+def with_log_error(text: str, run_log: CappedLog) -> str:
+    """The run's words, and why its log stopped being written, if it did."""
+    return f"{text} ({run_log.error})" if run_log.error else text
 
 
 def spawn_error(program: str, exc: OSError) -> str:

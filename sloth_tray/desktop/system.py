@@ -114,14 +114,18 @@ class PowerSource:
             self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
 
     async def _begin(self) -> None:
-        try:
-            await self._connect()
-        except Exception as exc:
-            instead = fall_back(self.conditions, CONDITIONS, self.readings)
-            self._say_once("bus", f"no system D-Bus at {self.address} ({exc or type(exc)}); "
-                           f"{instead}")
-        finally:
-            self.ready.set()
+        # The first look at every condition is told as one: never a moment of it (UPower
+        # read, NetworkManager not yet) that says "not met" of what was not read yet.
+        with self.conditions.reading():
+            try:
+                await self._connect()
+            except Exception as exc:
+                instead = fall_back(self.conditions, CONDITIONS, self.readings)
+                self._say_once("bus", f"no system D-Bus at {self.address} "
+                               f"({exc or type(exc)}), so UPower and NetworkManager cannot "
+                               f"tell what require= waits for: {instead}")
+            finally:
+                self.ready.set()
 
     async def _connect(self) -> None:
         from dbus_fast.aio import MessageBus
@@ -169,8 +173,9 @@ class PowerSource:
             readings = {"ac": ac_holds(known)}
         else:
             readings = {"network": network_holds(known), "unmetered": unmetered_holds(known)}
-        for condition, holds in readings.items():
-            self.conditions.set(condition, True if holds is None else holds)
+        with self.conditions.reading():  # the network and its metering: one change
+            for condition, holds in readings.items():
+                self.conditions.set(condition, True if holds is None else holds)
 
     def _on_message(self, message: Any) -> None:
         from dbus_fast import MessageType

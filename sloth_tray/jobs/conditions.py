@@ -16,8 +16,9 @@ service nor a probe) stays holding: such jobs must never wait forever.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 CONDITIONS = ("ac", "network", "unmetered")  # also the order they are written in
@@ -85,6 +86,8 @@ class Conditions:
         self._lock = threading.Lock()
         self._listeners: list[Listener] = []
         self._probes: dict[str, Probe] = {}  # condition -> what reads it, where probed
+        self._batches = 0  # readings under way that are told as one (`reading`)
+        self._before: frozenset[str] = frozenset()  # what was unmet as the first began
 
     @property
     def told(self) -> bool:
@@ -112,12 +115,39 @@ class Conditions:
             return frozenset(name for name, holds in self._holds.items() if not holds)
 
     def set(self, name: str, holds: bool) -> None:
-        """Record what a source says; listeners hear only of real changes."""
+        """Record what a source says; listeners hear only of real changes (within a
+        `reading`, once it is whole)."""
         with self._lock:
             if self._holds[name] == holds:
                 return
             self._holds[name] = holds
-            unmet = frozenset(n for n, h in self._holds.items() if not h)
+            if self._batches:
+                return
+            unmet = self._unmet_now()
+        self._tell(unmet)
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """Several conditions read as one look (a probe of two, a service's properties,
+        the first look at all of them): listeners hear its outcome once, never a
+        moment of it ("not met: network, unmetered" while the network is being read)."""
+        with self._lock:
+            if not self._batches:
+                self._before = self._unmet_now()
+            self._batches += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._batches -= 1
+                before, unmet = self._before, self._unmet_now()
+            if not self._batches and unmet != before:  # the outermost look is whole
+                self._tell(unmet)
+
+    def _unmet_now(self) -> frozenset[str]:
+        return frozenset(name for name, holds in self._holds.items() if not holds)
+
+    def _tell(self, unmet: frozenset[str]) -> None:
         for listener in self._listeners:
             listener(unmet)
 
@@ -147,10 +177,11 @@ class Conditions:
         with self._lock:
             for name, probe in self._probes.items():
                 groups.setdefault(id(probe), (probe, []))[1].append(name)
-        for probe, names in groups.values():
-            try:
-                readings = probe()
-            except Exception:  # a reading must never cost the daemon
-                readings = {}
-            for name in names:
-                self.set(name, readings.get(name) is not False)
+        with self.reading():
+            for probe, names in groups.values():
+                try:
+                    readings = probe()
+                except Exception:  # a reading must never cost the daemon
+                    readings = {}
+                for name in names:
+                    self.set(name, readings.get(name) is not False)

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from sloth_tray import limits
+from sloth_tray import limits, timefmt
 from sloth_tray.errors import SlothError
 from sloth_tray.jobs import conditions, schedule
+from sloth_tray.nearest import did_you_mean, nearest
 
 HEADER_LINES = 20  # options must sit among the first lines, like a shebang's neighbours
 HEAD_BYTES = 64 * 1024
@@ -163,6 +164,10 @@ WORD_OPTIONS: dict[str, tuple[Callable[[str], Any], str]] = {
     # stop a running job whose required condition is lost, and put it back (uncounted)
     "interrupt": (conditions.parse_yes_no, conditions.YES_NO_FORM),
 }
+KNOWN = sorted([*OPTIONS, *WORD_OPTIONS])
+DURATIONS = {*(key for key, limit in OPTIONS.items() if limit.kind == limits.Kind.DURATION),
+             "grace", "window"}
+CUT_CLOSE = 0.75  # a word after a value is taken for a mistyped option only when this close
 SCHEDULES = ("every", "at", "cron")  # each says when a job repeats; one at most
 CALENDARS = ("at", "cron")
 
@@ -238,10 +243,11 @@ def _parse_settings(text: str, where: str) -> dict[str, Any]:
                              f'before the next setting: write {key}="..."')
         if key in CALENDARS and not quoted:
             _refuse_a_spaced_value(key, value, items[index + 1:], where)
-        if key not in OPTIONS and key not in WORD_OPTIONS:
-            known = ", ".join(sorted([*OPTIONS, *WORD_OPTIONS]))
-            raise BadJobFile(f"{where}: unknown option {limits.shown(key)} in the sloth: header "
-                             f"(known: {known})")
+        elif equals and not quoted and key in KNOWN and index + 1 < len(items):
+            _refuse_a_cut_value(key, value, items[index + 1], where)
+        if key not in KNOWN:
+            raise BadJobFile(f"{where}: unknown option {limits.shown(key)} in the sloth: header"
+                             f"{did_you_mean(key, KNOWN)} (known: {', '.join(KNOWN)})")
         if not equals or (not value and not quoted):
             raise BadJobFile(f"{where}: {key} needs a value, as in {key}=...")
         if key in WORD_OPTIONS:
@@ -258,6 +264,47 @@ def _parse_settings(text: str, where: str) -> dict[str, Any]:
             raise BadJobFile(OPTIONS[key].refusal(value, where)) from None
     _check_schedule(options, where)
     return options
+
+
+def _refuse_a_cut_value(key: str, value: str, after: tuple[str, bool, str, bool],
+                        where: str) -> None:
+    """every=5 minutes reads as every=5 and an option 'minutes': say the value was cut at
+    the space, and how to write it. A word after it that is an option, or one mistyped
+    (close to one), or that no unit makes whole (every=1h nightly) is said as an option."""
+    word, equals, _, _ = after
+    if equals or not word or word.lower() in KNOWN or nearest(word.lower(), KNOWN, CUT_CLOSE):
+        return
+    cut = f"{where}: the value of {key} ends at the space before {limits.shown(word)}"
+    if key in DURATIONS:
+        joined = _joined_duration(value, word)
+        if joined is not None:
+            raise BadJobFile(f"{cut}: write a duration with no space in it, as in "
+                             f"{key}={joined}")
+        return
+    if key == "require":  # a list of words: quotes keep it whole
+        raise BadJobFile(f'{cut}: put it in quotes, as in {key}="{value} {word}"')
+    raise BadJobFile(f"{cut}: write {key}={value or word}")
+
+
+# The words a duration's unit is spelled in when it is cut off (`5 minutes`): its letter.
+UNIT_WORDS = {**{word: "s" for word in ("s", "sec", "secs", "second", "seconds")},
+              **{word: "m" for word in ("m", "min", "mins", "minute", "minutes")},
+              **{word: "h" for word in ("h", "hr", "hrs", "hour", "hours")},
+              **{word: "d" for word in ("d", "day", "days")}}
+
+
+def _joined_duration(value: str, word: str) -> str | None:
+    """`5` and `minutes` as one duration (`5m`); `every= 5m` too; None when they are not."""
+    unit = UNIT_WORDS.get(word.lower())
+    for joined in ((value + unit) if unit else None, value + word):
+        if joined is None:
+            continue
+        try:
+            timefmt.parse_duration(joined)
+        except ValueError:
+            continue
+        return joined.lower()
+    return None
 
 
 def _refuse_a_spaced_value(key: str, value: str, rest: list[tuple[str, bool, str, bool]],

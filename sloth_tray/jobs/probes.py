@@ -118,22 +118,24 @@ def readings(platform: str = sys.platform) -> dict[str, Reading]:
 def fall_back(conditions: Conditions, names: tuple[str, ...],
               table: dict[str, Reading] | None = None) -> str:
     """`names` have no service telling of them: probe those this machine can read
-    (`table`: this platform's readings), the rest hold. Returns what was done, for
-    the one log line that says so."""
+    (`table`: this platform's readings), the rest hold; listeners hear the outcome
+    once. Returns what was done, for the one log line that says so."""
     table = readings() if table is None else table
     readable = tuple(name for name in names if name in table)
-    if readable:
-        conditions.probe_with(readable, lambda: {name: table[name]() for name in readable})
+    unreadable = tuple(name for name in names if name not in table)
+    with conditions.reading():
+        if readable:
+            conditions.probe_with(readable, lambda: {name: table[name]() for name in readable})
+        for name in unreadable:
+            conditions.set(name, True)  # nothing can tell: a job never waits for it forever
     said = []
     if readable:
         one = len(readable) == 1
-        said.append(f"{_words(readable)} {'is' if one else 'are'} checked once a minute "
-                    f"while a job waits for {'it' if one else 'them'}")
-    unreadable = tuple(name for name in names if name not in table)
-    for name in unreadable:
-        conditions.set(name, True)  # nothing can tell: a job never waits for it forever
+        said.append(f"{_words(readable)} {'is' if one else 'are'} read from this machine "
+                    f"instead, once a minute while a job waits for {'it' if one else 'them'}")
     if unreadable:
-        said.append(f"require={','.join(unreadable)} is taken as met")
+        said.append(f"{_words(unreadable)} cannot be known here: "
+                    f"require={','.join(unreadable)} is taken as met")
     return "; ".join(said)
 
 

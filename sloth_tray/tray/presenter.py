@@ -12,6 +12,7 @@ more, the menu has a line per busy lane, each running job its own row, and a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
@@ -32,7 +33,7 @@ from sloth_tray.jobs.overdue import OverdueJob
 from sloth_tray.store.lanes import MAIN, order
 from sloth_tray.store.states import Reason
 from sloth_tray.text import printable
-from sloth_tray.timefmt import format_duration
+from sloth_tray.timefmt import format_duration, nearest_whole
 from sloth_tray.tray.icons import Look, leading
 
 # A failed job's label: its name whole, then as much of the error as fits in the
@@ -236,10 +237,12 @@ def clock(seconds: float) -> str:
 
 
 def in_words(seconds: float) -> str:
-    if seconds < 60:
-        return f"{max(1, int(seconds))} s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)} min"
+    """`15 s`, `4 min`, then format_duration's `1h5m`: each to the nearest of its unit
+    (59.6 s is `1 min`), and never `0 s` for a job not yet due."""
+    if math.isfinite(seconds) and nearest_whole(seconds) < 60:
+        return f"{max(1, nearest_whole(seconds))} s"
+    if math.isfinite(seconds) and nearest_whole(seconds / 60) < 60:
+        return f"{nearest_whole(seconds / 60)} min"
     return format_duration(seconds)
 
 

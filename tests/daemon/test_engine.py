@@ -49,7 +49,8 @@ def test_drain_runs_every_due_job_and_publishes_what_happened(home):
     final = seen[-1]
     assert final.stopped and final.running is None
     assert (final.done, final.failed_count, final.pending) == (1, 1, 1)
-    assert [(f.id, f.error) for f in final.failed_jobs] == [(bad, "disk check: 82% full")]
+    assert [(f.id, f.error) for f in final.failed_jobs] == [
+        (bad, "exit status 1: disk check: 82% full")]
     assert [w.id for w in final.waiting] == [later]
     assert final.next_wakeup == queue.get(later).not_before
     assert queue.get(ok).state == State.DONE

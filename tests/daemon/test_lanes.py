@@ -88,7 +88,8 @@ def test_a_paused_lane_stays_paused_across_a_restart_while_others_run(home, tmp_
         with Queue(home.db) as queue:
             queue.set_paused(True, "net")
     daemon = start_daemon(pids, home)
-    if typed:
+    if typed:  # a lane paused before its first job: its folder made first
+        (home.jobs / "net").mkdir(mode=0o700)
         run_sloth(home, "pause", "net")
     held = queued(home, "fetch", timed(effects, "net", hold), "net")
     ran = queued(home, "tidy", timed(effects, "main", hold), "main")

@@ -82,14 +82,16 @@ def test_the_child_gets_its_environment_home_dir_and_no_stdin(home, tmp_path):
                                      True)
 
 
-def test_a_failure_uses_the_last_stderr_line_then_stdout_then_the_exit_code(home):
+def test_a_failure_names_its_exit_status_then_the_last_stderr_line_else_stdout(home):
     queue = Queue(home.db)
     runner = Runner(queue, home, "me")
     cases = {
-        "err.sh": ('echo out; echo "disk check: 82% full" >&2; exit 3', "disk check: 82% full"),
-        "out.sh": ("echo 'only stdout'; exit 2", "only stdout"),
-        "silent.sh": ("exit 7", "exit code 7"),
+        "err.sh": ('echo out; echo "disk check: 82% full" >&2; exit 3',
+                   "exit status 3: disk check: 82% full"),
+        "out.sh": ("echo 'only stdout'; exit 2", "exit status 2: only stdout"),
+        "silent.sh": ("exit 7", "exit status 7"),
         "killed.sh": ("kill -9 $$", "killed by SIGKILL"),
+        "said.sh": ("echo 'going down' >&2; kill -TERM $$", "killed by SIGTERM: going down"),
     }
     for name, (text, error) in cases.items():
         job = start(queue, script(home, name, text))
@@ -686,11 +688,11 @@ def test_a_skipped_steps_note_is_never_a_failed_jobs_error(home):
     note = "sloth-tray: " + sloth_step.skipped_line("fetch", {"ended_at": 1e9, "run": 1})
     job = start(queue, script(home, "quiet.sh", f"echo replayed\necho '{note}' >&2\nexit 3\n"))
     run_and_record(Runner(queue, home, "me"), job)
-    assert queue.get(job.id).last_error == "replayed"
+    assert queue.get(job.id).last_error == "exit status 3: replayed"
     job = start(queue, script(home, "silent.sh", f"echo '{note}' >&2\nexit 3\n"))
     run_and_record(Runner(queue, home, "me"), job)
-    assert queue.get(job.id).last_error == "exit code 3"
+    assert queue.get(job.id).last_error == "exit status 3"
     job = start(queue, script(home, "says.sh", f"echo '{note}' >&2\necho 'no disk' >&2\n"
                                                "exit 3\n"))
     run_and_record(Runner(queue, home, "me"), job)
-    assert queue.get(job.id).last_error == "no disk"
+    assert queue.get(job.id).last_error == "exit status 3: no disk"

@@ -92,7 +92,7 @@ def test_the_disk_really_filled_up(full):
 def test_a_failing_job_says_its_log_could_not_be_written(full):
     job, kinds = full["jobs"][full["fail"]]
     assert job.state == State.FAILED
-    assert job.last_error == f"fill failed ({LOG_PROBLEM})"
+    assert job.last_error == f"exit status 3: fill failed ({LOG_PROBLEM})"
 
 
 def test_a_job_that_succeeds_says_its_log_could_not_be_written(full):

@@ -165,7 +165,7 @@ def test_the_menu_says_what_a_due_job_waits_for():
 
     assert waiting_label(WaitingJob("a", "backup", 100.0, "AC power"), 200.0) == \
         "Waiting for AC power"
-    assert waiting_label(WaitingJob("a", "backup", 300.0, "AC power"), 200.0) == "in 1 min"
+    assert waiting_label(WaitingJob("a", "backup", 300.0, "AC power"), 200.0) == "in 2 min"  # 100 s
     assert waiting_for({"require": "ac,network"}, {"network"}) == "a network connection"
     assert waiting_for({"require": "ac"}, set()) is None
 
@@ -322,7 +322,8 @@ def test_a_missing_service_is_one_log_line_and_its_conditions_are_read_instead(
     lines = power_lines(caplog)
     assert lines == ["org.freedesktop.UPower is not on the system bus (The name "
                      "org.freedesktop.UPower was not provided by any .service files); AC "
-                     "power is checked once a minute while a job waits for it"]
+                     "power is read from this machine instead, once a minute while a job "
+                     "waits for it"]
     system_bus.change(nm, metered=2)
     wait_for(lambda: conditions.holds("unmetered"), timeout=2, what="unmetered")
     # UPower starts: its answer, not the reading, says what holds from now on.
@@ -347,8 +348,52 @@ def test_no_system_bus_at_all_is_one_log_line_and_the_machine_is_read(tmp_path, 
     assert conditions.probed == {"ac", "network"}
     lines = [r.getMessage() for r in caplog.records if r.name == "sloth_tray"]
     assert len(lines) == 1 and lines[0].startswith("no system D-Bus at unix:path=")
-    assert lines[0].endswith("AC power and a network connection are checked once a minute "
-                             "while a job waits for them; require=unmetered is taken as met")
+    assert lines[0].endswith("), so UPower and NetworkManager cannot tell what require= "
+                             "waits for: AC power and a network connection are read from "
+                             "this machine instead, once a minute while a job waits for "
+                             "them; an unmetered network cannot be known here: "
+                             "require=unmetered is taken as met")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the system bus is Linux's")
+def test_a_daemon_with_no_system_bus_says_once_how_it_reads_conditions_and_acts_on_it(
+        pids, tmp_path, monkeypatch):
+    """A real daemon told the system bus is at a socket that is not there: one line says
+    the conditions cannot be told by the bus and are read from this machine (or taken as
+    met), then one line says what that reading found, which the job's start agrees with.
+    Never a moment's reading before the first look ("not met: network, unmetered")."""
+    from conftest import start_daemon
+
+    from sloth_tray.jobs import probes
+
+    monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", f"unix:path={tmp_path}/nowhere")
+    home = locate(tmp_path / "home").ensure()
+    (home.jobs / "fetch.sh").write_text("# sloth: require=network\necho fetched\n")
+    start_daemon(pids, home)
+    unmet = sorted(name for name, read in probes.readings().items() if read() is False)
+    log = home.logs / "sloth-tray.log"
+
+    def lines() -> list[str]:
+        return [line.split(" ", 3)[3] for line in log.read_text().splitlines()
+                if "D-Bus" in line or "conditions" in line]
+
+    said = wait_for(lambda: log.exists() and len(lines()) >= 2 and lines(),
+                    what="the daemon to say how it reads the conditions")
+    assert said[0] == (
+        f"no system D-Bus at unix:path={tmp_path}/nowhere ([Errno 2] No such file or "
+        "directory), so UPower and NetworkManager cannot tell what require= waits for: AC "
+        "power and a network connection are read from this machine instead, once a minute "
+        "while a job waits for them; an unmetered network cannot be known here: "
+        "require=unmetered is taken as met")
+    assert said[1:] == [f"conditions not met now: {', '.join(unmet) or 'none'}"]
+    with Queue(home.db) as queue:
+        if "network" in unmet:  # this machine has no default route: the job waits
+            wait_for(lambda: queue.summary().get("waiting_on") == {"network": 1},
+                     what="status to say the job waits for the network")
+        else:
+            wait_for(lambda: queue.jobs() and queue.jobs()[0].state == State.DONE,
+                     what="the job to run: the machine says the network is up")
+    assert lines() == said  # said once
 
 
 class CountingAlarm(Alarm):

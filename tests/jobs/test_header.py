@@ -102,11 +102,41 @@ def test_header_options_with_every_comment_style():
                            "followed by s, m, h or d (90, 90s, 10m, 2h, 1d), between 1s and "
                            "3650d"),
     (b"# sloth: timeout", "timeout needs a value"),
+    (b"# sloth: max_atempts=3", "report.sh, line 1: unknown option 'max_atempts' in the sloth: "
+                                "header; did you mean max_attempts? (known: at, catchup, cron, "),
+    (b"# sloth: every=1h timout=5m", "unknown option 'timout' in the sloth: header; did you "
+                                     "mean timeout?"),
 ])
 def test_a_bad_header_names_the_key_and_the_accepted_form(line, message):
     with pytest.raises(BadJobFile) as caught:
         parse_options(line, "report.sh")
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("line, message", [
+    (b"# sloth: every=5 minutes", "report.sh, line 1: the value of every ends at the space "
+                                  "before 'minutes': write a duration with no space in it, as "
+                                  "in every=5m"),
+    (b"# sloth: timeout=2 hours max_attempts=3", "the value of timeout ends at the space before "
+                                                 "'hours': write a duration with no space in "
+                                                 "it, as in timeout=2h"),
+    (b"# sloth: every=1h grace=90 s", "the value of grace ends at the space before 's': write a "
+                                      "duration with no space in it, as in grace=90s"),
+    (b"# sloth: max_attempts=3 times", "the value of max_attempts ends at the space before "
+                                       "'times': write max_attempts=3"),
+    (b"# sloth: require=ac, network", "the value of require ends at the space before 'network': "
+                                      'put it in quotes, as in require="ac, network"'),
+    # a word that is no unit, after a whole value: an option with its = forgotten
+    (b"# sloth: every=1h nightly", "unknown option 'nightly' in the sloth: header (known: "),
+])
+def test_a_value_cut_at_a_space_is_said_with_how_to_write_it(line, message):
+    with pytest.raises(BadJobFile) as caught:
+        parse_options(line, "report.sh")
+    assert message in str(caught.value)
+
+
+def test_a_quoted_list_of_conditions_is_one_value():
+    assert parse_options(b'# sloth: require="ac, network"') == {"require": "ac,network"}
 
 
 @pytest.mark.parametrize("line, key, accepted", [

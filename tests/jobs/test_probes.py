@@ -113,12 +113,16 @@ def test_pmset_says_where_the_power_comes_from(text, expected):
 def test_fall_back_probes_what_it_can_read_and_says_what_holds_without_a_reading():
     conditions = Conditions(start=lambda: None)  # unknown, so unmet, until told
     assert conditions.unmet() == {"ac", "network", "unmetered"}
+    heard: list[frozenset[str]] = []
+    conditions.subscribe(heard.append)
     said = fall_back(conditions, ("ac", "network", "unmetered"),
                      {"ac": lambda: False, "network": lambda: None})
+    assert heard == [{"ac"}]  # the look's outcome, once: never "not met: network, unmetered"
     assert conditions.probed == {"ac", "network"}
     assert conditions.unmet() == {"ac"}  # read at once; the network cannot tell: holds
-    assert said == ("AC power and a network connection are checked once a minute while a "
-                    "job waits for them; require=unmetered is taken as met")
+    assert said == ("AC power and a network connection are read from this machine instead, "
+                    "once a minute while a job waits for them; an unmetered network cannot "
+                    "be known here: require=unmetered is taken as met")
 
 
 def test_a_reading_that_raises_counts_as_holding():

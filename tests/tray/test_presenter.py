@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from conftest import Recorder
 
@@ -177,6 +179,21 @@ def test_every_time_in_the_menu_is_counted_from_the_moment_it_is_built():
     assert [w.label for w in ten_later["Waiting (1)"].submenu] == ["later — in 5 s"]
     overdue = {item.label: item for item in presenter.menu(snapshot, Recorder(), NOW + 16)}
     assert [w.label for w in overdue["Waiting (1)"].submenu] == ["later — due now"]
+
+
+@pytest.mark.parametrize("wait, shown", [
+    (59.4, "in 59 s"), (59.6, "in 1 min"), (270, "in 5 min"), (3599.4, "in 1h"),
+    (2 * 3600 - 20, "in 2h"), (0.2, "in 1 s"),  # never `in 0 s` for a job not yet due
+])
+def test_a_wait_in_the_menu_is_rounded_to_the_nearest_of_its_unit(wait, shown):
+    assert presenter.status_line(Snapshot(pending=1, next_wakeup=NOW + wait), NOW) == \
+        f"Idle — next job {shown}"
+
+
+def test_a_wait_no_clock_can_give_still_reads_as_words():
+    assert presenter.in_words(math.inf) == "forever"
+    assert presenter.in_words(math.nan) == "an unknown time"
+    assert presenter.in_words(-30) == "1 s"  # a clock set back: `1 s ago`, as before
 
 
 def test_an_overdue_next_job_is_due_now_never_in_one_second():
