@@ -462,6 +462,30 @@ def test_a_step_name_of_200_characters_is_fine_and_no_command_is_a_usage_error(h
         assert done.returncode == 2 and done.stderr.count(b"\n") == 1, (argv, done)
 
 
+@pytest.mark.parametrize("argv", [["--", "touch", "touch", "MARKER"],
+                                  ["--ask", "--", "touch", "touch", "MARKER"],
+                                  ["--", "--", "touch", "MARKER"]])
+def test_a_forgotten_name_is_a_usage_error_not_the_commands_first_word(tmp_path, argv):
+    """`step -- COMMAND`: the `--` comes before any NAME, so COMMAND's first word is not
+    taken for one (it would run the rest, here `touch MARKER`)."""
+    marker = tmp_path / "marker"
+    argv = [str(marker) if word == "MARKER" else word for word in argv]
+    for env in (environment(), environment(SLOTH_RUN_TOKEN="t", SLOTH_LEASE_OWNER="o",
+                                           SLOTH_JOB_ID="j", SLOTH_QUEUE=str(tmp_path / "q"))):
+        done = step_call(*argv, env=env)
+        assert done.returncode == 2, (argv, done)
+        assert done.stdout == b"" and done.stderr.count(b"\n") == 1, (argv, done)
+        assert done.stderr.startswith(b"sloth-tray: ") and b"NAME" in done.stderr
+        assert not marker.exists()
+    # A name, then the command: the real form, even when the name looks like a command;
+    # a name that starts with a dash comes between two `--`.
+    assert step_call("touch", "--", "touch", str(marker), env=environment()).returncode == 0
+    assert marker.exists()
+    marker.unlink()
+    assert step_call("--", "-n", "--", "touch", str(marker), env=environment()).returncode == 0
+    assert marker.exists()
+
+
 def test_output_past_the_cap_is_cut_with_a_sentence_and_the_kept_part_replayed(home,
                                                                              tmp_path):
     counts, flag = tmp_path / "counts", tmp_path / "flag"
