@@ -319,14 +319,43 @@ def run_again(db: sqlite3.Connection, job: str) -> list[str]:
 
 
 def mark_done(db: sqlite3.Connection, job: str, name: str, now: float) -> int:
-    """A person's word: step `name` happened (every occurrence not recorded done). How
-    many were marked; 0 when it has none left to mark."""
+    """A person's word: step `name` happened (every occurrence of it cut short; one that
+    failed did not happen). How many were marked; 0 when none was cut short."""
     return db.execute(
         "UPDATE steps SET state = 'done', ask = 0, marked_at = :now, "
         "ended_at = coalesce(ended_at, :now), output = coalesce(output, x''), "
         "output_size = coalesce(output_size, 0) "
-        "WHERE job = :job AND name = :name AND state != 'done'",
+        "WHERE job = :job AND name = :name AND state = 'cut'",
         {"job": job, "name": name, "now": now}).rowcount
+
+
+def not_cut_sentence(db: sqlite3.Connection, job: str, name: str) -> str | None:
+    """Why `name` cannot be marked done (it was not cut short: done, failed, or not a
+    step of the job), naming the step that asks, if one does; None when it can."""
+    steps = listed(db, job)
+    mine = [row["state"] for row in steps if row["name"] == name]
+    if "cut" in mine:
+        return None
+    if not mine:
+        wrong = f'job {job} has no step "{name}"'
+    else:
+        state = "done" if "done" in mine else mine[-1]
+        wrong = f'step "{name}" of job {job} was not cut short (it is {state})'
+    asking = first_unsure(db, job)
+    cut = [row["name"] for row in steps if row["state"] == "cut"]
+    if asking is not None:
+        then = f'the step that asks is "{asking["name"]}": {answers(job, asking["name"])}'
+    elif cut:
+        then = f'the step cut short is "{cut[0]}"'
+    else:
+        then = "none of its steps was cut short, so there is nothing to mark done"
+    return f"{wrong}, and --step-done marks only a step cut short; {then}"
+
+
+def answers(job: str, name: str) -> str:
+    """The two words a person may give about a step cut short that asks."""
+    return (f"`sloth-tray retry {job} --step-done {_shell_word(name)}` if it happened, "
+            f"`sloth-tray retry {job}` to run it again")
 
 
 def forget_from(db: sqlite3.Connection, job: str, name: str) -> int:

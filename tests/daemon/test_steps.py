@@ -345,6 +345,46 @@ def test_retry_from_and_fresh_forget_steps_of_done_and_cancelled_jobs(home, tmp_
     assert lines(effects) == ["a", "b", "c", "c", "a", "b", "c"]
 
 
+def test_step_done_naming_no_cut_step_is_refused_naming_the_step_that_asks(home, tmp_path):
+    """`--step-done` is a person's word about a step cut short: naming a done step (or
+    none the job has) must not count as the word that lets the asking step run again."""
+    effects, flag = tmp_path / "effects", tmp_path / "flag"
+    job_id = add(home, "pay.sh", f"""#!/bin/sh
+# sloth: max_attempts=1 timeout=1
+sloth-tray step prepare -- sh -c 'echo prepare >> {effects}' || exit 9
+sloth-tray step charge --ask -- sh -c 'echo charge >> {effects}
+    test -e {flag} || exec sleep 60' || exit 9
+sloth-tray step after -- sh -c 'echo after >> {effects}' || exit 9
+""")
+    work(home)  # the timeout cuts charge short: the job asks
+    job = show(home, job_id)
+    assert (job["state"], job["reason"]) == ("failed", "step_unsure")
+    assert lines(effects) == ["prepare", "charge"]
+    before = (states(home, job_id), [e["kind"] for e in show(home, job_id)["history"]])
+
+    for name in ("prepare", "nope"):
+        refused = sloth(home, "retry", job_id, "--step-done", name, check=False)
+        assert refused.returncode == 2, (name, refused)
+        assert refused.stdout == "" and refused.stderr.count("\n") == 1, (name, refused)
+        assert f'"{name}"' in refused.stderr and '"charge"' in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
+        assert (states(home, job_id), [e["kind"] for e in show(home, job_id)["history"]]) \
+            == before, f"--step-done {name} changed the job"
+        assert show(home, job_id)["state"] == "failed"
+        work(home)
+        assert lines(effects) == ["prepare", "charge"], "charge ran without a person's word"
+
+    sloth(home, "retry", job_id, "--step-done", "charge")  # the word that it happened
+    assert work(home).startswith("ok")
+    assert lines(effects) == ["prepare", "charge", "after"]
+
+    # A job with no step cut short: nothing to mark, and it says so.
+    refused = sloth(home, "retry", job_id, "--step-done", "prepare", check=False)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused
+    assert "cut short" in refused.stderr
+    assert show(home, job_id)["state"] == "done"
+
+
 def test_prune_removes_a_jobs_steps_with_it(home, tmp_path):
     kept_id = add(home, "kept.sh", "#!/bin/sh\n# sloth: max_attempts=1\n"
                   "sloth-tray step s -- true\nexit 1\n")
