@@ -24,6 +24,7 @@ short: `cut`. A cut step runs again on the next run, unless it was started with
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sqlite3
@@ -63,6 +64,7 @@ SCHEMA = (
 
 NAME_MAX = 200  # characters
 OUTPUT_CAP = 1024 * 1024  # bytes of a step's stdout (or its result's JSON) kept for replay
+RESULT_DEPTH = 100  # lists and dicts in a Python step's result, one in another, at most
 BUSY_TIMEOUT = 60.0  # seconds a step waits for the queue file while another writer holds it
 
 # A job's environment names its run (the runner sets these).
@@ -502,11 +504,13 @@ def _shell_word(word: str) -> str:
 
 
 def step(name, fn, *args, ask=False, **kwargs):
-    """Call fn(*args, **kwargs) once for this job: its result (JSON-serialisable) is
-    recorded, and any later run of the job returns it without calling fn.
+    """Call fn(*args, **kwargs) once for this job: its result is recorded as JSON, and
+    any later run of the job returns it without calling fn.
 
     An exception propagates and records no result (the step runs again next time).
-    A result JSON cannot hold raises TypeError naming the step, and records none.
+    A result JSON would not give back as it is (see result_problem: a tuple, a key
+    that is not text, NaN or infinity, a subclass, more than RESULT_DEPTH deep) raises
+    TypeError naming the step, and the step is recorded failed: it runs again.
     Outside a job (run by hand) fn is simply called. `ask=True`: if a run ends while
     fn runs (a crash, a quit, a lost lease), the job stops and asks you whether it
     happened, instead of running it again."""
@@ -536,13 +540,16 @@ def step(name, fn, *args, ask=False, **kwargs):
             os.environ.pop(KEY_ENV, None)
         else:
             os.environ[KEY_ENV] = previous
-    try:
-        text = json.dumps(result, allow_nan=False).encode("utf-8")
-    except (TypeError, ValueError) as exc:
+    problem, text = result_problem(result), b""
+    if problem is None:
+        try:
+            text = json.dumps(result, allow_nan=False).encode("utf-8")
+        except (TypeError, ValueError, RecursionError) as exc:  # past what the walk sees
+            problem = f"a {type(result).__name__} that JSON cannot hold ({exc})"
+    if problem is not None:  # recorded failed: it returned, so it was not cut short
         end(db, run, name, decision.occurrence, ok=False, output=None)
-        raise TypeError(f'step "{name}" returned a {type(result).__name__} that JSON cannot '
-                        f"hold ({exc}); nothing was recorded, so it runs again next "
-                        "time") from None
+        raise TypeError(f'step "{name}" returned {problem}; nothing was recorded, so it '
+                        "runs again next time") from None
     if len(text) > OUTPUT_CAP:
         end(db, run, name, decision.occurrence, ok=False, output=None)
         raise ValueError(f'step "{name}" returned {size_text(len(text))} of JSON, more than '
@@ -552,6 +559,54 @@ def step(name, fn, *args, ask=False, **kwargs):
         raise StepRefused(f'step "{name}" ran, but this run of job {run.job} is over, so it '
                           "was not recorded; it runs again with the job")
     return result
+
+
+# What a result's JSON gives back as it was, type for type: anything else (a tuple, a
+# key that is not text, NaN, a subclass) would come back changed, so a later run would
+# get another value than the first run did.
+_AS_IT_WAS = (str, int, bool, type(None))
+_COMES_BACK_AS = ((bool, "a bool"), (int, "an int"), (float, "a float"), (str, "text"),
+                  (list, "a list"), (tuple, "a list"), (dict, "a dict"))
+
+
+def result_problem(value: object) -> str | None:
+    """Why JSON would not give `value` back as it is (equal, and of the same types all
+    the way down), in words for a sentence; None when it would. Walked without
+    recursion, to RESULT_DEPTH: a result nested deeper is refused before json, whose
+    own limit moves with the stack the call happens to be on."""
+    todo = [(value, "", 0)]
+    while todo:
+        item, where, depth = todo.pop()
+        kind = type(item)
+        if kind in _AS_IT_WAS or (kind is float and math.isfinite(item)):
+            continue
+        what = "it is" if not where else f"result{where} is"
+        if kind is float:
+            return f"a value that JSON cannot hold: {what} {item!r}"
+        if kind not in (list, dict):
+            back = next((words for base, words in _COMES_BACK_AS if isinstance(item, base)),
+                        None)
+            if back is None:
+                return f"a value that JSON cannot hold: {what} {_a(kind.__name__)}"
+            return (f"a value that would come back changed: {what} {_a(kind.__name__)}, "
+                    f"which would come back as {back}")
+        if depth == RESULT_DEPTH:
+            return (f"lists and dicts nested more than {RESULT_DEPTH} deep (or one that "
+                    "holds itself)")
+        if kind is list:
+            todo.extend((sub, f"{where}[{at}]", depth + 1) for at, sub in enumerate(item))
+            continue
+        for key, sub in item.items():
+            if type(key) is not str:
+                return (f"a value that would come back changed: result{where} has the key "
+                        f"{key!r}, {_a(type(key).__name__)}, which would come back as text")
+            todo.append((sub, f"{where}[{key!r}]", depth + 1))
+    return None
+
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 def start(db, run: Run, name: str, *, ask: bool, kind: str) -> Decision:
