@@ -526,6 +526,52 @@ def test_a_forgotten_name_is_a_usage_error_not_the_commands_first_word(tmp_path,
     assert marker.exists()
 
 
+def test_a_step_whose_reader_leaves_ends_as_its_command_would_in_sh(home, tmp_path, tag):
+    """`step NAME -- yes | head -n 1`: once head has its line, COMMAND meets the broken
+    pipe it would meet without the step (SIGPIPE), instead of writing forever into a
+    step that keeps reading. The step ends as sh's left side would (141) and is done:
+    the script went on with what its reader took, and a later run replays it."""
+    effects, flag, said = tmp_path / "effects", tmp_path / "flag", tmp_path / "said"
+    job_id = add(home, "first.sh", f"""#!/bin/bash
+# sloth: max_attempts=1 timeout=10
+sloth-tray step yes -- sh -c 'echo yes >> {effects}; exec yes' | head -n 1 >> {said}
+echo "statuses ${{PIPESTATUS[*]}}" >> {said}
+n=$(sloth-tray step count -- sh -c 'echo count >> {effects}; exec seq 100000000' | head -n 2)
+echo "count $n" >> {said}
+test -e {flag} || {{ touch {flag}; exit 1; }}
+""", tag=tag)
+    try:
+        out = subprocess.run([*CLI, "work", "--once", "--home", str(home.root)],
+                             capture_output=True, text=True, timeout=8, env=environment(tag),
+                             stdin=subprocess.DEVNULL).stdout
+    except subprocess.TimeoutExpired:
+        pytest.fail("the step kept its lane after its reader had left")
+    assert "fail" in out
+    assert lines(said) == ["y", "statuses 141 0", "count 1", "2"]
+    assert lines(effects) == ["yes", "count"]
+    job = show(home, job_id)
+    assert (job["state"], job["reason"]) == ("failed", "exit_code")  # its own exit 1
+    assert [(s["name"], s["state"]) for s in steps(home, job_id)] == [("yes", "done"),
+                                                                      ("count", "done")]
+    kept = subprocess.run([*CLI, "show", job_id, "--step", "yes", "--home", str(home.root)],
+                          capture_output=True, timeout=60, env=environment()).stdout
+    assert kept.startswith(b"y\ny\n") and set(kept.split(b"\n")) == {b"y", b""}
+    assert len(kept) < OUTPUT_CAP  # it stopped soon after its reader: not a cap's worth
+
+    sloth(home, "retry", job_id, tag=tag)
+    assert work(home, tag).startswith("ok")
+    assert lines(effects) == ["yes", "count"]  # replayed, not run again
+    again = lines(said)[4:]
+    assert again[0] == "y" and again[1].endswith(" 0") and again[2:] == ["count 1", "2"]
+    assert "step yes skipped (done " in run_log(home, job_id, 2)
+
+    # By hand, outside a job, COMMAND is exec'd: it is the pipeline's left side itself.
+    by_hand = subprocess.run(["bash", "-c", f'"{SLOTH}" step x -- yes | head -n 1; '
+                              'echo "${PIPESTATUS[*]}"'], capture_output=True, text=True,
+                             timeout=8, env=environment(tag))
+    assert by_hand.stdout == "y\n141 0\n" and by_hand.stderr == ""
+
+
 def test_output_past_the_cap_is_cut_with_a_sentence_and_the_kept_part_replayed(home,
                                                                              tmp_path):
     counts, flag = tmp_path / "counts", tmp_path / "flag"
