@@ -698,3 +698,80 @@ sloth-tray step hello -- echo hi
         ("pay", "done", "python"), ("odd", "failed", "python"), ("boom", "failed", "python")]
     recorded = json.loads(sloth(home, "show", python_id, "--step", "pay").stdout)
     assert recorded["amount"] == 12 and recorded["currency"] == "CHF"
+
+
+PYENV = Path("/root/.pyenv/versions")
+
+
+def old_python(version: str) -> str:
+    """That Python's interpreter, or the test is skipped (most machines have none)."""
+    python = PYENV / version / "bin" / "python"
+    if not os.access(python, os.X_OK):
+        pytest.skip(f"no Python {version} here ({python})")
+    return str(python)
+
+
+@pytest.mark.parametrize("version", ["3.6.15", "3.7.16"])
+def test_sloth_step_works_on_the_oldest_pythons_it_names(home, tmp_path, version):
+    python = old_python(version)
+    effects, flag = tmp_path / "effects", tmp_path / "flag"
+    job_id = add(home, "old.py", f"""#!{python}
+# sloth: max_attempts=1
+import os, sys
+from sloth_step import step
+
+def pay(cents):
+    with open({str(effects)!r}, "a") as f:
+        f.write("paid\\n")
+    return {{"cents": cents, "python": sys.version.split()[0]}}
+
+print("receipt", step("pay", pay, 12), flush=True)
+if not os.path.exists({str(flag)!r}):
+    open({str(flag)!r}, "w").close()
+    sys.exit(1)
+""")
+    assert "fail" in work(home)
+    sloth(home, "retry", job_id)
+    assert work(home).startswith("ok")  # the retry skips pay
+    assert lines(effects) == ["paid"]
+    receipt = f"receipt {{'cents': 12, 'python': '{version}'}}"
+    assert run_log(home, job_id, 1).splitlines()[0] == receipt
+    assert receipt in run_log(home, job_id, 2).splitlines()
+    assert "Traceback" not in run_log(home, job_id, 1) + run_log(home, job_id, 2)
+
+
+def test_a_python_older_than_sloth_steps_floor_fails_the_job_unrunnable_at_once(home):
+    python = old_python("2.7.18")
+    job_id = add(home, "ancient.py", f"""#!{python}
+# sloth: max_attempts=3
+from sloth_step import step
+step("x", lambda: 1)
+""")
+    assert "fail" in work(home)
+    job = show(home, job_id)
+    assert (job["state"], job["reason"], job["attempts"]) == ("failed", "unrunnable", 1)
+    assert "\n" not in job["last_error"] and "Python 2.7.18" in job["last_error"]
+    assert python in job["last_error"] and "3.6" in job["last_error"]
+    log = run_log(home, job_id, 1)
+    assert "Traceback" not in log and log.count("\n") == 1, log
+
+
+def test_a_job_whose_python_is_too_old_for_sloth_step_fails_for_good_on_any_machine(home):
+    """This Python, told it is 3.5 before the import: the runner reads the shim's status
+    and sentence as a job that can never run. Exit 126 with other words is the job's own."""
+    pretend = add(home, "pretend.py", f"""#!{sys.executable}
+# sloth: max_attempts=3
+import sys
+sys.version_info, sys.version = (3, 5, 10, "final", 0), "3.5.10"
+from sloth_step import step
+""")
+    own = add(home, "own126.sh", "#!/bin/sh\n# sloth: max_attempts=3\n"
+              "echo 'cannot execute this' >&2\nexit 126\n")
+    work(home)
+    job = show(home, pretend)
+    assert (job["state"], job["reason"], job["attempts"]) == ("failed", "unrunnable", 1)
+    assert job["last_error"].startswith("sloth_step needs Python 3.6 or later, and this job "
+                                        f"runs Python 3.5.10 ({sys.executable})")
+    assert "Traceback" not in run_log(home, pretend, 1)
+    job = show(home, own)
+    assert (job["state"], job["reason"]) == ("pending", "exit_code")  # tried again later
