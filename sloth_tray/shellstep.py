@@ -33,7 +33,7 @@ USAGE = 2
 ENDING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGINT")
                        if hasattr(signal, name))
 CHUNK = 65536
-SIGPIPE = getattr(signal, "SIGPIPE", 13)  # 13 where a system has none (Windows): never met
+SIGPIPE = getattr(signal, "SIGPIPE", None)  # None on Windows, where no pipe signals
 
 
 def say(text: object) -> None:
@@ -108,8 +108,8 @@ def _replay(name: str, decision: sloth_step.Decision) -> int:
         say(f"step {name} had written {sloth_step.size_text(size)}; only the first "
             f"{sloth_step.size_text(len(output))} was kept, and is written again here")
     say(sloth_step.skipped_line(name, decision.row))
-    if stopped == errno.EPIPE:  # its reader left: as a command writing this would end
-        _end_as(SIGPIPE)
+    if stopped == errno.EPIPE and SIGPIPE is not None:
+        _end_as(SIGPIPE)  # its reader left: as a command writing this would end
         return 128 + SIGPIPE
     return 0
 
@@ -176,7 +176,8 @@ def _run_once(db, run: sloth_step.Run, name: str, occurrence: int, command: list
     # replays what was kept, and the reader takes the same again. It ends as sh's left
     # side would (by SIGPIPE: 141 to `set -o pipefail`), not with a 0 the pipeline
     # would never have had.
-    cut_by_reader = not read_by_ours and status in (-SIGPIPE, 128 + SIGPIPE)
+    cut_by_reader = (SIGPIPE is not None and not read_by_ours
+                     and status in (-SIGPIPE, 128 + SIGPIPE))
     status = status if status >= 0 else 128 - status
     ok = status == 0 or cut_by_reader
     recorded = _record(db, run, name, occurrence, ok=ok, exit_code=status,
