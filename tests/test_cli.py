@@ -429,6 +429,8 @@ def test_no_command_writes_to_a_damaged_queue_and_each_says_so_once(home, tmp_pa
                                                          False)),
     (["step", "n", "--", "cmd", "--ask"], ("n", ["cmd", "--ask"], False)),
     (["step", "--", "-n", "--", "cmd"], ("-n", ["cmd"], False)),
+    (["step", "--", "-n", "--ask", "--", "cmd"], ("-n", ["cmd"], True)),
+    (["--home", "step", "step", "n", "--", "cmd"], ("n", ["cmd"], False)),
 ])
 def test_step_takes_its_name_ask_and_the_whole_command_after_the_double_dash(
         monkeypatch, argv, expected):

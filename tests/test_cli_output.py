@@ -385,6 +385,7 @@ def test_show_step_prints_its_output_exactly_as_kept(home, capsysbinary):
     (["retry", "ID", "--fresh", "--step-done", "a"], ["retry", "ID", "--step-done", "a"]),
     (["show", "ID", "--step", "a", "--occurrence", "0"], ["show", "ID", "--step", "a",
                                                           "--occurrence", "1"]),
+    (["show", "ID", "--occurrence", "2"], ["show", "ID", "--step", "a", "--occurrence", "2"]),
 ])
 def test_step_options_that_cannot_go_together_are_one_line(home, capsys, argv, fine):
     code, out, err = run(capsys, *argv, "--home", str(home))

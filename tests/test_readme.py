@@ -116,9 +116,12 @@ def test_the_fixed_sizes_of_a_step_are_the_ones_in_sloth_step():
     name = f"1 to {sloth_step.NAME_MAX} characters"
     assert by_what.get("a step's kept output") == cap, f"the Limits table should say {cap}"
     assert by_what.get("a step's name", "").startswith(name), f"it should say {name}"
+    depth = f"lists and dicts {sloth_step.RESULT_DEPTH} deep"
+    assert by_what.get("a Python step's result", "").startswith(depth), f"say {depth}"
     steps = section("Steps that happen once")
     assert f"first {sloth_step.size_text(sloth_step.OUTPUT_CAP)}" in steps
     assert f"1 to {sloth_step.NAME_MAX} characters" in steps
+    assert f"at most {sloth_step.RESULT_DEPTH} deep" in steps
 
 
 def test_every_reason_a_job_can_fail_for_is_in_the_json_section():

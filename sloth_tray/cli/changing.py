@@ -25,11 +25,13 @@ Hint = Callable[["Job"], "str | None"]
 
 
 def _each_job(queue: Queue, ids: Sequence[str], act: Callable[[Queue, str], bool],
-              verb: str, done: str, hint: Hint | None = None) -> int:
+              verb: str, done: str, hint: Hint | None = None,
+              mistakes: tuple[type[SlothError], ...] = ()) -> int:
     """Apply `act` to each id; one line per job; non-zero if any could not be done.
 
     `hint` may say what to do instead with a job `act` cannot change (the
-    command that would), in place of "nothing to <verb>"."""
+    command that would), in place of "nothing to <verb>". An error of `mistakes` is a
+    usage mistake: the exit status is 2."""
     status = 0
     for given in ids:
         try:
@@ -40,10 +42,10 @@ def _each_job(queue: Queue, ids: Sequence[str], act: Callable[[Queue, str], bool
                 why = (hint and hint(job)) or f"is {job.state.value}; nothing to {verb}"
                 print(f"sloth-tray: {printable(job.name)} ({job.id}) {why}",
                       file=sys.stderr)
-                status = 1
+                status = max(status, 1)
         except SlothError as exc:
             print(f"sloth-tray: {printable(exc)}", file=sys.stderr)
-            status = 1
+            status = 2 if isinstance(exc, mistakes) else max(status, 1)
     return status
 
 
@@ -83,6 +85,7 @@ def cmd_retry(args: argparse.Namespace, home: Home) -> int:
     if _bulk_usage_mistake(args, "retry"):
         return 2  # argparse's exit code for a usage mistake
     from sloth_tray.store import spool
+    from sloth_tray.store.queue import NotCutShort
 
     ids = args.ids
     with open_queue(home) as queue:
@@ -113,7 +116,7 @@ def cmd_retry(args: argparse.Namespace, home: Home) -> int:
         steps = {"step_done": args.step_done, "forget_from": args.forget_from,
                  "fresh": args.fresh}
         status = _each_job(queue, ids, lambda queue, job_id: spool.retry(queue, job_id, **steps),
-                           "retry", "retried", _run_now_instead)
+                           "retry", "retried", _run_now_instead, mistakes=(NotCutShort,))
     home.ring_doorbell()
     return status
 

@@ -51,6 +51,10 @@ def _main(argv: Sequence[str] | None) -> int:
     if _command_of(line) == "add" and "--" in line:
         cut = line.index("--")
         line, inline = line[:cut], line[cut + 1:]
+    if _command_of(line) == "step" and _step_name_forgotten(line):
+        print("sloth-tray: a step's NAME goes before `--`: sloth-tray step NAME [--ask] -- "
+              "COMMAND [ARG...]", file=sys.stderr)
+        return 2  # argparse's code for a usage mistake
     # `sloth-tray status --json`: the command comes first, so only its parser is
     # needed; anything else (help, options first, no command) gets them all.
     parser = build_parser(only=line[0] if line and line[0] in COMMANDS else None)
@@ -90,15 +94,36 @@ COMMON_VALUED = ("--home", "--config", "--jobs-dir")
 def _command_of(line: Sequence[str]) -> str | None:
     """The command a command line names: its first word that is not an option (nor
     the value of one) before any `--`."""
-    words = iter(line)
-    for word in words:
+    at = _command_at(line)
+    return None if at is None else line[at]
+
+
+def _command_at(line: Sequence[str]) -> int | None:
+    """Where the command's word is in the command line (see _command_of)."""
+    words = iter(enumerate(line))
+    for at, word in words:
         if word == "--":
             return None
         if word in COMMON_VALUED:
             next(words, None)
         elif not word.startswith("-"):
-            return word
+            return at
     return None
+
+
+def _step_name_forgotten(line: Sequence[str]) -> bool:
+    """`sloth-tray step -- echo x`: the `--` comes before any NAME (nothing but `--ask`
+    between `step` and it), where argparse would take COMMAND's first word for the name
+    and run the rest. Unless a second `--` follows that one word: `step -- -n -- cmd` is
+    how a name that starts with a dash is given."""
+    after = list(line)[(_command_at(line) or 0) + 1:]
+    if "--" not in after or any(word != "--ask" for word in after[:after.index("--")]):
+        return False
+    rest = after[after.index("--") + 1:]
+    flags = rest[1:]
+    while flags[:1] == ["--ask"]:
+        flags = flags[1:]
+    return flags[:1] != ["--"]
 
 
 @contextlib.contextmanager

@@ -172,6 +172,10 @@ def _waiting_note(job: Job, unmet: frozenset[str]) -> str | None:
 
 @command
 def cmd_show(args: argparse.Namespace, home: Home) -> int:
+    if args.occurrence is not None and args.step is None:
+        print("sloth-tray: --occurrence goes with --step (`sloth-tray show ID --step NAME "
+              "--occurrence N`: that step's Nth call)", file=sys.stderr)
+        return 2  # argparse's code for a usage mistake
     queue = queue_to_read(home)
     with queue:
         job = queue.get(find_job(queue, args.id))

@@ -62,8 +62,9 @@ def appended(value: str | None, folder: str) -> str:
 
 
 def step_module_folder() -> str:
-    """The folder holding sloth_step.py and nothing else (in a bundle: its copy there)."""
-    return str(Path(sloth_step.__file__).resolve().parent)
+    """The folder holding the job's sloth_step.py and nothing else, which checks the
+    job's Python and runs the app's sloth_step (in a bundle: their copies there)."""
+    return str(Path(sloth_step.__file__).resolve().parent / "pythonpath")
 
 
 @cache

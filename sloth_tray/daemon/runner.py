@@ -236,6 +236,10 @@ class Runner:
             return Attempt(Ending.SUCCEEDED, result, code=0)
         # A skipped step's note on stderr says what happened, never why the job failed.
         said = err.text()
+        if child.returncode == sloth_step.TOO_OLD_STATUS and sloth_step.is_too_old(said):
+            # Its Python cannot import sloth_step: no retry would find another one.
+            return Attempt.failed(Reason.UNRUNNABLE, said.removeprefix("sloth-tray: "),
+                                  child.returncode)
         said = (said if not sloth_step.is_note(said) else "") or out.text()
         if child.returncode == EX_TEMPFAIL:  # not a failure: the script's own words say why
             return Attempt(Ending.LATER, with_log_error(said or exit_description(EX_TEMPFAIL),

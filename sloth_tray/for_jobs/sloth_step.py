@@ -7,8 +7,12 @@ reclaimed or woken job skips the steps that already happened.
 This one file is every statement about steps. The app uses it (sloth_tray.for_jobs.
 sloth_step: the schema, the Queue's writes at the end of a run, what `show` reads),
 `sloth-tray step` runs through it, and a job's Python imports it as `sloth_step`: the
-app puts this folder, which holds nothing else, at the end of every job's PYTHONPATH.
-So it uses only the standard library, and runs on any Python 3 a script may name.
+app puts a folder holding only pythonpath/sloth_step.py at the end of every job's
+PYTHONPATH, which checks the Python and then runs this file as the module `sloth_step`.
+So it uses only the standard library, and runs on Python 3.6 and later (PYTHON_FLOOR):
+no `from __future__ import annotations` (3.7's), so an annotation 3.6 cannot evaluate
+(`str | None`, `list[str]`) is written as a string. tests/daemon/test_steps.py and
+tests/test_step_module.py hold it to that.
 
 A step is (job, name, occurrence): the same name called again in one run is its
 next occurrence. Only the run holding the job's lease may record: every write
@@ -21,9 +25,8 @@ short: `cut`. A cut step runs again on the next run, unless it was started with
 `ask`: then a person says whether it happened (`mark_done`) or not (`run_again`).
 """
 
-from __future__ import annotations
-
 import json
+import math
 import os
 import re
 import sqlite3
@@ -63,7 +66,15 @@ SCHEMA = (
 
 NAME_MAX = 200  # characters
 OUTPUT_CAP = 1024 * 1024  # bytes of a step's stdout (or its result's JSON) kept for replay
+RESULT_DEPTH = 100  # lists and dicts in a Python step's result, one in another, at most
 BUSY_TIMEOUT = 60.0  # seconds a step waits for the queue file while another writer holds it
+
+# The oldest Python that runs this file. pythonpath/sloth_step.py, which any Python
+# reads, ends an older one's import with TOO_OLD_STATUS (126: as a shell says "cannot
+# execute") and a line is_too_old knows: the runner fails the job for good
+# (unrunnable), as no retry would find another Python.
+PYTHON_FLOOR = (3, 6)
+TOO_OLD_STATUS = 126
 
 # A job's environment names its run (the runner sets these).
 JOB_ENV = "SLOTH_JOB_ID"
@@ -88,7 +99,7 @@ class StepUnsure(StepError):
     """The step was cut short once and asks a person before it runs again."""
 
 
-def name_problem(name: object) -> str | None:
+def name_problem(name: object) -> "str | None":
     """Why `name` cannot name a step, or None when it can."""
     if not isinstance(name, str):
         return f"a step's name is text, not {type(name).__name__}"
@@ -130,7 +141,7 @@ _HELD = ("EXISTS (SELECT 1 FROM jobs WHERE jobs.id = :job AND jobs.state = 'runn
          "AND jobs.lease_owner = :owner AND json_extract(jobs.child, '$.token') = :token)")
 
 
-def ring(doorbell: str | os.PathLike) -> None:
+def ring(doorbell: "str | os.PathLike") -> None:
     """Touch the app's doorbell, the file a running daemon watches (made 0600, never
     through a link); quietly nothing where it cannot be written: no daemon listens there.
     The command line rings it too (paths.Home.ring_doorbell)."""
@@ -151,7 +162,7 @@ class Run:
     the owner of its lease."""
 
     def __init__(self, queue: str, job: str, token: str, owner: str,
-                 doorbell: str | None = None) -> None:
+                 doorbell: "str | None" = None) -> None:
         self.queue, self.job, self.token, self.owner = queue, job, token, owner
         self.doorbell = doorbell
 
@@ -161,7 +172,7 @@ class Run:
             ring(self.doorbell)
 
     @classmethod
-    def from_environment(cls, environ=None) -> Run | None:
+    def from_environment(cls, environ=None) -> "Run | None":
         """The run this process belongs to; None outside any job (run by hand)."""
         environ = os.environ if environ is None else environ
         token = environ.get(TOKEN_ENV)
@@ -183,7 +194,7 @@ class Decision:
     """What `begin` found: run the step (`run`), skip it (`done`: its output is
     `output`), or refuse (`unsure`)."""
 
-    def __init__(self, action: str, occurrence: int, row: dict | None = None) -> None:
+    def __init__(self, action: str, occurrence: int, row: "dict | None" = None) -> None:
         self.action, self.occurrence, self.row = action, occurrence, row or {}
 
     @property
@@ -240,7 +251,7 @@ def _decide(db: sqlite3.Connection, run: Run, name: str, *, ask: bool, kind: str
     return Decision("run", occurrence, row)
 
 
-def _held_run(db: sqlite3.Connection, run: Run) -> int | None:
+def _held_run(db: sqlite3.Connection, run: Run) -> "int | None":
     """The job's run number, when `run` holds it."""
     found = db.execute(
         "SELECT runs FROM jobs WHERE id = :job AND state = 'running' "
@@ -259,7 +270,7 @@ def _not_held(db: sqlite3.Connection, run: Run, name: str) -> str:
 
 
 def finish(db: sqlite3.Connection, run: Run, name: str, occurrence: int, *, ok: bool,
-           exit_code: int | None, output: bytes | None, output_size: int,
+           exit_code: "int | None", output: "bytes | None", output_size: int,
            now: float) -> bool:
     """Record how the step ended: done (with its output) or failed. False when the run
     no longer holds the job: nothing was recorded."""
@@ -274,7 +285,7 @@ def finish(db: sqlite3.Connection, run: Run, name: str, occurrence: int, *, ok: 
     return changed == 1
 
 
-def _row(db: sqlite3.Connection, job: str, name: str, occurrence: int) -> dict | None:
+def _row(db: sqlite3.Connection, job: str, name: str, occurrence: int) -> "dict | None":
     cursor = db.execute(f"SELECT {_COLUMNS} FROM steps WHERE job = ? AND name = ? "
                         "AND occurrence = ?", (job, name, occurrence))
     found = cursor.fetchone()
@@ -302,14 +313,14 @@ def cut_run(db: sqlite3.Connection, job: str, now: float) -> int:
                       {"job": job, "now": now}).rowcount
 
 
-def first_unsure(db: sqlite3.Connection, job: str) -> dict | None:
+def first_unsure(db: sqlite3.Connection, job: str) -> "dict | None":
     """The first step cut short that asks before it runs again, if any."""
     found = db.execute(f"SELECT {_COLUMNS} FROM steps WHERE job = ? AND state = 'cut' "
                        "AND ask ORDER BY rowid LIMIT 1", (job,)).fetchone()
     return None if found is None else _as_dict(found)
 
 
-def run_again(db: sqlite3.Connection, job: str) -> list[str]:
+def run_again(db: sqlite3.Connection, job: str) -> "list[str]":
     """A person's word: the cut steps that asked may run again. Their names."""
     names = [row[0] for row in db.execute(
         "SELECT name FROM steps WHERE job = ? AND state = 'cut' AND ask ORDER BY rowid",
@@ -319,14 +330,43 @@ def run_again(db: sqlite3.Connection, job: str) -> list[str]:
 
 
 def mark_done(db: sqlite3.Connection, job: str, name: str, now: float) -> int:
-    """A person's word: step `name` happened (every occurrence not recorded done). How
-    many were marked; 0 when it has none left to mark."""
+    """A person's word: step `name` happened (every occurrence of it cut short; one that
+    failed did not happen). How many were marked; 0 when none was cut short."""
     return db.execute(
         "UPDATE steps SET state = 'done', ask = 0, marked_at = :now, "
         "ended_at = coalesce(ended_at, :now), output = coalesce(output, x''), "
         "output_size = coalesce(output_size, 0) "
-        "WHERE job = :job AND name = :name AND state != 'done'",
+        "WHERE job = :job AND name = :name AND state = 'cut'",
         {"job": job, "name": name, "now": now}).rowcount
+
+
+def not_cut_sentence(db: sqlite3.Connection, job: str, name: str) -> "str | None":
+    """Why `name` cannot be marked done (it was not cut short: done, failed, or not a
+    step of the job), naming the step that asks, if one does; None when it can."""
+    steps = listed(db, job)
+    mine = [row["state"] for row in steps if row["name"] == name]
+    if "cut" in mine:
+        return None
+    if not mine:
+        wrong = f'job {job} has no step "{name}"'
+    else:
+        state = "done" if "done" in mine else mine[-1]
+        wrong = f'step "{name}" of job {job} was not cut short (it is {state})'
+    asking = first_unsure(db, job)
+    cut = [row["name"] for row in steps if row["state"] == "cut"]
+    if asking is not None:
+        then = f'the step that asks is "{asking["name"]}": {answers(job, asking["name"])}'
+    elif cut:
+        then = f'the step cut short is "{cut[0]}"'
+    else:
+        then = "none of its steps was cut short, so there is nothing to mark done"
+    return f"{wrong}, and --step-done marks only a step cut short; {then}"
+
+
+def answers(job: str, name: str) -> str:
+    """The two words a person may give about a step cut short that asks."""
+    return (f"`sloth-tray retry {job} --step-done {_shell_word(name)}` if it happened, "
+            f"`sloth-tray retry {job}` to run it again")
 
 
 def forget_from(db: sqlite3.Connection, job: str, name: str) -> int:
@@ -341,7 +381,7 @@ def forget_all(db: sqlite3.Connection, job: str) -> int:
     return db.execute("DELETE FROM steps WHERE job = ?", (job,)).rowcount
 
 
-def names(db: sqlite3.Connection, job: str) -> list[str]:
+def names(db: sqlite3.Connection, job: str) -> "list[str]":
     """The job's step names, in the order they first started, each once."""
     seen: dict[str, None] = {}
     for (name,) in db.execute("SELECT name FROM steps WHERE job = ? ORDER BY rowid", (job,)):
@@ -349,7 +389,7 @@ def names(db: sqlite3.Connection, job: str) -> list[str]:
     return list(seen)
 
 
-def listed(db: sqlite3.Connection, job: str) -> list[dict]:
+def listed(db: sqlite3.Connection, job: str) -> "list[dict]":
     """The job's steps in the order they first started, without their output."""
     return [_as_dict(row) for row in db.execute(
         f"SELECT {_LISTED} FROM steps WHERE job = ? ORDER BY rowid",
@@ -357,7 +397,7 @@ def listed(db: sqlite3.Connection, job: str) -> list[dict]:
 
 
 def recorded(db: sqlite3.Connection, job: str, name: str,
-             occurrence: int | None = None) -> dict | None:
+             occurrence: "int | None" = None) -> "dict | None":
     """One step with its output: the given occurrence, else the last one."""
     found = db.execute(
         f"SELECT {_COLUMNS} FROM steps WHERE job = :job AND name = :name "
@@ -366,7 +406,8 @@ def recorded(db: sqlite3.Connection, job: str, name: str,
     return None if found is None else _as_dict(found)
 
 
-def progress(db: sqlite3.Connection, jobs: list[str]) -> dict[str, tuple[int, int, dict | None]]:
+def progress(db: sqlite3.Connection,
+             jobs: "list[str]") -> "dict[str, tuple[int, int, dict | None]]":
     """For each job with steps: (steps recorded, steps done, the first step not done:
     where it stopped), in one read."""
     found: dict[str, list] = {}
@@ -382,7 +423,7 @@ def progress(db: sqlite3.Connection, jobs: list[str]) -> dict[str, tuple[int, in
     return result
 
 
-def running(db: sqlite3.Connection, job: str) -> tuple[int, str, bool] | None:
+def running(db: sqlite3.Connection, job: str) -> "tuple[int, str, bool] | None":
     """The step the job is in now: (its place among the job's steps, from 1; its name;
     whether it asks before it runs again)."""
     found = db.execute(
@@ -394,7 +435,7 @@ def running(db: sqlite3.Connection, job: str) -> tuple[int, str, bool] | None:
 
 # -- a job's side: the connection, and the Python helper --------------------------------
 
-_connections: dict[tuple[int, str], sqlite3.Connection] = {}
+_connections: "dict[tuple[int, str], sqlite3.Connection]" = {}
 _lock = threading.Lock()
 
 
@@ -447,6 +488,16 @@ _NOTE = re.compile(r"sloth-tray: step .+? (skipped \((done|marked done by hand) 
                    r"\d{4}-\d\d-\d\d |had written \d|wrote \d)")
 
 
+_TOO_OLD = re.compile(r"sloth-tray: sloth_step needs Python \d+\.\d+ or later, and this "
+                      r"job runs Python ")
+
+
+def is_too_old(line: str) -> bool:
+    """Whether this last line of a job's stderr is pythonpath/sloth_step.py's: the
+    job's Python is older than PYTHON_FLOOR."""
+    return _TOO_OLD.match(line) is not None
+
+
 def is_note(line: str) -> bool:
     """Whether this line of a job's stderr is a step's note (skipped_line and the notes
     of output kept short), not something the job said."""
@@ -473,11 +524,13 @@ def _shell_word(word: str) -> str:
 
 
 def step(name, fn, *args, ask=False, **kwargs):
-    """Call fn(*args, **kwargs) once for this job: its result (JSON-serialisable) is
-    recorded, and any later run of the job returns it without calling fn.
+    """Call fn(*args, **kwargs) once for this job: its result is recorded as JSON, and
+    any later run of the job returns it without calling fn.
 
     An exception propagates and records no result (the step runs again next time).
-    A result JSON cannot hold raises TypeError naming the step, and records none.
+    A result JSON would not give back as it is (see result_problem: a tuple, a key
+    that is not text, NaN or infinity, a subclass, more than RESULT_DEPTH deep) raises
+    TypeError naming the step, and the step is recorded failed: it runs again.
     Outside a job (run by hand) fn is simply called. `ask=True`: if a run ends while
     fn runs (a crash, a quit, a lost lease), the job stops and asks you whether it
     happened, instead of running it again."""
@@ -507,13 +560,16 @@ def step(name, fn, *args, ask=False, **kwargs):
             os.environ.pop(KEY_ENV, None)
         else:
             os.environ[KEY_ENV] = previous
-    try:
-        text = json.dumps(result, allow_nan=False).encode("utf-8")
-    except (TypeError, ValueError) as exc:
+    problem, text = result_problem(result), b""
+    if problem is None:
+        try:
+            text = json.dumps(result, allow_nan=False).encode("utf-8")
+        except (TypeError, ValueError, RecursionError) as exc:  # past what the walk sees
+            problem = f"a {type(result).__name__} that JSON cannot hold ({exc})"
+    if problem is not None:  # recorded failed: it returned, so it was not cut short
         end(db, run, name, decision.occurrence, ok=False, output=None)
-        raise TypeError(f'step "{name}" returned a {type(result).__name__} that JSON cannot '
-                        f"hold ({exc}); nothing was recorded, so it runs again next "
-                        "time") from None
+        raise TypeError(f'step "{name}" returned {problem}; nothing was recorded, so it '
+                        "runs again next time") from None
     if len(text) > OUTPUT_CAP:
         end(db, run, name, decision.occurrence, ok=False, output=None)
         raise ValueError(f'step "{name}" returned {size_text(len(text))} of JSON, more than '
@@ -523,6 +579,54 @@ def step(name, fn, *args, ask=False, **kwargs):
         raise StepRefused(f'step "{name}" ran, but this run of job {run.job} is over, so it '
                           "was not recorded; it runs again with the job")
     return result
+
+
+# What a result's JSON gives back as it was, type for type: anything else (a tuple, a
+# key that is not text, NaN, a subclass) would come back changed, so a later run would
+# get another value than the first run did.
+_AS_IT_WAS = (str, int, bool, type(None))
+_COMES_BACK_AS = ((bool, "a bool"), (int, "an int"), (float, "a float"), (str, "text"),
+                  (list, "a list"), (tuple, "a list"), (dict, "a dict"))
+
+
+def result_problem(value: object) -> "str | None":
+    """Why JSON would not give `value` back as it is (equal, and of the same types all
+    the way down), in words for a sentence; None when it would. Walked without
+    recursion, to RESULT_DEPTH: a result nested deeper is refused before json, whose
+    own limit moves with the stack the call happens to be on."""
+    todo = [(value, "", 0)]
+    while todo:
+        item, where, depth = todo.pop()
+        kind = type(item)
+        if kind in _AS_IT_WAS or (kind is float and math.isfinite(item)):
+            continue
+        what = "it is" if not where else f"result{where} is"
+        if kind is float:
+            return f"a value that JSON cannot hold: {what} {item!r}"
+        if kind not in (list, dict):
+            back = next((words for base, words in _COMES_BACK_AS if isinstance(item, base)),
+                        None)
+            if back is None:
+                return f"a value that JSON cannot hold: {what} {_a(kind.__name__)}"
+            return (f"a value that would come back changed: {what} {_a(kind.__name__)}, "
+                    f"which would come back as {back}")
+        if depth == RESULT_DEPTH:
+            return (f"lists and dicts nested more than {RESULT_DEPTH} deep (or one that "
+                    "holds itself)")
+        if kind is list:
+            todo.extend((sub, f"{where}[{at}]", depth + 1) for at, sub in enumerate(item))
+            continue
+        for key, sub in item.items():
+            if type(key) is not str:
+                return (f"a value that would come back changed: result{where} has the key "
+                        f"{key!r}, {_a(type(key).__name__)}, which would come back as text")
+            todo.append((sub, f"{where}[{key!r}]", depth + 1))
+    return None
+
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 def start(db, run: Run, name: str, *, ask: bool, kind: str) -> Decision:
@@ -543,8 +647,8 @@ def start(db, run: Run, name: str, *, ask: bool, kind: str) -> Decision:
         raise StepError(_db_sentence(run, exc)) from None
 
 
-def end(db, run: Run, name: str, occurrence: int, *, ok: bool, output: bytes | None,
-        exit_code: int | None = None, output_size: int | None = None) -> bool:
+def end(db, run: Run, name: str, occurrence: int, *, ok: bool, output: "bytes | None",
+        exit_code: "int | None" = None, output_size: "int | None" = None) -> bool:
     """finish, committed with an fsync, for a job's helpers: False when the run is over."""
     size = len(output) if output_size is None and output is not None else (output_size or 0)
     with _lock:

@@ -57,6 +57,11 @@ class UnknownStep(SlothError):
     """A step named that the job never started."""
 
 
+class NotCutShort(UnknownStep):
+    """`retry --step-done` naming no step cut short (a done one, or one the job never
+    had): a person's word about a step that is not in question, so nothing changes."""
+
+
 RETRIABLE = ("done", "failed", "cancelled")
 
 
@@ -654,7 +659,9 @@ class Queue:
         Its recorded steps are kept (they are skipped), and a step cut short that
         asked is to run again: that is a person's word. `step_done` marks that step
         done instead; `forget_from` forgets that step and every later one; `fresh`
-        forgets them all. A step the job does not have raises UnknownStep.
+        forgets them all. A step the job does not have raises UnknownStep; a
+        `step_done` that names no step cut short, NotCutShort (nothing changes: the
+        word is not about the step that asks, which must not run again on it).
 
         A run of a series that was followed (its next run was queued when it
         ended) runs once more, and the series is left as it is. A run that never
@@ -689,7 +696,11 @@ class Queue:
                         fresh: bool) -> list[str]:
         """What retry does to the job's steps, in words for its history."""
         said = []
-        for name in (step_done, forget_from):
+        if step_done is not None:
+            refusal = sloth_step.not_cut_sentence(db, job_id, step_done)
+            if refusal:
+                raise NotCutShort(refusal)
+        for name in (forget_from,):
             if name is not None and name not in sloth_step.names(db, job_id):
                 known = ", ".join(f'"{known}"' for known in sloth_step.names(db, job_id))
                 raise UnknownStep(f'job {job_id} has no step "{name}" '

@@ -345,6 +345,46 @@ def test_retry_from_and_fresh_forget_steps_of_done_and_cancelled_jobs(home, tmp_
     assert lines(effects) == ["a", "b", "c", "c", "a", "b", "c"]
 
 
+def test_step_done_naming_no_cut_step_is_refused_naming_the_step_that_asks(home, tmp_path):
+    """`--step-done` is a person's word about a step cut short: naming a done step (or
+    none the job has) must not count as the word that lets the asking step run again."""
+    effects, flag = tmp_path / "effects", tmp_path / "flag"
+    job_id = add(home, "pay.sh", f"""#!/bin/sh
+# sloth: max_attempts=1 timeout=1
+sloth-tray step prepare -- sh -c 'echo prepare >> {effects}' || exit 9
+sloth-tray step charge --ask -- sh -c 'echo charge >> {effects}
+    test -e {flag} || exec sleep 60' || exit 9
+sloth-tray step after -- sh -c 'echo after >> {effects}' || exit 9
+""")
+    work(home)  # the timeout cuts charge short: the job asks
+    job = show(home, job_id)
+    assert (job["state"], job["reason"]) == ("failed", "step_unsure")
+    assert lines(effects) == ["prepare", "charge"]
+    before = (states(home, job_id), [e["kind"] for e in show(home, job_id)["history"]])
+
+    for name in ("prepare", "nope"):
+        refused = sloth(home, "retry", job_id, "--step-done", name, check=False)
+        assert refused.returncode == 2, (name, refused)
+        assert refused.stdout == "" and refused.stderr.count("\n") == 1, (name, refused)
+        assert f'"{name}"' in refused.stderr and '"charge"' in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
+        assert (states(home, job_id), [e["kind"] for e in show(home, job_id)["history"]]) \
+            == before, f"--step-done {name} changed the job"
+        assert show(home, job_id)["state"] == "failed"
+        work(home)
+        assert lines(effects) == ["prepare", "charge"], "charge ran without a person's word"
+
+    sloth(home, "retry", job_id, "--step-done", "charge")  # the word that it happened
+    assert work(home).startswith("ok")
+    assert lines(effects) == ["prepare", "charge", "after"]
+
+    # A job with no step cut short: nothing to mark, and it says so.
+    refused = sloth(home, "retry", job_id, "--step-done", "prepare", check=False)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused
+    assert "cut short" in refused.stderr
+    assert show(home, job_id)["state"] == "done"
+
+
 def test_prune_removes_a_jobs_steps_with_it(home, tmp_path):
     kept_id = add(home, "kept.sh", "#!/bin/sh\n# sloth: max_attempts=1\n"
                   "sloth-tray step s -- true\nexit 1\n")
@@ -460,6 +500,76 @@ def test_a_step_name_of_200_characters_is_fine_and_no_command_is_a_usage_error(h
     for argv in (["s"], ["s", "--"], ["s", "--ask", "--"]):
         done = step_call(*argv, env=environment())
         assert done.returncode == 2 and done.stderr.count(b"\n") == 1, (argv, done)
+
+
+@pytest.mark.parametrize("argv", [["--", "touch", "touch", "MARKER"],
+                                  ["--ask", "--", "touch", "touch", "MARKER"],
+                                  ["--", "--", "touch", "MARKER"]])
+def test_a_forgotten_name_is_a_usage_error_not_the_commands_first_word(tmp_path, argv):
+    """`step -- COMMAND`: the `--` comes before any NAME, so COMMAND's first word is not
+    taken for one (it would run the rest, here `touch MARKER`)."""
+    marker = tmp_path / "marker"
+    argv = [str(marker) if word == "MARKER" else word for word in argv]
+    for env in (environment(), environment(SLOTH_RUN_TOKEN="t", SLOTH_LEASE_OWNER="o",
+                                           SLOTH_JOB_ID="j", SLOTH_QUEUE=str(tmp_path / "q"))):
+        done = step_call(*argv, env=env)
+        assert done.returncode == 2, (argv, done)
+        assert done.stdout == b"" and done.stderr.count(b"\n") == 1, (argv, done)
+        assert done.stderr.startswith(b"sloth-tray: ") and b"NAME" in done.stderr
+        assert not marker.exists()
+    # A name, then the command: the real form, even when the name looks like a command;
+    # a name that starts with a dash comes between two `--`.
+    assert step_call("touch", "--", "touch", str(marker), env=environment()).returncode == 0
+    assert marker.exists()
+    marker.unlink()
+    assert step_call("--", "-n", "--", "touch", str(marker), env=environment()).returncode == 0
+    assert marker.exists()
+
+
+def test_a_step_whose_reader_leaves_ends_as_its_command_would_in_sh(home, tmp_path, tag):
+    """`step NAME -- yes | head -n 1`: once head has its line, COMMAND meets the broken
+    pipe it would meet without the step (SIGPIPE), instead of writing forever into a
+    step that keeps reading. The step ends as sh's left side would (141) and is done:
+    the script went on with what its reader took, and a later run replays it."""
+    effects, flag, said = tmp_path / "effects", tmp_path / "flag", tmp_path / "said"
+    job_id = add(home, "first.sh", f"""#!/bin/bash
+# sloth: max_attempts=1 timeout=10
+sloth-tray step yes -- sh -c 'echo yes >> {effects}; exec yes' | head -n 1 >> {said}
+echo "statuses ${{PIPESTATUS[*]}}" >> {said}
+n=$(sloth-tray step count -- sh -c 'echo count >> {effects}; exec seq 100000000' | head -n 2)
+echo "count $n" >> {said}
+test -e {flag} || {{ touch {flag}; exit 1; }}
+""", tag=tag)
+    try:
+        out = subprocess.run([*CLI, "work", "--once", "--home", str(home.root)],
+                             capture_output=True, text=True, timeout=8, env=environment(tag),
+                             stdin=subprocess.DEVNULL).stdout
+    except subprocess.TimeoutExpired:
+        pytest.fail("the step kept its lane after its reader had left")
+    assert "fail" in out
+    assert lines(said) == ["y", "statuses 141 0", "count 1", "2"]
+    assert lines(effects) == ["yes", "count"]
+    job = show(home, job_id)
+    assert (job["state"], job["reason"]) == ("failed", "exit_code")  # its own exit 1
+    assert [(s["name"], s["state"]) for s in steps(home, job_id)] == [("yes", "done"),
+                                                                      ("count", "done")]
+    kept = subprocess.run([*CLI, "show", job_id, "--step", "yes", "--home", str(home.root)],
+                          capture_output=True, timeout=60, env=environment()).stdout
+    assert kept.startswith(b"y\ny\n") and set(kept.split(b"\n")) == {b"y", b""}
+    assert len(kept) < OUTPUT_CAP  # it stopped soon after its reader: not a cap's worth
+
+    sloth(home, "retry", job_id, tag=tag)
+    assert work(home, tag).startswith("ok")
+    assert lines(effects) == ["yes", "count"]  # replayed, not run again
+    again = lines(said)[4:]
+    assert again[0] == "y" and again[1].endswith(" 0") and again[2:] == ["count 1", "2"]
+    assert "step yes skipped (done " in run_log(home, job_id, 2)
+
+    # By hand, outside a job, COMMAND is exec'd: it is the pipeline's left side itself.
+    by_hand = subprocess.run(["bash", "-c", f'"{SLOTH}" step x -- yes | head -n 1; '
+                              'echo "${PIPESTATUS[*]}"'], capture_output=True, text=True,
+                             timeout=8, env=environment(tag))
+    assert by_hand.stdout == "y\n141 0\n" and by_hand.stderr == ""
 
 
 def test_output_past_the_cap_is_cut_with_a_sentence_and_the_kept_part_replayed(home,
@@ -588,3 +698,80 @@ sloth-tray step hello -- echo hi
         ("pay", "done", "python"), ("odd", "failed", "python"), ("boom", "failed", "python")]
     recorded = json.loads(sloth(home, "show", python_id, "--step", "pay").stdout)
     assert recorded["amount"] == 12 and recorded["currency"] == "CHF"
+
+
+PYENV = Path("/root/.pyenv/versions")
+
+
+def old_python(version: str) -> str:
+    """That Python's interpreter, or the test is skipped (most machines have none)."""
+    python = PYENV / version / "bin" / "python"
+    if not os.access(python, os.X_OK):
+        pytest.skip(f"no Python {version} here ({python})")
+    return str(python)
+
+
+@pytest.mark.parametrize("version", ["3.6.15", "3.7.16"])
+def test_sloth_step_works_on_the_oldest_pythons_it_names(home, tmp_path, version):
+    python = old_python(version)
+    effects, flag = tmp_path / "effects", tmp_path / "flag"
+    job_id = add(home, "old.py", f"""#!{python}
+# sloth: max_attempts=1
+import os, sys
+from sloth_step import step
+
+def pay(cents):
+    with open({str(effects)!r}, "a") as f:
+        f.write("paid\\n")
+    return {{"cents": cents, "python": sys.version.split()[0]}}
+
+print("receipt", step("pay", pay, 12), flush=True)
+if not os.path.exists({str(flag)!r}):
+    open({str(flag)!r}, "w").close()
+    sys.exit(1)
+""")
+    assert "fail" in work(home)
+    sloth(home, "retry", job_id)
+    assert work(home).startswith("ok")  # the retry skips pay
+    assert lines(effects) == ["paid"]
+    receipt = f"receipt {{'cents': 12, 'python': '{version}'}}"
+    assert run_log(home, job_id, 1).splitlines()[0] == receipt
+    assert receipt in run_log(home, job_id, 2).splitlines()
+    assert "Traceback" not in run_log(home, job_id, 1) + run_log(home, job_id, 2)
+
+
+def test_a_python_older_than_sloth_steps_floor_fails_the_job_unrunnable_at_once(home):
+    python = old_python("2.7.18")
+    job_id = add(home, "ancient.py", f"""#!{python}
+# sloth: max_attempts=3
+from sloth_step import step
+step("x", lambda: 1)
+""")
+    assert "fail" in work(home)
+    job = show(home, job_id)
+    assert (job["state"], job["reason"], job["attempts"]) == ("failed", "unrunnable", 1)
+    assert "\n" not in job["last_error"] and "Python 2.7.18" in job["last_error"]
+    assert python in job["last_error"] and "3.6" in job["last_error"]
+    log = run_log(home, job_id, 1)
+    assert "Traceback" not in log and log.count("\n") == 1, log
+
+
+def test_a_job_whose_python_is_too_old_for_sloth_step_fails_for_good_on_any_machine(home):
+    """This Python, told it is 3.5 before the import: the runner reads the shim's status
+    and sentence as a job that can never run. Exit 126 with other words is the job's own."""
+    pretend = add(home, "pretend.py", f"""#!{sys.executable}
+# sloth: max_attempts=3
+import sys
+sys.version_info, sys.version = (3, 5, 10, "final", 0), "3.5.10"
+from sloth_step import step
+""")
+    own = add(home, "own126.sh", "#!/bin/sh\n# sloth: max_attempts=3\n"
+              "echo 'cannot execute this' >&2\nexit 126\n")
+    work(home)
+    job = show(home, pretend)
+    assert (job["state"], job["reason"], job["attempts"]) == ("failed", "unrunnable", 1)
+    assert job["last_error"].startswith("sloth_step needs Python 3.6 or later, and this job "
+                                        f"runs Python 3.5.10 ({sys.executable})")
+    assert "Traceback" not in run_log(home, pretend, 1)
+    job = show(home, own)
+    assert (job["state"], job["reason"]) == ("pending", "exit_code")  # tried again later

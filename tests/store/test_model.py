@@ -56,7 +56,16 @@ from sloth_tray.for_jobs import sloth_step
 from sloth_tray.jobs.header import BadJobFile
 from sloth_tray.paths import Home, locate
 from sloth_tray.store import spool
-from sloth_tray.store.queue import PERMANENT, Job, Queue, Reason, Refused, State, UnknownStep
+from sloth_tray.store.queue import (
+    PERMANENT,
+    Job,
+    NotCutShort,
+    Queue,
+    Reason,
+    Refused,
+    State,
+    UnknownStep,
+)
 
 RETRIABLE = (State.DONE, State.FAILED, State.CANCELLED)  # what retry takes back, as pueue
 
@@ -1352,7 +1361,8 @@ def test_a_job_queued_after_a_sleep_keeps_its_wait_when_the_clock_is_then_set_ba
 #   job back; a quit; a failure, a timeout or a completion; a cancel) was cut short: it runs
 #   again next run, unless it asked (--ask): then the job fails for step_unsure (unless a
 #   person cancelled it), and the step never runs again without a person's word (retry:
-#   it runs again; retry --step-done NAME: it happened, it never runs);
+#   it runs again; retry --step-done NAME: it happened, it never runs; a --step-done
+#   naming no step cut short is refused and changes nothing);
 # - only the run holding the job's lease records anything: a stale run (its job ended, taken
 #   back or pruned since) or a stranger (a wrong token or owner) is refused and changes no
 #   row;
@@ -1681,10 +1691,18 @@ class StepMachine(RuleBasedStateMachine):
                 self.queue.retry(job.id, **arguments)
             assert self._table() == before, "a retry naming an unknown step changed rows"
             return
+        if how == "step_done" and not any(key[0] == name and step.state == "cut"
+                                          for key, step in job.steps.items()):
+            # A word about a step not in question: never the word that the one that
+            # asks may run again.
+            with pytest.raises(NotCutShort):
+                self.queue.retry(job.id, **arguments)
+            assert self._table() == before, "--step-done of a step not cut short changed rows"
+            return
         assert self.queue.retry(job.id, **arguments) is True
         if how == "step_done":
             for key, step in job.steps.items():
-                if key[0] == name and step.state != "done":
+                if key[0] == name and step.state == "cut":
                     step.state, step.waits = "done", False
                     self._tell(job, key, "marked")
         elif how == "fresh" or how == "forget_from":
