@@ -606,12 +606,12 @@ sloth-tray step fetch -- echo fetched
 sloth-tray step send -- sh -c 'exit 3' || exit 3
 """)
     work(home)
-    assert show(home, job_id)["last_error"] == "fetched"
+    assert show(home, job_id)["last_error"] == "exit status 3: fetched"
     sloth(home, "retry", job_id)
     assert "skipped" not in work(home)
     job = show(home, job_id)
     assert "step fetch skipped (done " in run_log(home, job_id, 2)
-    assert (job["state"], job["last_error"]) == ("failed", "fetched")
+    assert (job["state"], job["last_error"]) == ("failed", "exit status 3: fetched")
 
 
 # -- any Python, any PATH ------------------------------------------------------------------
