@@ -1,5 +1,6 @@
 """When no app runs on a home: `status`, `list` and `show` say so (nothing starts, and a
-job still marked running was cut short)."""
+job still marked running was cut short), and the next start ends that run's log with a
+line saying where the app stopped."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import add_script, start_daemon, wait_for
+from conftest import add_script, alive, start_daemon, wait_for
 
-from sloth_tray.store.queue import Queue
+from sloth_tray.store.queue import Queue, State
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
 
@@ -109,3 +110,24 @@ def test_after_a_quit_status_says_no_app_runs_so_nothing_due_starts(home, tmp_pa
     assert said["next"].endswith("), due now, once the app starts"), said
     assert said["due_now"] == "2 (once the app starts)", said
 
+
+def test_a_run_cut_short_by_a_crash_ends_its_log_with_where_the_app_stopped(home, tmp_path,
+                                                                            pids):
+    daemon, slow, _ = running_slow_backup(home, tmp_path, pids)
+    child = int((tmp_path / "marks").read_text().split()[0])
+    daemon.kill()
+    daemon.wait(timeout=10)
+    log = home.job_logs(slow, "slow_backup") / "1.log"
+    assert log.read_text() == "copying\n"
+
+    start_daemon(pids, home, "--lease", "60")
+    wait_for(lambda: (home.job_logs(slow, "slow_backup") / "2.log").exists(),
+             what="the job to run again")
+    wait_for(lambda: not alive(child), what="the leftover run to be stopped")
+    lines = log.read_text().splitlines()
+    assert lines[0] == "copying" and len(lines) == 2, lines
+    assert lines[1].startswith("[sloth-tray: the app stopped during this run; the start "
+                               "at "), lines
+    assert lines[1].endswith(" found it and runs it again (attempt 2 of 5)]"), lines
+    with Queue(home.db) as queue:
+        assert queue.get(slow).state == State.RUNNING
