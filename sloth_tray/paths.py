@@ -93,6 +93,8 @@ class Home(namedtuple("Home", ["root", "jobs"])):
         Every start and every command that writes to the queue passes here."""
         if not self.root.parent.is_dir():  # the platform's data folder, on a first start
             self.root.parent.mkdir(parents=True, exist_ok=True)
+        safety.refuse_if_read_only(self.root if os.path.isdir(self.root) else self.root.parent,
+                                   "the home folder")
         safety.home_folder(self.root)
         for folder in (self.spool, self.logs, self.doorbell.parent):
             safety.own_folder(folder)
@@ -111,16 +113,18 @@ class Home(namedtuple("Home", ["root", "jobs"])):
             safety.own_entry(folder, folder=True)
         for file in self.own_files:
             safety.own_entry(file, folder=False)
-        if os.path.isdir(self.jobs):
-            safety.jobs_folder(self.jobs)
+        if os.path.isdir(self.jobs) and not safety.read_only(self.jobs):
+            safety.jobs_folder(self.jobs)  # (read-only: nothing is taken from it anyway)
         return self
 
     def readable(self) -> bool:
         """For a command that only reads (`status`, `list`, `show`, `log`, `wait`): whether
         there is a queue to read, the home vetted. Where the home and the jobs folder
         both are, a missing queue file is made, as every command always did; where
-        either is missing, nothing at all is made (False when there is no queue)."""
-        if os.path.isdir(self.root) and os.path.isdir(self.jobs):
+        either is missing, or home is on a read-only file system, nothing at all is
+        made (False when there is no queue)."""
+        if os.path.isdir(self.root) and os.path.isdir(self.jobs) \
+                and not safety.read_only(self.root) and not safety.read_only(self.jobs):
             self.ensure()
             return True
         self.vet()

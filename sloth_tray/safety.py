@@ -83,6 +83,22 @@ def check_opened(path: Path, info: os.stat_result) -> None:
         raise UnsafePath(f"{path} {why}; {REFUSED}")
 
 
+def read_only(path: Path) -> bool:
+    """Whether `path` is on a file system mounted read-only (False where that cannot be
+    told: no statvfs on Windows, or nothing there)."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (AttributeError, OSError):
+        return False
+
+
+def refuse_if_read_only(path: Path, what: str) -> None:
+    """For a folder about to be written in: a read-only file system, said as such."""
+    if read_only(path):
+        raise SlothError(f"{what} {path} is on a read-only file system; sloth-tray can only "
+                         "read it there (status, list, show, log)")
+
+
 def link_target(path: Path) -> str:
     """Where the link at `path` points, for a sentence; "somewhere else" if unreadable."""
     try:
@@ -185,6 +201,7 @@ def jobs_folder(path: Path) -> None:
     if info.st_uid != os.geteuid():
         raise UnsafePath(f"the jobs folder {path} is owned by user {user_name(info.st_uid)}, "
                          "not you; sloth-tray will not take jobs from it")
+    refuse_if_read_only(path, "the jobs folder")
     mode = stat.S_IMODE(info.st_mode)
     # The owner's bits as well as access(): root may read any folder, but a folder its
     # owner shut (chmod 000) was shut on purpose or by mistake; either way, say so.

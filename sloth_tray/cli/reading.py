@@ -46,6 +46,7 @@ def cmd_paths(args: argparse.Namespace, home: Home) -> int:
 
 @command
 def cmd_status(args: argparse.Namespace, home: Home) -> int:
+    from sloth_tray import instance
     from sloth_tray.store import reads
 
     # "overdue": recurring jobs with no success for a period + grace
@@ -53,28 +54,46 @@ def cmd_status(args: argparse.Namespace, home: Home) -> int:
     if counts is None:  # no home or jobs folder, and no queue: nothing was made
         counts = reads.empty()
         no_queue_here(home)
+    # Whether an app holds the home: without one nothing starts, whatever is due, and a
+    # job marked running was cut short (the lock looked at, not taken: instance.py).
+    app_running = instance.held(home.lock)
     if args.json:
-        emit_json(counts)
+        emit_json(counts | {"app_running": app_running})
         return 0
     now = time.time()
     waiting_on = counts.pop("waiting_on", {})  # jobs due that wait for a condition
     running, next_job = counts.pop("running_job"), counts.pop("next")
     per_lane, running_by_lane = counts.pop("lanes", {}), counts.pop("running_by_lane", {})
-    rows = ([(key, str(value)) for key, value in counts.items() if key != "paused"]
+    app_pid = instance.pid_in(home.lock) if app_running else None
+    rows = ([(key, str(value) + (f" ({instance.ONCE_STARTED})" if key == "due_now" and value
+                                  and not app_running else ""))
+             for key, value in counts.items() if key != "paused"]
             + [("paused", "yes" if counts["paused"] else "no")]
-            + [(f"waiting for {name}", str(n)) for name, n in waiting_on.items()])
+            + [(f"waiting for {name}", str(n)) for name, n in waiting_on.items()]
+            + [("app", f"running (pid {app_pid})" if app_pid else "running") if app_running
+               else ("app", "not running on this home, so nothing starts (`sloth-tray` "
+                            "starts it)")])
     if running is not None:
-        rows.append(("running now", f"{running['name']} ({running['id']}), started "
-                                    f"{relative(running['since'], now)}"))
+        since = f"{running['name']} ({running['id']}), started {relative(running['since'], now)}"
+        if app_running:
+            rows.append(("running now", since))
+        else:
+            tries = next((job for job in running_by_lane.values() if job["id"] == running["id"]),
+                         {"attempts": 1, "max_attempts": 1})
+            rows.append(("cut short", f"{since}: the app stopped while it ran; the next start "
+                         + instance.after_a_crash(tries["attempts"], tries["max_attempts"])))
     if next_job is not None:
         due = "due now" if next_job["due"] <= now else f"due {relative(next_job['due'], now)}"
         rows.append(("next", f"{next_job['name']} ({next_job['id']}), {due}"
-                             + (" (paused)" if counts["paused"] else "")))
+                             + (" (paused)" if counts["paused"] else "")
+                             + ("" if app_running or counts["paused"]
+                                else f", {instance.ONCE_STARTED}")))
     print(table(rows))
     if _lanes_worth_showing(per_lane, counts["paused"]):
         print("\nlanes")
         for name, lane in per_lane.items():
-            print(f"  {printable(name)}: {_lane_doing(lane, running_by_lane.get(name), now)}")
+            print(f"  {printable(name)}: "
+                  f"{_lane_doing(lane, running_by_lane.get(name), now, cut=not app_running)}")
     return 0
 
 
@@ -87,12 +106,13 @@ def _lanes_worth_showing(per_lane: dict[str, dict[str, Any]], whole_queue_paused
                for name, lane in per_lane.items())
 
 
-def _lane_doing(lane: dict[str, Any], running: dict[str, Any] | None, now: float) -> str:
+def _lane_doing(lane: dict[str, Any], running: dict[str, Any] | None, now: float, *,
+                cut: bool = False) -> str:
     """What a lane is doing, in a few words: `running fetch_mail (42s) · 2 waiting ·
-    paused`, or `idle`."""
+    paused`, or `idle`; `cut`: no app runs, so its running job was `cut short`."""
     parts = []
     if running is not None:
-        parts.append(f"running {printable(running['name'])} "
+        parts.append(f"{'cut short' if cut else 'running'} {printable(running['name'])} "
                      f"({format_duration(now - running['since'])})")
     if lane["pending"]:
         parts.append(f"{lane['pending']} waiting")
@@ -130,6 +150,7 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
         unmet = queue.unmet()
         paused_lanes = queue.paused_lanes()
         running = _running_by_lane(queue)
+        cut = _cut_short_note(home) if running else None
         # The lane column, once there is more than one lane to tell apart.
         with_lane = args.lane is None and len({job.lane for job in jobs} | set(queue.lanes())) > 1
         rows = [("ID", *(("LANE",) if with_lane else ()), "NAME", "STATE", "TRIES", "WHEN",
@@ -138,6 +159,8 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
             note = job.last_error if job.state in (State.FAILED, State.PENDING) else job.result
             if job.state == State.PENDING and job.not_before <= now:
                 note = _waiting_note(job, unmet) or _behind_note(job, running) or note
+            if job.state == State.RUNNING and cut:
+                note = f"{cut}; {note}" if note else cut
             rows.append((queue.shortest_unique_prefix(job.id),
                          *((job.lane,) if with_lane else ()), job.name, job.state.value,
                          f"{job.attempts}/{job.max_attempts}",
@@ -151,6 +174,18 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
 
 def _running_by_lane(queue: Queue) -> dict[str, Job]:
     return {job.lane: job for job in queue.jobs(State.RUNNING)}
+
+
+def _cut_short_note(home: Home, job: Job | None = None) -> str | None:
+    """For a job marked running when no app holds its home: `cut short: no app runs this
+    home`, and with `job`, what the next start does with it; None while an app runs."""
+    from sloth_tray import instance
+
+    if instance.held(home.lock):
+        return None
+    said = f"cut short: {instance.NO_APP}"
+    return said if job is None else \
+        f"{said}; the next start {instance.after_a_crash(job.attempts, job.max_attempts)}"
 
 
 def _behind_note(job: Job, running: dict[str, Job]) -> str | None:
@@ -199,6 +234,9 @@ def cmd_show(args: argparse.Namespace, home: Home) -> int:
         if job.state == State.PENDING else None
     if waits and job.not_before <= now:
         state += f", {waits}"
+    cut = _cut_short_note(home, job) if job.state == State.RUNNING else None
+    if cut:
+        state += f", {cut}"
     fields = [
         ("id", job.id), ("name", job.name), ("lane", job.lane), ("state", state),
         ("attempts", f"{job.attempts} of {job.max_attempts}"),

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from sloth_tray import safety
+
 log = logging.getLogger("sloth_tray")
 
 RESULT_LIMIT = 200  # characters of a stream's last line kept
@@ -106,6 +108,24 @@ class CappedLog:
             except OSError:
                 pass
             self._file = None
+
+
+def append_note(path: Path, note: str) -> bool:
+    """`[sloth-tray: NOTE]` on a line of its own at the end of a run's log that is
+    there (a link is not followed, nothing is made); False when it could not be."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | safety.NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        size = os.fstat(fd).st_size
+        new_line = b"" if size == 0 or os.pread(fd, 1, size - 1) == b"\n" else b"\n"
+        os.write(fd, new_line + f"[sloth-tray: {note}]\n".encode())
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
 
 
 def pump(stream: BinaryIO, tail: LastLine, into: CappedLog) -> None:

@@ -26,8 +26,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from sloth_tray import instance
 from sloth_tray.daemon import procs
 from sloth_tray.daemon.alarm import Alarm, make_alarm
+from sloth_tray.daemon.capture import append_note
 from sloth_tray.daemon.outcome import Attempt, Recorded, record
 from sloth_tray.daemon.runner import Runner
 from sloth_tray.daemon.serial import SerialThread
@@ -46,6 +48,7 @@ from sloth_tray.paths import Home
 from sloth_tray.store import lanes, spool
 from sloth_tray.store.queue import Job, Queue
 from sloth_tray.store.states import Reason, State
+from sloth_tray.timefmt import clock_time
 
 log = logging.getLogger("sloth_tray")
 
@@ -323,9 +326,23 @@ class Engine:
         if killed:
             log.info("stopped %d leftover process(es) of jobs run before a crash", killed)
         self.queue.set_unmet(self._unmet())  # not what an earlier run of the app last saw
+        self._note_cut_short_runs()
         expired = self.queue.expire_leases()
         if expired:
             log.info("taking back %d job(s) left running by a previous run", expired)
+
+    def _note_cut_short_runs(self) -> None:
+        """End the log of each run a crash cut short with a line that says so: its own
+        output stops mid-way, and would leave the reader guessing why."""
+        for job in self.queue.jobs(State.RUNNING):
+            asks = [step["name"] for step in self.queue.steps(job.id)
+                    if step["state"] == "running" and step["ask"]]
+            then = (f'fails it: its step "{asks[0]}" was cut short and asks whether it '
+                    "happened" if asks else instance.after_a_crash(job.attempts,
+                                                                   job.max_attempts))
+            append_note(self.home.job_logs(job.id, job.name) / f"{max(job.runs, 1)}.log",
+                        f"the app stopped during this run; the start at "
+                        f"{clock_time(self.recovered_at)} found it and {then}")
 
     def run(self, *, drain: bool = False) -> None:
         """Run jobs until stop(); with `drain`, return once nothing is due now and

@@ -75,15 +75,23 @@ _LEASE = ("state = 'running', lease_owner = :owner, "
           "attempts = attempts + 1, runs = runs + 1, updated_at = :now, child = :child")
 
 
-def _trailing_laters(history: list) -> list[float]:
-    """When each "later" of the unbroken run of them that ends the history came."""
-    laters: list[float] = []
-    for at, kind, _detail in reversed(history):
-        if kind == "later":
-            laters.append(at)
-        elif kind in _ENDS_LATERS:
+def _trailing_laters(history: list, now: float) -> tuple[int, float]:
+    """The unbroken run of "later"s that ends the history: how many, and for how long
+    it has lasted at `now`, in real time as far as the file can tell. Each step from
+    one event to the next (and to `now`) counts when the clock went forward, never
+    when it went back: a clock set back re-anchors the count, as it re-anchors waits
+    (calendar.reanchor), so "later"s said on a clock that was ahead are not owed the
+    time it was ahead by."""
+    start = len(history)
+    for index in range(len(history) - 1, -1, -1):
+        kind = history[index][1]
+        if kind in _ENDS_LATERS:
             break
-    return laters[::-1]
+        if kind == "later":
+            start = index
+    times = [event[0] for event in history[start:]] + [now]
+    count = sum(1 for event in history[start:] if event[1] == "later")
+    return count, sum(max(times[i + 1] - times[i], 0.0) for i in range(len(times) - 1))
 
 
 def _in_lane(lane: str | None, skip: Collection[str] = ()) -> tuple[str, dict[str, str]]:
@@ -573,15 +581,14 @@ class Queue:
             if row is None:
                 return None
             history, attempts = row
-            earlier = _trailing_laters(json.loads(history))
-            since = earlier[0] if earlier else now
-            if now - since >= LATER_FOR_AT_MOST:
-                error = (f"it asked to run later for {format_duration(now - since)} "
-                         f"({len(earlier) + 1} times); gave up. Last: {detail}")[:ERROR_LIMIT]
+            earlier, lasted = _trailing_laters(json.loads(history), now)
+            if lasted >= LATER_FOR_AT_MOST:
+                error = (f"it asked to run later for {format_duration(lasted)} "
+                         f"({earlier + 1} times); gave up. Last: {detail}")[:ERROR_LIMIT]
                 self._finish(db, job_id, now, "failed", ("failed", error), last_error=error,
                              reason=Reason.LATER_TOO_LONG.value)
                 return State.FAILED
-            delay = min(2.0 ** (len(earlier) + 1), self.backoff_cap)
+            delay = min(2.0 ** min(earlier + 1, 64), self.backoff_cap)  # 2.0**1024 overflows
             return self._finish(db, job_id, now, "pending",  # failed, in a step that asks
                                 ("later", f"{detail}; asked to run later: next try in "
                                           f"{format_duration(delay)}"),

@@ -191,14 +191,16 @@ def running_job(db: sqlite3.Connection) -> dict[str, Any] | None:
 
 
 def running_by_lane(db: sqlite3.Connection) -> dict[str, dict[str, Any]]:
-    """The job running in each lane, named as running_job() names one: {lane: {id,
-    name, since}}. A lane runs one job at a time; should it hold more (a lease that
-    lapsed and was taken back elsewhere), the one claimed last."""
+    """The job running in each lane, named as running_job() names one, with its
+    attempts (what a start after a crash does with it): {lane: {id, name, since,
+    attempts, max_attempts}}. A lane runs one job at a time; should it hold more (a
+    lease that lapsed and was taken back elsewhere), the one claimed last."""
     found: dict[str, dict[str, Any]] = {}
-    for lane, job_id, name, since in db.execute(
-            "SELECT lane, id, name, updated_at FROM jobs INDEXED BY jobs_leased "
-            "WHERE state = 'running' ORDER BY updated_at, rowid"):
-        found[lane] = {"id": job_id, "name": name, "since": since}
+    for lane, job_id, name, since, attempts, max_attempts in db.execute(
+            "SELECT lane, id, name, updated_at, attempts, max_attempts FROM jobs "
+            "INDEXED BY jobs_leased WHERE state = 'running' ORDER BY updated_at, rowid"):
+        found[lane] = {"id": job_id, "name": name, "since": since, "attempts": attempts,
+                       "max_attempts": max_attempts}
     return found
 
 

@@ -260,6 +260,8 @@ def connect(path: Path, busy_timeout: float, *, synchronous: str = "FULL",
     query_only: for readers (`status`), whose callers never checked the file whole:
     it is read whole first (verify) if a migration is to write to it, and the
     connection returned cannot write (PRAGMA query_only)."""
+    if safety.read_only(path.parent):
+        return _connect_read_only(path, busy_timeout, check_same_thread)
     prepare_file(path)
     try:
         db = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout,
@@ -277,6 +279,39 @@ def connect(path: Path, busy_timeout: float, *, synchronous: str = "FULL",
                 _migrate(db)
             if query_only:
                 db.execute("PRAGMA query_only = ON")
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _connect_read_only(path: Path, busy_timeout: float,
+                       check_same_thread: bool) -> sqlite3.Connection:
+    """The queue on a read-only file system: read as it is, never made, switched or
+    migrated. With a -wal beside it (left by a process that died), SQLite reads both
+    read-only; without one the file is whole, and `immutable` lets SQLite open it
+    where it cannot make the -shm. Every write meets "readonly database"."""
+    if not os.path.lexists(path):
+        raise DatabaseProblem(f"cannot create the queue at {path}: it is on a read-only "
+                              "file system")
+    _vet_existing(path)
+    import urllib.parse  # here: only a read-only home pays for it
+
+    whole = not os.path.lexists(path.with_name(path.name + "-wal"))
+    uri = (f"file:{urllib.parse.quote(os.fspath(path.absolute()))}?mode=ro"
+           + ("&immutable=1" if whole else ""))
+    try:
+        db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=busy_timeout,
+                             check_same_thread=check_same_thread)
+    except sqlite3.Error as exc:
+        raise DatabaseProblem(f"cannot open the queue at {path}: {exc}") from None
+    try:
+        with translated_errors(path, busy_timeout):
+            if identify(db, path) < SCHEMA_VERSION:
+                raise DatabaseProblem(
+                    f"{path} was written by an older sloth-tray and is on a read-only file "
+                    "system: it cannot be brought up to date there")
+            db.execute("PRAGMA query_only = ON")
     except BaseException:
         db.close()
         raise
