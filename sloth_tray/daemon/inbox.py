@@ -47,6 +47,7 @@ from watchdog.observers.api import BaseObserver
 from sloth_tray import safety
 from sloth_tray.daemon.watch import FolderChange, KeptFolder, Subfolders
 from sloth_tray.errors import SlothError
+from sloth_tray.fileid import FileId
 from sloth_tray.paths import Home
 from sloth_tray.store import lanes, spool
 from sloth_tray.store.queue import Queue, new_job_id
@@ -74,10 +75,6 @@ NOT_USED = "sloth-tray will not take jobs from it"
 def ignored(name: str) -> bool:
     """Dotfiles and the temporary files of editors, downloads and copies (folders too)."""
     return name.startswith(".") or name.lower().endswith(IGNORED_ENDINGS)
-
-
-def folder_identity(info: os.stat_result) -> tuple[int, int]:
-    return info.st_dev, info.st_ino
 
 
 def lane_name_problem(name: str) -> str | None:
@@ -109,7 +106,7 @@ def still(path: Path, info: os.stat_result) -> bool:
         now = os.lstat(path)
     except OSError:
         return False
-    return stat.S_ISDIR(now.st_mode) and folder_identity(now) == folder_identity(info)
+    return stat.S_ISDIR(now.st_mode) and FileId.of(now) == FileId.of(info)
 
 
 def jobs_going_along(moved: int) -> str:
@@ -385,7 +382,7 @@ class Inbox(FileSystemEventHandler):
                     self._watches.hold(path)  # looked at again once its mode or owner changes
                 self._say_once(path, info, why)
                 return
-            if self._watches.identity(str(path)) == folder_identity(info):
+            if self._watches.identity(str(path)) == FileId.of(info):
                 return  # in use already: nothing changed
             try:
                 watching = self._watch_lane(path, info)
@@ -421,7 +418,7 @@ class Inbox(FileSystemEventHandler):
         """Watch the vetted folder at `path`; False when it changed meanwhile (it is
         looked at again). OSError when that very folder cannot be watched."""
         try:
-            self._watches.watch(path, folder_identity(info))
+            self._watches.watch(path, FileId.of(info))
         except OSError:
             if still(path, info):
                 raise  # not a race: the folder cannot be watched (no watches left, say)
@@ -442,7 +439,7 @@ class Inbox(FileSystemEventHandler):
 
     def _say_once(self, path: Path, info: os.stat_result, sentence: str) -> None:
         """Log why a folder is not used, once for as long as that stays so."""
-        said = (folder_identity(info), sentence)
+        said = (FileId.of(info), sentence)
         if self._told.get(str(path)) != said:
             self._told[str(path)] = said
             log.warning("%s", sentence)
@@ -528,7 +525,7 @@ class Inbox(FileSystemEventHandler):
             info = os.lstat(folder)
         except FileNotFoundError:
             info = None
-        if info is None or folder_identity(info) != self._watches.identity(folder) \
+        if info is None or FileId.of(info) != self._watches.identity(folder) \
                 or lane_folder_problem(info) is not None:
             self._lane_task(self._settle_lane, lane)  # says why, and stops watching it
             return None
