@@ -26,13 +26,13 @@ from sloth_tray.daemon.watch import (
     IN_ATTRIB,
     IN_ONLYDIR,
     PathWatch,
-    identity,
     make_observer,
     make_path_watch,
     watch_doorbell,
 )
 from sloth_tray.desktop import freedesktop
 from sloth_tray.errors import SlothError
+from sloth_tray.fileid import FileId
 from sloth_tray.jobs.conditions import CONDITIONS, Conditions
 from sloth_tray.jobs.probes import fall_back
 from sloth_tray.paths import Home
@@ -85,7 +85,7 @@ class Daemon:
         self.log_to_stderr = log_to_stderr
         self.fatal: str | None = None  # why the daemon stopped itself, for the user
         self.home_watch: PathWatch | None = None
-        self._db_identity: tuple[int, int] | None = None
+        self._db_identity: FileId | None = None
         self._fatal_lock = threading.Lock()
         self.settings = settings or Settings(values={k: v.default for k, v in KEYS.items()})
         self.lock = InstanceLock(home.lock)
@@ -173,7 +173,7 @@ class Daemon:
         The kernel tells (no polling): an unlink of the open file changes its
         link count (IN_ATTRIB); a move of it or of the home is a self event.
         """
-        self._db_identity = identity(self.home.db)
+        self._db_identity = FileId.at(self.home.db)
         self.home_watch = make_path_watch(lambda *_: self._check_the_queue_file())
         if self.home_watch is None:
             return
@@ -186,7 +186,7 @@ class Daemon:
 
     def _check_the_queue_file(self) -> None:
         """On the PathWatch thread: is home/queue.db still the file we opened?"""
-        now = identity(self.home.db)
+        now = FileId.at(self.home.db)
         with self._fatal_lock:
             if now == self._db_identity or self.fatal is not None:
                 return
@@ -194,7 +194,7 @@ class Daemon:
         log.error("%s", self.fatal)
         self.engine.stop()  # a running job is ended too, even if nothing can be recorded
 
-    def _vanished_sentence(self, now: tuple[int, int] | None) -> str:
+    def _vanished_sentence(self, now: FileId | None) -> str:
         if now is None:
             return (f"{self.home.db} was deleted or moved while sloth-tray was running; "
                     "stopping. Start it again to begin a new queue.")

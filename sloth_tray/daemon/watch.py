@@ -10,7 +10,6 @@ import enum
 import logging
 import os
 import select
-import stat
 import struct
 import sys
 import threading
@@ -20,6 +19,8 @@ from pathlib import Path
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
+
+from sloth_tray.fileid import FileId
 
 log = logging.getLogger("sloth_tray")
 
@@ -163,24 +164,6 @@ def make_path_watch(on_event: EventCallback) -> PathWatch | None:
         return None
 
 
-def identity(path: Path) -> tuple[int, int] | None:
-    """The (device, inode) `path` leads to now, or None."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return info.st_dev, info.st_ino
-
-
-def folder_identity(path: Path) -> tuple[int, int] | None:
-    """The (device, inode) of the folder at `path` now, or None (no folder there)."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return (info.st_dev, info.st_ino) if stat.S_ISDIR(info.st_mode) else None
-
-
 # -- a folder watched through its removal -------------------------------------------
 
 
@@ -216,8 +199,8 @@ class KeptFolder:
         self._lock = threading.Lock()
         self._closed = False
         self._watch: ObservedWatch | None = None  # watchdog's, while the folder is there
-        self._identity: tuple[int, int] | None = None  # of the folder watchdog watches
-        self._waiting_in: tuple[Path, tuple[int, int] | None] | None = None
+        self._identity: FileId | None = None  # of the folder watchdog watches
+        self._waiting_in: tuple[Path, FileId | None] | None = None
         self._wds: dict[int, Path] = {}
         self._paths: PathWatch | None = None
 
@@ -271,7 +254,7 @@ class KeptFolder:
         if lost:
             self._identity = None
         for tries_left in reversed(range(self.MAX_TRIES)):
-            now = folder_identity(self.folder)
+            now = FileId.at(self.folder, folder=True)
             try:
                 if now is None:
                     self._wait_for_folder()
@@ -281,7 +264,7 @@ class KeptFolder:
                 if not tries_left:
                     raise  # not a race: it cannot be watched
                 continue  # it changed under us: look again
-            if folder_identity(self.folder) == now:
+            if FileId.at(self.folder, folder=True) == now:
                 break
         if self._identity == had and not lost:
             return None
@@ -289,7 +272,7 @@ class KeptFolder:
             return FolderChange.GONE
         return FolderChange.BACK if had is None else FolderChange.REPLACED
 
-    def _watch_folder(self, now: tuple[int, int]) -> None:
+    def _watch_folder(self, now: FileId) -> None:
         self._forget()
         self._identity = None
         self._watch_path_and_parents(self.folder, GONE | IN_ONLYDIR)
@@ -300,7 +283,7 @@ class KeptFolder:
 
     def _wait_for_folder(self) -> None:
         nearest = next(p for p in self.folder.parents if os.path.isdir(p))
-        waiting = (nearest, folder_identity(nearest))
+        waiting = (nearest, FileId.at(nearest, folder=True))
         if self._identity is None and self._waiting_in == waiting:
             return  # already watching the right place
         self._forget()
@@ -359,15 +342,15 @@ class Subfolders:
         self.on_change = on_change
         self.events = events
         self._lock = threading.Lock()
-        # path -> (watchdog's watch, the folder's (device, inode), our watch descriptor);
-        # (device, inode) None once that folder is no more (INODE_GONE)
-        self._watched: dict[str, tuple[ObservedWatch, tuple[int, int] | None, int | None]] = {}
+        # path -> (watchdog's watch, the folder's FileId, our watch descriptor);
+        # the FileId None once that folder is no more (INODE_GONE)
+        self._watched: dict[str, tuple[ObservedWatch, FileId | None, int | None]] = {}
         self._held: dict[str, int | None] = {}  # path -> our watch descriptor
         self._wds: dict[int, str] = {}
         self._paths = make_path_watch(self._on_event)
 
-    def identity(self, path: str) -> tuple[int, int] | None:
-        """The (device, inode) of the folder watched at `path`; None when none is, or
+    def identity(self, path: str) -> FileId | None:
+        """The FileId of the folder watched at `path`; None when none is, or
         when the folder watched there is no more (whatever stands there now is new)."""
         with self._lock:
             found = self._watched.get(path)
@@ -381,8 +364,8 @@ class Subfolders:
         with self._lock:
             return list(self._held)
 
-    def watch(self, path: Path, identity: tuple[int, int]) -> None:
-        """Watch the folder at `path` (whose (device, inode) the caller has vetted) for
+    def watch(self, path: Path, identity: FileId) -> None:
+        """Watch the folder at `path` (whose FileId the caller has vetted) for
         drops, and for its deletion. OSError when it cannot be watched."""
         self.drop(path)
         wd = self._watch_itself(path, IN_DELETE_SELF)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sloth_tray.errors import SlothError
+from sloth_tray.fileid import FileId, same_entry
 from sloth_tray.jobs.header import (
     ADDED_OPTIONS,
     BadJobFile,
@@ -84,11 +85,6 @@ class Replaced(OSError):
         super().__init__(errno.EAGAIN, "it was replaced while being taken", str(path))
 
 
-def _entry(info: os.stat_result) -> tuple[int, int, int]:
-    """Which file a stat is of: its kind, device and inode."""
-    return stat.S_IFMT(info.st_mode), info.st_dev, info.st_ino
-
-
 def place(home: Home, source: Path, job_id: str, *, move: bool,
           seen: os.stat_result | None = None, lane: str = lanes.MAIN) -> Path:
     """Move or copy `source` to spool/<job_id>/<name>; returns the new path.
@@ -132,7 +128,7 @@ def _place_in(folder: Path, source: Path, *, move: bool,
                 raise
         else:
             placed = os.lstat(target)
-            if _entry(placed) != _entry(info):  # not what was looked at: a link, say
+            if not same_entry(placed, info):  # not what was looked at: a link, say
                 raise Replaced(source)
             if placed.st_nlink == 2:  # nobody linked it elsewhere meanwhile
                 os.unlink(source)
@@ -164,7 +160,7 @@ def _copy(source: Path, partial: Path, info: os.stat_result, *, follow: bool) ->
         raise
     with original:
         opened = os.fstat(original.fileno())
-        if _entry(opened) != _entry(info):
+        if not same_entry(opened, info):
             raise Replaced(source)
         with open(partial, "wb") as copy:
             shutil.copyfileobj(original, copy)
@@ -524,7 +520,7 @@ def _finish_move(home: Home, spooled: Path, lane: str) -> None:
         here, there = os.lstat(spooled), os.lstat(twin)
     except FileNotFoundError:
         return
-    same_file = (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+    same_file = FileId.of(here) == FileId.of(there)
     if same_file or (stat.S_ISREG(there.st_mode) and _same_bytes(spooled, twin)):
         twin.unlink()
 

@@ -386,7 +386,7 @@ def test_a_jobs_folder_removed_and_made_again_in_the_same_inode_is_watched_anew(
 
 def test_a_lane_folder_removed_and_made_again_in_the_same_inode_is_watched_anew(
         home, queue, watching, tmp_path):
-    lanes = watching().inbox._lanes
+    lanes = watching().inbox.lane_folders._watches
     lane = home.jobs / "web"
     lane.mkdir(mode=0o700)
     wait_for(lambda: "web" in queue.lanes(), what="the lane web")
