@@ -32,9 +32,9 @@ from sloth_tray.daemon.watch import (
     watch_doorbell,
 )
 from sloth_tray.desktop import freedesktop
+from sloth_tray.desktop.probes import fall_back
 from sloth_tray.errors import SlothError
 from sloth_tray.jobs.conditions import CONDITIONS, Conditions
-from sloth_tray.jobs.probes import fall_back
 from sloth_tray.paths import Home
 from sloth_tray.store.queue import Queue
 from sloth_tray.store.schema import verify
