@@ -49,7 +49,7 @@ PROBLEM_RETRY = 30.0  # seconds before trying the database again after an error
 RECORD_RETRY = 2.0  # seconds between tries to record an outcome while the db is locked
 PUBLISH_SPACING = 0.1  # seconds at least between two publishes from the action thread
 SHOW_RUNNING_AFTER = 0.05  # back to back, a job shorter than this is not shown running
-PROBE_EVERY = 60.0  # at most this often are conditions without a service read (probes.py)
+PROBE_EVERY = 60.0  # at most this often are conditions without a service read (desktop/probes.py)
 
 
 def default_owner() -> str:
@@ -453,7 +453,7 @@ class Engine:
             self.conditions.start_telling()
 
     def _probe_if_due(self) -> None:
-        """Conditions no service tells of (probes.py) are read again once a minute
+        """Conditions no service tells of (desktop/probes.py) are read again once a minute
         at most, on passes the loop makes anyway."""
         if self.conditions is None or not self.conditions.probed:
             return

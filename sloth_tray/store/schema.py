@@ -130,7 +130,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     (
         # Calendar jobs (options.at, options.cron) are followed by their next run in
-        # Python (queue.Queue._follow_calendar_run), in the transaction that ends the
+        # Python (store/calendar.follow_series_run), in the transaction that ends the
         # run: SQL cannot find the next weekday 09:00 across a clock change. The
         # trigger keeps every= as it was and leaves calendar jobs alone. The new
         # schema number also keeps an older sloth-tray, which would end such a
@@ -143,7 +143,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # A run of a series is followed once. A failed run has its next run queued
         # already; retried, it must not queue another when it ends, or the series
         # runs twice a period from then on. `followed` says it was: set by the
-        # trigger for every=, by Queue._follow_calendar_run for calendars.
+        # trigger for every=, by store/calendar.follow_series_run for calendars.
         "ALTER TABLE jobs ADD COLUMN followed INTEGER NOT NULL DEFAULT 0",
         # Runs followed before this version: each next run names its run in its
         # first event. Read once, in one pass over the table.
