@@ -2,6 +2,8 @@
 
 The CLI's `run` and `work` and the tray start from here, so each gets the same
 crash recovery and the same clean quit.
+
+The system bus is joined only once a require= job is due.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ exit, a stop request or a nudge rings, until the next thing it has to do (renew
 the lease, or end a timed-out attempt). The Alarm keeps wall-clock time, so the
 first heartbeat after a suspend or a SIGSTOP happens at once. (A plain timed
 Event.wait was seen to hang far past its timeout after SIGSTOP/SIGCONT here.)
+
+The engine runs one runner per running lane (`Runner.twin`).
 """
 
 from __future__ import annotations

@@ -3,6 +3,11 @@ file that is not ours or is damaged without ever writing to it, and `connect`, t
 one way the file is opened, by the queue and by `status` alike. The only writes
 here are the schema's own (a new file's, a migration's); every write of jobs is
 queue.py's.
+
+`connect` makes a new file 0600 (or vets an existing one), identifies it in one read,
+switches it to WAL waiting out another opener's lock, and migrates it under
+`BEGIN IMMEDIATE`; on a read-only file system it only opens to read (never makes,
+switches or migrates). SQLite's errors become one sentence (`translated_errors`).
 """
 
 from __future__ import annotations
