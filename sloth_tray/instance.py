@@ -1,6 +1,10 @@
 """Whether an app holds a home: its instance lock (daemon/lock.py) looked at without
 taking it and without writing, for `status`, which must not get in the way of an app
-starting at that moment, nor load the daemon's code."""
+starting at that moment, nor load the daemon's code.
+
+The lock is looked at in /proc/locks on Linux; `list` and `show` ask too. What is
+said of a run no app will finish (`after_a_crash`) lives here as well.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""Where everything the app owns lives: one home folder (platformdirs by default)."""
+"""Where everything the app owns lives: one home folder (platformdirs by default).
+
+A job's logs are in a folder named by the job, then its id (logs/<name>-<id>/<run>.log;
+a folder an older version named logs/<id> is kept). A command that only reads makes
+nothing (`Home.readable`).
+"""
 
 from __future__ import annotations
 

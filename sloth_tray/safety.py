@@ -8,6 +8,8 @@ may have written already, and only the user can judge what.
 
 The parents of home are not checked: a shared parent such as /tmp (sticky) is fine
 once home itself is private, as nobody else can then reach inside.
+
+A folder on a read-only file system is said as such, not as a mode to fix.
 """
 
 from __future__ import annotations

@@ -436,10 +436,10 @@ def test_no_command_writes_to_a_damaged_queue_and_each_says_so_once(home, tmp_pa
 ])
 def test_step_takes_its_name_ask_and_the_whole_command_after_the_double_dash(
         monkeypatch, argv, expected):
-    from sloth_tray import shellstep
+    from sloth_tray.cli import step
 
     seen = []
-    monkeypatch.setattr(shellstep, "main", lambda name, command, *, ask: seen.append(
+    monkeypatch.setattr(step, "main", lambda name, command, *, ask: seen.append(
         (name, command, ask)) or 0)
     monkeypatch.delenv("SLOTH_TRAY_CONFIG")  # no settings are read: the run names its queue
     assert main(argv) == 0

@@ -51,6 +51,15 @@ GLANCE_NEVER = ("sloth_tray.store.queue", "sloth_tray.jobs.header", "dataclasses
 CALENDAR = ("sloth_tray.jobs.schedule", "zoneinfo", "croniter")
 
 
+def test_the_step_command_loads_only_the_command_line_and_sloth_step():
+    """`sloth-tray step` runs once per step of every job's shell script: it must not
+    pay for the queue's writing code, the daemon or the tray."""
+    modules = loaded(code="import sloth_tray.cli.step")
+    assert heavy(modules - {"subprocess"}) == []  # subprocess: it runs COMMAND
+    assert "sloth_tray.for_jobs.sloth_step" in modules
+    assert sorted(m for m in GLANCE_NEVER if m in modules) == []
+
+
 @pytest.mark.parametrize("waiting, calendar", [(None, False), ({"every": 3600.0}, False),
                                                ({"at": "09:00"}, True)])
 def test_status_loads_only_what_a_glance_needs(tmp_path, waiting, calendar):

@@ -1,4 +1,8 @@
-"""The command login starts: the app itself, and the options that bring it back where it lives."""
+"""The command login starts: the app itself, and the options that bring it back where it lives.
+
+The frozen executable, else `python -m sloth_tray` (pythonw.exe on Windows), with
+absolute `--home`, `--jobs-dir` and `--config`.
+"""
 
 from __future__ import annotations
 

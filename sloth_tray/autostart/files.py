@@ -1,5 +1,9 @@
 """An entry that is one file we write whole (the XDG desktop file, the launchd agent):
-read, judged, written atomically, removed; an OSError as one sentence."""
+read, judged, written atomically, removed; an OSError as one sentence.
+
+Written (temp file, fsync, 0644, rename) only when missing, or ours and different;
+removed only when ours.
+"""
 
 from __future__ import annotations
 

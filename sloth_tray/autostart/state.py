@@ -1,4 +1,7 @@
-"""What every OS's entry says: `Status` (on or off, where, the sentence why) and its sentences."""
+"""What every OS's entry says: `Status` (on or off, where, the sentence why) and its sentences.
+
+A Status also carries the command found in the entry.
+"""
 
 from __future__ import annotations
 

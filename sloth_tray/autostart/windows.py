@@ -1,6 +1,10 @@
 """Windows: the value `sloth-tray` under the key
 `HKCU\\Software\\Microsoft\\Windows\\CurrentVersion\\Run`. (A "Disable" in Task
-Manager is kept elsewhere, under Explorer\\StartupApproved, and is not read here.)"""
+Manager is kept elsewhere, under Explorer\\StartupApproved, and is not read here.)
+
+winreg is imported on first use; the value is read back as the C runtime splits a
+command line.
+"""
 
 from __future__ import annotations
 

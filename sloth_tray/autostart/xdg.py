@@ -1,6 +1,9 @@
 """Linux and the other XDG desktops: `$XDG_CONFIG_HOME/autostart/sloth-tray.desktop`,
 with a marker key `X-Sloth-Tray=1` that says we wrote it. `Hidden=true` or
-`X-GNOME-Autostart-enabled=false` in it: turned off by the user."""
+`X-GNOME-Autostart-enabled=false` in it: turned off by the user.
+
+Exec is quoted, and read back, as the Desktop Entry spec says.
+"""
 
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ an interpreter that opens SQLite, not load the daemon, the tray or the desktop
 
 common: what every command shares (the registry, the queue opened, a job found, the
 shapes of output) · reading: the commands that only read · changing: those that change
-the queue · daemons: run and work · parser: the grammar · entry: main().
+the queue · daemons: run and work · step: `step` inside a job · parser: the grammar ·
+entry: main().
 """
 
 from sloth_tray.cli.common import COMMANDS

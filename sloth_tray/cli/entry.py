@@ -64,13 +64,13 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command is None:  # plain `sloth-tray` starts the app
         args = parser.parse_args([*line, "run"])
     if args.command == "step":  # inside a job: no settings, no home: the run names its queue
-        from sloth_tray import shellstep
+        from sloth_tray.cli import step
 
         ask, command = args.ask, list(args.step_command)
         while command[:1] == ["--ask"]:  # NAME --ask -- ...: argparse left it in the rest
             ask, command = True, command[1:]
-        return shellstep.main(args.name, command[1:] if command[:1] == ["--"] else command,
-                              ask=ask)
+        return step.main(args.name, command[1:] if command[:1] == ["--"] else command,
+                         ask=ask)
     try:
         args.settings = load_settings(args)
         home = locate(getattr(args, "home", None), args.settings["jobs_dir"],

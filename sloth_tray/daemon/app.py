@@ -2,6 +2,8 @@
 
 The CLI's `run` and `work` and the tray start from here, so each gets the same
 crash recovery and the same clean quit.
+
+The system bus is joined only once a require= job is due.
 """
 
 from __future__ import annotations
@@ -31,10 +33,10 @@ from sloth_tray.daemon.watch import (
     watch_doorbell,
 )
 from sloth_tray.desktop import freedesktop
+from sloth_tray.desktop.probes import fall_back
 from sloth_tray.errors import SlothError
 from sloth_tray.fileid import FileId
 from sloth_tray.jobs.conditions import CONDITIONS, Conditions
-from sloth_tray.jobs.probes import fall_back
 from sloth_tray.paths import Home
 from sloth_tray.store.queue import Queue
 from sloth_tray.store.schema import verify

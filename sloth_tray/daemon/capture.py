@@ -2,6 +2,8 @@
 
 Memory stays flat whatever a job prints: the log stops growing at its cap (the rest
 is counted), and only the last line of each stream is kept, for the job's result.
+
+A line of the app's own can end a log (`append_note`: a run a crash cut short).
 """
 
 from __future__ import annotations

@@ -24,42 +24,32 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from sloth_tray import instance
 from sloth_tray.daemon import procs
+from sloth_tray.daemon import snapshot as snapshots
 from sloth_tray.daemon.alarm import Alarm, make_alarm
 from sloth_tray.daemon.capture import append_note
 from sloth_tray.daemon.outcome import Attempt, Recorded, record
 from sloth_tray.daemon.runner import Runner
 from sloth_tray.daemon.serial import SerialThread
-from sloth_tray.daemon.snapshot import (
-    FailedJob,
-    FailedSeries,
-    Lane,
-    RunningJob,
-    Snapshot,
-    StepProgress,
-    WaitingJob,
-)
+from sloth_tray.daemon.snapshot import RunningJob, Snapshot
 from sloth_tray.errors import DatabaseProblem, SlothError
 from sloth_tray.jobs.conditions import Conditions, waiting_for
 from sloth_tray.paths import Home
-from sloth_tray.store import lanes, spool
+from sloth_tray.store import spool
 from sloth_tray.store.queue import Job, Queue
 from sloth_tray.store.states import Reason, State
 from sloth_tray.timefmt import clock_time
 
 log = logging.getLogger("sloth_tray")
 
-SHOWN_FAILED = 50  # failed jobs carried in a snapshot (the tray lists them)
-SHOWN_RUNS_PER_SERIES = 10  # of them, the newest failed runs of one series at most
-SHOWN_WAITING = 10  # next pending jobs carried in a snapshot
 PROBLEM_RETRY = 30.0  # seconds before trying the database again after an error
 RECORD_RETRY = 2.0  # seconds between tries to record an outcome while the db is locked
 PUBLISH_SPACING = 0.1  # seconds at least between two publishes from the action thread
 SHOW_RUNNING_AFTER = 0.05  # back to back, a job shorter than this is not shown running
-PROBE_EVERY = 60.0  # at most this often are conditions without a service read (probes.py)
+PROBE_EVERY = 60.0  # at most this often are conditions without a service read (desktop/probes.py)
 
 
 def default_owner() -> str:
@@ -463,7 +453,7 @@ class Engine:
             self.conditions.start_telling()
 
     def _probe_if_due(self) -> None:
-        """Conditions no service tells of (probes.py) are read again once a minute
+        """Conditions no service tells of (desktop/probes.py) are read again once a minute
         at most, on passes the loop makes anyway."""
         if self.conditions is None or not self.conditions.probed:
             return
@@ -586,13 +576,15 @@ class Engine:
         # would show the older state until the next change).
         with self._publishing:
             self._published_at = time.monotonic()
+            running = [work.running for work in self._working() if work.running is not None]
             try:
-                snapshot = self._read(stopped)
+                snapshot, self._next_overdue = snapshots.read(
+                    self.queue, running, self._unmet(), problem=self._problem,
+                    stopped=stopped)
+                self._paused = snapshot.paused
             except SlothError as exc:
-                runs = self._runs()
-                snapshot = Snapshot(running=runs[0] if runs else None,
-                                    lanes=self._lanes({}, runs), paused=self._paused,
-                                    problem=str(exc), stopped=stopped)
+                snapshot = snapshots.without_queue(running, paused=self._paused,
+                                                   problem=str(exc), stopped=stopped)
             if snapshot == self._last:
                 return
             self._last = snapshot
@@ -601,76 +593,3 @@ class Engine:
                     listener(snapshot)
                 except Exception:  # a listener's bug is its own
                     log.exception("snapshot listener failed")
-
-    def _read(self, stopped: bool) -> Snapshot:
-        counts = self.queue.summary()
-        self._paused = bool(counts["paused"])
-        failed_runs = self.queue.failed_by_series(SHOWN_FAILED, SHOWN_RUNS_PER_SERIES)
-        failed = self._failed_jobs([(job, series) for job, series, _, _ in failed_runs])
-        failing_series = {series: FailedSeries(series, j.name, failures, since)
-                          for j, series, failures, since in failed_runs if series}
-        unmet = self._unmet()
-        waiting = tuple(WaitingJob(j.id, j.name, j.not_before,
-                                   waiting_for(j.options, unmet), lane=j.lane)
-                        for j in self.queue.upcoming(SHOWN_WAITING))
-        verdict = self.queue.overdue(paused=bool(counts["paused"]))
-        self._next_overdue = verdict.next_change
-        runs = tuple(self._in_its_step(running) for running in self._runs())
-        return Snapshot(
-            pending=counts["pending"], done=counts["done"], failed_count=counts["failed"],
-            due_now=counts["due_now"], running=runs[0] if runs else None,
-            lanes=self._lanes(counts["lanes"], runs), failed_jobs=failed,
-            failed_series=tuple(failing_series.values()),
-            waiting=waiting,
-            next_wakeup=self.queue.next_wakeup(unmet), paused=bool(counts["paused"]),
-            problem=self._problem,
-            stopped=stopped, overdue=verdict.overdue,
-        )
-
-    def _runs(self) -> tuple[RunningJob, ...]:
-        """The jobs running now, main's first, then by lane."""
-        runs = [work.running for work in self._working() if work.running is not None]
-        return tuple(sorted(runs, key=lambda run: lanes.order(run.lane)))
-
-    def _in_its_step(self, running: RunningJob) -> RunningJob:
-        """The step it is in: a step's start or end rings wake()."""
-        step = self.queue.running_step(running.id)
-        return replace(running, step=step[:2] if step else None,
-                       step_asks=bool(step and step[2]))
-
-    @staticmethod
-    def _lanes(counted: dict[str, dict], runs: tuple[RunningJob, ...]) -> tuple[Lane, ...]:
-        """Each lane counted, with its running job; a running job's lane the counts do
-        not have (renamed as it ran, or the counts unread) is one too: every running
-        job is in the snapshot's lanes."""
-        running = {run.lane: run for run in runs}
-        known = tuple(Lane(name, running.pop(name, None), lane["pending"], lane["due_now"],
-                           lane["failed"], bool(lane["paused"]))
-                      for name, lane in counted.items())
-        return known + tuple(Lane(name, run) for name, run in running.items())
-
-    def _failed_jobs(self, runs: list[tuple[Job, str]]) -> tuple[FailedJob, ...]:
-        """The failed jobs shown, each with how far its steps got (one read for them
-        all) and, failed for a step cut short that asks, that step."""
-        progress = self.queue.step_progress([job.id for job, _ in runs])
-        failed = []
-        for job, series in runs:
-            steps, done, stuck = progress.get(job.id, (0, 0, None))
-            failed.append(FailedJob(
-                job.id, job.name, job.last_error or "", job.updated_at, lane=job.lane,
-                refused=job.reason == Reason.REFUSED, series=series, reason=job.reason,
-                script=job.script,
-                progress=StepProgress(steps, done, stuck and stuck["name"],
-                                      stuck and stuck["state"]) if steps else None,
-                unsure_step=self._unsure_step(job.id, stuck)
-                if steps and job.reason == Reason.STEP_UNSURE else None))
-        return tuple(failed)
-
-    def _unsure_step(self, job_id: str, stuck: dict | None) -> str | None:
-        """The first step cut short that asks (as Queue fails the job for): nearly
-        always the first step not done; else, after an earlier step failed and the
-        job went on, one more read finds it."""
-        if stuck is not None and stuck["state"] == "cut" and stuck["ask"]:
-            return stuck["name"]
-        return next((step["name"] for step in self.queue.steps(job_id)
-                     if step["state"] == "cut" and step["ask"]), None)

@@ -1,5 +1,7 @@
 """Process groups, per OS: start a child in its own group, stop the whole group,
 and recognise a child of ours later without trusting a possibly reused pid.
+
+Also the app's environment, cleaned for what it starts (`job_environment`).
 """
 
 from __future__ import annotations

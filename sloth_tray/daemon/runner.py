@@ -12,6 +12,8 @@ exit, a stop request or a nudge rings, until the next thing it has to do (renew
 the lease, or end a timed-out attempt). The Alarm keeps wall-clock time, so the
 first heartbeat after a suspend or a SIGSTOP happens at once. (A plain timed
 Event.wait was seen to hang far past its timeout after SIGSTOP/SIGCONT here.)
+
+The engine runs one runner per running lane (`Runner.twin`).
 """
 
 from __future__ import annotations
@@ -163,6 +165,8 @@ class Runner:
     def _supervise(self, job: Job, child: subprocess.Popen, run_log: CappedLog, token: str,
                    sleep_watch: SleepWatch, readers: list[threading.Thread],
                    running_for: tuple[float, Callable[[], None]] | None) -> Attempt:
+        """The spawned child until it ends, or the run is cut short: each wake-up looks
+        at its end, the requests, the timeout, then (when due) the lease."""
         if not self.queue.started(job.id, self.owner, procs.describe(child, token)):
             self._reap_group(child, readers, token)
             return Attempt(Ending.LEASE_LOST, TAKEN)
@@ -173,6 +177,7 @@ class Runner:
         beat_every = lease / 3
         timeout = job.options.get("timeout", self.default_timeout)
         started = self.monotonic()  # the timeout counts time awake, not time asleep
+        timeout_at = None if timeout is None else started + timeout
         lease_until = job.lease_until  # as claimed; tracked to notice a lapse
         next_beat = self.queue.clock() + beat_every
         seen_nudges = self._nudges
@@ -180,11 +185,7 @@ class Runner:
         show_at, show = (None, None) if running_for is None else \
             (started + running_for[0], running_for[1])
         while child.returncode is None:
-            deadline = next_beat
-            for at in (show_at, None if timeout is None else started + timeout):
-                if at is not None:
-                    deadline = min(deadline, self.queue.clock() + at - self.monotonic())
-            self.alarm.wait(deadline)
+            self.alarm.wait(self._deadline(next_beat, show_at, timeout_at))
             # Its own end first, before a stop or a timeout, even if the watcher has not
             # reaped it yet: a job that ran to its end is recorded as it ended, never
             # given back to run a second time. The requests are read before that look,
@@ -195,59 +196,48 @@ class Runner:
             if show is not None and show_at is not None and now >= show_at:
                 show_at = None
                 show()
-            if stopping:
+            cut = cut_short(job, stopping, interrupted, timeout, now - started)
+            if cut is not None:
                 self._end(child, readers, token)
-                return Attempt(Ending.STOPPED)
-            if interrupted is not None and interrupted[:2] == (job.id, job.runs):
-                self._end(child, readers, token)
-                return Attempt(Ending.INTERRUPTED, interrupted[2])
-            if timeout is not None and now >= started + timeout:
-                self._end(child, readers, token)
-                return Attempt.failed(Reason.TIMED_OUT,
-                                      f"timed out after {format_duration(timeout)}")
+                return cut
             nudges = self._nudges
             if nudges == seen_nudges and self.queue.clock() < next_beat:
                 continue  # woken early by a ring meant for an earlier run: nothing to do
             seen_nudges = nudges
-            slept = sleep_watch.gap()
-            try:
-                still_ours = self.queue.heartbeat(job.id, self.owner, lease)
-            except DatabaseProblem as exc:
-                # Locked for longer than the busy timeout: the work goes on and the
-                # next beat tries again. Nobody else can take the job meanwhile,
-                # since this process holds the home's instance lock.
-                log.warning("could not renew the lease of %s: %s", job.name, exc)
-                next_beat = self.queue.clock() + beat_every
-                continue
-            if not still_ours:
+            lease_until = self._beat(job, lease, lease_until, sleep_watch)
+            if lease_until is None:
                 self._reap_group(child, readers, token)  # strays that left the group too
                 return Attempt(Ending.LEASE_LOST, TAKEN)
-            renewed_at = self.queue.clock()  # after any wait for the lock or a freeze
-            lapsed, lease_until = renewed_at - lease_until, renewed_at + lease
-            if slept or lapsed > 0:
-                self._note_renewal(job, slept, lapsed)
             next_beat = self.queue.clock() + beat_every
-
         self._reap_group(child, readers, token)
-        if child.returncode == 0:
-            result = out.text()
-            if run_log.error:
-                result = f"{result} ({run_log.error})".strip()
-            return Attempt(Ending.SUCCEEDED, result, code=0)
-        # A skipped step's note on stderr says what happened, never why the job failed.
-        said = err.text()
-        if child.returncode == sloth_step.TOO_OLD_STATUS and sloth_step.is_too_old(said):
-            # Its Python cannot import sloth_step: no retry would find another one.
-            return Attempt.failed(Reason.UNRUNNABLE, said.removeprefix("sloth-tray: "),
-                                  child.returncode)
-        said = (said if not sloth_step.is_note(said) else "") or out.text()
-        if child.returncode == EX_TEMPFAIL:  # not a failure: the script's own words say why
-            return Attempt(Ending.LATER, with_log_error(said or exit_description(EX_TEMPFAIL),
-                                                        run_log), code=child.returncode)
-        # The exit status always: a last line alone ("sunny") hides that the job failed.
-        error = with_log_error(failure_description(child.returncode, said), run_log)
-        reason = Reason.KILLED if child.returncode < 0 else Reason.EXIT_CODE
-        return Attempt.failed(reason, error, child.returncode)
+        return ending(child.returncode, out, err, run_log)
+
+    def _deadline(self, next_beat: float, *monotonic: float | None) -> float:
+        """The wall time of the next thing to do: the heartbeat (wall time), or the
+        soonest of the `monotonic` moments given (the timeout, running_for's call)."""
+        now, awake = self.queue.clock(), self.monotonic()
+        return min([next_beat, *(now + at - awake for at in monotonic if at is not None)])
+
+    def _beat(self, job: Job, lease: float, lease_until: float | None,
+              sleep_watch: SleepWatch) -> float | None:
+        """Renew the lease: its new end, or None when the job is no longer ours. A lapse
+        or a nap is noted in the job's history."""
+        slept = sleep_watch.gap()
+        try:
+            still_ours = self.queue.heartbeat(job.id, self.owner, lease)
+        except DatabaseProblem as exc:
+            # Locked for longer than the busy timeout: the work goes on and the
+            # next beat tries again. Nobody else can take the job meanwhile,
+            # since this process holds the home's instance lock.
+            log.warning("could not renew the lease of %s: %s", job.name, exc)
+            return lease_until
+        if not still_ours:
+            return None
+        renewed_at = self.queue.clock()  # after any wait for the lock or a freeze
+        lapsed = renewed_at - lease_until if lease_until is not None else 0.0
+        if slept or lapsed > 0:
+            self._note_renewal(job, slept, lapsed)
+        return renewed_at + lease
 
     def _note_renewal(self, job: Job, slept: float, lapsed: float) -> None:
         """The history's note of a nap: worth having, never worth the job."""
@@ -343,6 +333,41 @@ def working_folder_gone(job: Job) -> str | None:
     if not os.access(workdir, os.X_OK):
         return f"cannot start the job: its working folder {workdir} cannot be entered"
     return None
+
+
+def cut_short(job: Job, stopping: bool, interrupted: tuple[str, int, str] | None,
+              timeout: float | None, awake: float) -> Attempt | None:
+    """How a run still going ends now, if it must: a quit, an interrupt meant for
+    this very run (its id and run number), or its timeout (`awake`: seconds run)."""
+    if stopping:
+        return Attempt(Ending.STOPPED)
+    if interrupted is not None and interrupted[:2] == (job.id, job.runs):
+        return Attempt(Ending.INTERRUPTED, interrupted[2])
+    if timeout is not None and awake >= timeout:
+        return Attempt.failed(Reason.TIMED_OUT, f"timed out after {format_duration(timeout)}")
+    return None
+
+
+def ending(returncode: int, out: LastLine, err: LastLine, run_log: CappedLog) -> Attempt:
+    """What an ended child's exit status and last lines say of the run."""
+    if returncode == 0:
+        result = out.text()
+        if run_log.error:
+            result = f"{result} ({run_log.error})".strip()
+        return Attempt(Ending.SUCCEEDED, result, code=0)
+    # A skipped step's note on stderr says what happened, never why the job failed.
+    said = err.text()
+    if returncode == sloth_step.TOO_OLD_STATUS and sloth_step.is_too_old(said):
+        # Its Python cannot import sloth_step: no retry would find another one.
+        return Attempt.failed(Reason.UNRUNNABLE, said.removeprefix("sloth-tray: "), returncode)
+    said = (said if not sloth_step.is_note(said) else "") or out.text()
+    if returncode == EX_TEMPFAIL:  # not a failure: the script's own words say why
+        return Attempt(Ending.LATER, with_log_error(said or exit_description(EX_TEMPFAIL),
+                                                    run_log), code=returncode)
+    # The exit status always: a last line alone ("sunny") hides that the job failed.
+    error = with_log_error(failure_description(returncode, said), run_log)
+    reason = Reason.KILLED if returncode < 0 else Reason.EXIT_CODE
+    return Attempt.failed(reason, error, returncode)
 
 
 def exit_description(returncode: int) -> str:

@@ -1,16 +1,33 @@
-"""What the tray is shown: an immutable Snapshot of the queue and the engine.
+"""What the tray is shown: an immutable Snapshot of the queue and the engine, and
+`read`, which makes one in one read transaction.
 
 The engine publishes one after every change; the tray, its presenter, its surfaces
 and the notifications read them. A module of its own, below both: the tray's code
 needs these values, never the engine that makes them.
+
+A snapshot is read as of one commit of the queue file (`Queue.read`): its counts
+and its lists agree whatever the command line or a lane's worker commits while it
+is read. Reading it writes nothing: the re-anchoring look before a sleep
+(`Queue.next_wakeup`) is the engine loop's, never the tray's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
+from sloth_tray.jobs.conditions import waiting_for
 from sloth_tray.jobs.overdue import OverdueJob
+from sloth_tray.store import lanes as store_lanes
 from sloth_tray.store.states import Reason
+
+if TYPE_CHECKING:
+    from sloth_tray.store.queue import Job, Queue
+
+SHOWN_FAILED = 50  # failed jobs carried in a snapshot (the tray lists them)
+SHOWN_RUNS_PER_SERIES = 10  # of them, the newest failed runs of one series at most
+SHOWN_WAITING = 10  # next pending jobs carried in a snapshot
 
 
 @dataclass(frozen=True)
@@ -95,10 +112,10 @@ class Snapshot:
     due_now: int = 0
     # The first job running: main's, else the first lane's (every one is in `lanes`)
     running: RunningJob | None = None
-    # The newest engine.SHOWN_FAILED of failed_count, at most SHOWN_RUNS_PER_SERIES a series
+    # The newest SHOWN_FAILED of failed_count, at most SHOWN_RUNS_PER_SERIES a series
     failed_jobs: tuple[FailedJob, ...] = ()
     failed_series: tuple[FailedSeries, ...] = ()  # the series of the runs in failed_jobs
-    waiting: tuple[WaitingJob, ...] = ()  # the next engine.SHOWN_WAITING of pending
+    waiting: tuple[WaitingJob, ...] = ()  # the next SHOWN_WAITING of pending
     next_wakeup: float | None = None
     paused: bool = False
     problem: str | None = None  # a sentence for the user: the database is locked, ...
@@ -110,3 +127,92 @@ class Snapshot:
     def paused_lanes(self) -> tuple[str, ...]:
         """The lanes that start nothing now (by their own pause or the whole queue's)."""
         return tuple(lane.name for lane in self.lanes if lane.paused)
+
+
+def read(queue: Queue, running: Iterable[RunningJob], unmet: frozenset[str], *,
+         problem: str | None = None, stopped: bool = False
+         ) -> tuple[Snapshot, float | None]:
+    """The queue as of one commit, with the jobs running now (the engine's), each in
+    its step; and when a recurring series next becomes overdue (a time for the engine
+    to look again). One read transaction; nothing written."""
+    with queue.read():
+        counts = queue.summary()
+        paused = bool(counts["paused"])
+        failed_runs = queue.failed_by_series(SHOWN_FAILED, SHOWN_RUNS_PER_SERIES)
+        failed = _failed_jobs(queue, [(job, series) for job, series, _, _ in failed_runs])
+        waiting = tuple(WaitingJob(j.id, j.name, j.not_before,
+                                   waiting_for(j.options, unmet), lane=j.lane)
+                        for j in queue.upcoming(SHOWN_WAITING))
+        verdict = queue.overdue(paused=paused)
+        runs = tuple(_in_its_step(queue, run) for run in in_lane_order(running))
+        next_wakeup = queue.next_due(unmet)
+    failing_series = {series: FailedSeries(series, j.name, failures, since)
+                      for j, series, failures, since in failed_runs if series}
+    return Snapshot(
+        pending=counts["pending"], done=counts["done"], failed_count=counts["failed"],
+        due_now=counts["due_now"], running=runs[0] if runs else None,
+        lanes=_lanes(counts["lanes"], runs), failed_jobs=failed,
+        failed_series=tuple(failing_series.values()), waiting=waiting,
+        next_wakeup=next_wakeup, paused=paused, problem=problem, stopped=stopped,
+        overdue=verdict.overdue,
+    ), verdict.next_change
+
+
+def without_queue(running: Iterable[RunningJob], *, paused: bool, problem: str,
+                  stopped: bool = False) -> Snapshot:
+    """What is known while the queue cannot be read (`problem` says why): the jobs
+    running now and the pause as last read."""
+    runs = in_lane_order(running)
+    return Snapshot(running=runs[0] if runs else None, lanes=_lanes({}, runs),
+                    paused=paused, problem=problem, stopped=stopped)
+
+
+def in_lane_order(running: Iterable[RunningJob]) -> tuple[RunningJob, ...]:
+    """The jobs running now, main's first, then by lane."""
+    return tuple(sorted(running, key=lambda run: store_lanes.order(run.lane)))
+
+
+def _in_its_step(queue: Queue, running: RunningJob) -> RunningJob:
+    """The step it is in: a step's start or end rings the engine's wake()."""
+    step = queue.running_step(running.id)
+    return replace(running, step=step[:2] if step else None,
+                   step_asks=bool(step and step[2]))
+
+
+def _lanes(counted: dict[str, dict], runs: tuple[RunningJob, ...]) -> tuple[Lane, ...]:
+    """Each lane counted, with its running job; a running job's lane the counts do
+    not have (renamed as it ran, or the counts unread) is one too: every running
+    job is in the snapshot's lanes."""
+    running = {run.lane: run for run in runs}
+    known = tuple(Lane(name, running.pop(name, None), lane["pending"], lane["due_now"],
+                       lane["failed"], bool(lane["paused"]))
+                  for name, lane in counted.items())
+    return known + tuple(Lane(name, run) for name, run in running.items())
+
+
+def _failed_jobs(queue: Queue, runs: list[tuple[Job, str]]) -> tuple[FailedJob, ...]:
+    """The failed jobs shown, each with how far its steps got (one read for them
+    all) and, failed for a step cut short that asks, that step."""
+    progress = queue.step_progress([job.id for job, _ in runs])
+    failed = []
+    for job, series in runs:
+        steps, done, stuck = progress.get(job.id, (0, 0, None))
+        failed.append(FailedJob(
+            job.id, job.name, job.last_error or "", job.updated_at, lane=job.lane,
+            refused=job.reason == Reason.REFUSED, series=series, reason=job.reason,
+            script=job.script,
+            progress=StepProgress(steps, done, stuck and stuck["name"],
+                                  stuck and stuck["state"]) if steps else None,
+            unsure_step=_unsure_step(queue, job.id, stuck)
+            if steps and job.reason == Reason.STEP_UNSURE else None))
+    return tuple(failed)
+
+
+def _unsure_step(queue: Queue, job_id: str, stuck: dict | None) -> str | None:
+    """The first step cut short that asks (as Queue fails the job for): nearly
+    always the first step not done; else, after an earlier step failed and the
+    job went on, one more read finds it."""
+    if stuck is not None and stuck["state"] == "cut" and stuck["ask"]:
+        return stuck["name"]
+    return next((step["name"] for step in queue.steps(job_id)
+                 if step["state"] == "cut" and step["ask"]), None)

@@ -8,6 +8,8 @@ handler's wake-up byte (`signal.set_wakeup_fd`) is read by a thread of ours,
 blocked on a pipe, which calls `stop` straight away. Nothing polls.
 
 GLib and asyncio loops do the same on their own; use this where neither runs.
+
+Which signal stopped the app is kept (`note`, `stopped_by`): after Ctrl-C it exits 130.
 """
 
 from __future__ import annotations

@@ -1,6 +1,12 @@
 """Watching the file system: watchdog's observer and the doorbell, set up once for
 the whole app; and, on Linux, a small inotify of our own for what watchdog does
 not report: a watched folder or file itself moved away, deleted or replaced.
+
+`PathWatch` is that inotify ("moved or deleted itself" only); `KeptFolder` keeps the
+jobs folder watched through its removal and re-creation (a watched inode's own end,
+not its number, says a folder is new: ext4 reuses numbers); `Subfolders` gives each
+lane folder a watch of its own (never a recursive one; the same rule says a lane
+folder is new).
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ import os
 import threading
 from typing import Any
 
+from sloth_tray.desktop.probes import Reading, fall_back
 from sloth_tray.jobs.conditions import CONDITIONS, Conditions
-from sloth_tray.jobs.probes import Reading, fall_back
 
 log = logging.getLogger("sloth_tray")
 

@@ -2,11 +2,11 @@
 
 A due job whose condition does not hold waits: it stays pending, uses no attempt and
 is not claimed; jobs without that condition run meanwhile. What is true comes from
-the desktop (desktop/power.py on Linux) as events; each change calls the listeners,
+the desktop (desktop/system.py on Linux) as events; each change calls the listeners,
 so the engine looks again at once and never polls.
 
 Where no service tells of changes (no UPower or NetworkManager, macOS, Windows), a
-condition can be *probed*: read from the machine itself (probes.py). The engine
+condition can be *probed*: read from the machine itself (desktop/probes.py). The engine
 probes at most once a minute, and wakes for it only while a due job waits on a
 probed condition; never when none does.
 

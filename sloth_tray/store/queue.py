@@ -195,6 +195,27 @@ class Queue:
             self._db.execute("RELEASE part")
 
     @contextlib.contextmanager
+    def read(self) -> Iterator[None]:
+        """The reads made inside, on this thread, as one read transaction (a deferred
+        BEGIN ... COMMIT): each sees the file as of the same commit, whatever other
+        connections commit meanwhile, and no writer elsewhere waits for it (WAL).
+
+        This Queue's other threads wait until it ends: reads only, and short. A write
+        inside would make it a write transaction, which a commit elsewhere since its
+        first read refuses. Inside a batch, the batch is the transaction."""
+        with self._lock, self._translated_errors():
+            if self._db.in_transaction:
+                yield
+                return
+            self._db.execute("BEGIN")
+            try:
+                yield
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._roll_back()
+                raise
+
+    @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE ... COMMIT: take the write lock before reading. Inside one
         already open on this connection (a batch), that one is the transaction."""
@@ -1116,18 +1137,23 @@ class Queue:
 
     def next_wakeup(self, unmet: frozenset[str] = frozenset(),
                     renewed: Collection[str] = ()) -> float | None:
+        """The look before the daemon sleeps: `next_due`, after re-anchoring the waits
+        (a write) if the clock went back since any earlier look (or while the machine
+        slept): no wait is computed from a future time."""
+        self._reanchor(self.clock())
+        return self.next_due(unmet, renewed)
+
+    def next_due(self, unmet: frozenset[str] = frozenset(),
+                 renewed: Collection[str] = ()) -> float | None:
         """The earliest wall time at which claim() could return a job; None if never.
         Jobs waiting on a condition in `unmet` do not count: the change of that
         condition, not the clock, is what lets them start. Nor do jobs of a lane that
         is running one or is paused: that job's end, or the resume, lets them start.
         `renewed`: the ids of jobs whose leases the caller is renewing right now (its
         live runs): their lease ends are no time to wake. Any other lease, the
-        caller's own included (a run that died with its worker), counts."""
+        caller's own included (a run that died with its worker), counts. Reads only."""
         waits, waits_params = reads.not_waiting(unmet)
         ids = sorted(renewed)
-        # The look before the daemon sleeps: whatever the clock did since any earlier
-        # look (or while the machine slept), no wait is computed from a future time.
-        self._reanchor(self.clock())
         with self._reading() as db:
             return db.execute(
                 "SELECT min(t) FROM ("

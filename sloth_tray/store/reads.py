@@ -6,6 +6,9 @@ Reads of a connection, nothing else. Queue answers with them, and
 `sloth-tray status` calls them on a connection of its own (`read`), so that the
 command loads neither the queue's writing code nor the calendar: it must answer
 about as fast as an interpreter that opens SQLite (tests/bench/compare.py).
+
+`status`'s connection cannot write (`query_only`), and this module loads no
+queue.py, no dataclasses and no typing.
 """
 
 from __future__ import annotations

@@ -3,6 +3,11 @@ file that is not ours or is damaged without ever writing to it, and `connect`, t
 one way the file is opened, by the queue and by `status` alike. The only writes
 here are the schema's own (a new file's, a migration's); every write of jobs is
 queue.py's.
+
+`connect` makes a new file 0600 (or vets an existing one), identifies it in one read,
+switches it to WAL waiting out another opener's lock, and migrates it under
+`BEGIN IMMEDIATE`; on a read-only file system it only opens to read (never makes,
+switches or migrates). SQLite's errors become one sentence (`translated_errors`).
 """
 
 from __future__ import annotations
@@ -130,7 +135,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     (
         # Calendar jobs (options.at, options.cron) are followed by their next run in
-        # Python (queue.Queue._follow_calendar_run), in the transaction that ends the
+        # Python (store/calendar.follow_series_run), in the transaction that ends the
         # run: SQL cannot find the next weekday 09:00 across a clock change. The
         # trigger keeps every= as it was and leaves calendar jobs alone. The new
         # schema number also keeps an older sloth-tray, which would end such a
@@ -143,7 +148,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # A run of a series is followed once. A failed run has its next run queued
         # already; retried, it must not queue another when it ends, or the series
         # runs twice a period from then on. `followed` says it was: set by the
-        # trigger for every=, by Queue._follow_calendar_run for calendars.
+        # trigger for every=, by store/calendar.follow_series_run for calendars.
         "ALTER TABLE jobs ADD COLUMN followed INTEGER NOT NULL DEFAULT 0",
         # Runs followed before this version: each next run names its run in its
         # first event. Read once, in one pass over the table.

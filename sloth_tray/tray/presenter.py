@@ -2,7 +2,7 @@
 
 Pure functions over immutable values, so every label, every enabled flag and
 the default action are tested without a display; the surfaces only translate the
-result into their toolkit's objects (pystray_surface.py, desktop/dbusmenu.py).
+result into their toolkit's objects (pystray_surface.py, dbusmenu.py).
 
 Lanes (folders in the jobs folder, each running one job at a time) show only once a
 user made one: with main alone, every text and row is as it was before lanes. With

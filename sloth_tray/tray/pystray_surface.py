@@ -8,6 +8,11 @@ the MenuItem) accordingly; a `lambda job_id=job.id: ...` has one, so it got
 the Icon as its job id. Every action reaches pystray here, wrapped in a
 function of exactly (icon, item) that calls the model's action with nothing,
 so no model action can ever see a toolkit object.
+
+GTK's XEmbed backend is asked for before pystray is imported, unless
+`PYSTRAY_BACKEND` says otherwise. Its GTK backends' own notifier, which blocks the UI
+thread on D-Bus, is replaced by one that calls nothing, and its setup thread never
+holds the exit.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The tray (tray.py) decides what to show from Snapshots and the presenter's
 menu model; a Surface only shows it. Two kinds exist: a StatusNotifierItem
-with a dbusmenu over D-Bus (desktop/sni.py: KDE, GNOME with AppIndicator,
+with a dbusmenu over D-Bus (sni.py and dbusmenu.py: KDE, GNOME with AppIndicator,
 Xfce, Cinnamon, MATE, waybar), and pystray's backends (XEmbed on X11, macOS,
 Windows). The rest of the app cannot tell which one it has.
 

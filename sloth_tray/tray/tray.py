@@ -5,7 +5,7 @@ own and publishes Snapshots; every change reaches the surface's thread through
 `surface.post()`. The menu is built from the last Snapshot when it is about to
 be shown, so its times are right when seen, and opening it never touches
 SQLite. Nothing here ticks: a running job's elapsed time moves only in an open
-menu, where the surface rebuilds it once a second (desktop/dbusmenu.py).
+menu, where the surface rebuilds it once a second (dbusmenu.py).
 Which surface draws it (a StatusNotifierItem over D-Bus, or one of pystray's
 backends) is chosen once, in `make_surface`; nothing else here knows.
 """

@@ -12,7 +12,7 @@ import time
 import pytest
 from conftest import FakeClock, wait_for
 
-from sloth_tray.daemon import engine as engine_module
+from sloth_tray.daemon import snapshot as snapshot_module
 from sloth_tray.daemon.engine import Engine
 from sloth_tray.daemon.snapshot import FailedSeries, Snapshot, StepProgress
 from sloth_tray.store.queue import Queue, Reason, State
@@ -101,14 +101,16 @@ def draining(engine: Engine, go):
 
 
 class Commits:
-    """Counts the transactions a connection commits: each COMMIT, and each write
-    statement run outside BEGIN ... COMMIT (autocommit: its own transaction)."""
+    """Counts the transactions a connection commits: each COMMIT of a BEGIN ... COMMIT
+    that wrote (a read transaction, a snapshot's, commits nothing), and each write
+    statement run outside one (autocommit: its own transaction)."""
 
     WRITES = ("UPDATE", "INSERT", "DELETE", "REPLACE")
 
     def __init__(self, connection: sqlite3.Connection) -> None:
         self.count = 0
         self._open = False
+        self._wrote = False
         self._last = ""
         connection.set_trace_callback(self._saw)
 
@@ -117,11 +119,13 @@ class Commits:
         again, self._last = statement == self._last, statement
         word = statement.lstrip().split(None, 1)[0].upper()
         if word == "BEGIN":
-            self._open = True
+            self._open, self._wrote = True, "IMMEDIATE" in statement.upper()
         elif word in ("COMMIT", "ROLLBACK"):
-            self.count += word == "COMMIT"
+            self.count += word == "COMMIT" and self._wrote
             self._open = False
-        elif word in self.WRITES and not self._open and not again:
+        elif word in self.WRITES and self._open:
+            self._wrote = True
+        elif word in self.WRITES and not again:
             self.count += 1
 
 
@@ -361,7 +365,7 @@ def snapshot_of(queue: Queue, home) -> Snapshot:
 
 
 def test_a_failing_series_is_carried_as_its_newest_runs_and_a_count(home, monkeypatch):
-    monkeypatch.setattr(engine_module, "SHOWN_RUNS_PER_SERIES", 3)
+    monkeypatch.setattr(snapshot_module, "SHOWN_RUNS_PER_SERIES", 3)
     clock = FakeClock()
     queue = Queue(home.db, clock=clock)
     tidy = failing_runs(queue, home, "tidy", 5, clock)
@@ -382,7 +386,7 @@ def test_a_failing_series_is_carried_as_its_newest_runs_and_a_count(home, monkey
 
 
 def test_the_failed_runs_carried_stay_bounded(home, monkeypatch):
-    monkeypatch.setattr(engine_module, "SHOWN_FAILED", 4)
+    monkeypatch.setattr(snapshot_module, "SHOWN_FAILED", 4)
     clock = FakeClock()
     queue = Queue(home.db, clock=clock)
     failing_runs(queue, home, "tidy", 6, clock)
@@ -396,7 +400,7 @@ def test_the_failed_runs_carried_stay_bounded(home, monkeypatch):
 def test_cancel_all_cancels_every_failed_run_of_the_series_and_the_series_goes_on(
         home, monkeypatch):
     """The menu's `Cancel all N` on a series: the runs not carried in the snapshot too."""
-    monkeypatch.setattr(engine_module, "SHOWN_RUNS_PER_SERIES", 2)
+    monkeypatch.setattr(snapshot_module, "SHOWN_RUNS_PER_SERIES", 2)
     clock = FakeClock()
     queue = Queue(home.db, clock=clock)
     tidy = failing_runs(queue, home, "tidy", 4, clock)

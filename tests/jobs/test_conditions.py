@@ -364,7 +364,7 @@ def test_a_daemon_with_no_system_bus_says_once_how_it_reads_conditions_and_acts_
     Never a moment's reading before the first look ("not met: network, unmetered")."""
     from conftest import start_daemon
 
-    from sloth_tray.jobs import probes
+    from sloth_tray.desktop import probes
 
     monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", f"unix:path={tmp_path}/nowhere")
     home = locate(tmp_path / "home").ensure()

@@ -13,8 +13,8 @@ from conftest import wait_for
 
 from sloth_tray.daemon.alarm import Alarm
 from sloth_tray.daemon.engine import PROBE_EVERY, Engine
+from sloth_tray.desktop.probes import ac_from_pmset, fall_back, linux_ac, linux_network
 from sloth_tray.jobs.conditions import Conditions
-from sloth_tray.jobs.probes import ac_from_pmset, fall_back, linux_ac, linux_network
 from sloth_tray.paths import locate
 from sloth_tray.store.queue import Queue, State
 

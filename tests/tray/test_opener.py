@@ -1,7 +1,7 @@
 """Opening a file or folder with the desktop's programs, as real child processes: fake
 xdg-open, gio, kde-open, kde-open5, kioclient and kioclient5 on a PATH of the test's own
 record their arguments and the activation variables they were given. No session bus
-here: the portal and the file manager cannot answer (tests/test_notify_open.py has
+here: the portal and the file manager cannot answer (tests/tray/test_notify_open.py has
 them on a private bus)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Conditions read from the machine itself, where no service tells of their changes.
 
 On a Linux desktop UPower and NetworkManager say when AC power or the network change
-(desktop/power.py). Without them (a minimal install, a server), and on macOS and
+(system.py). Without them (a minimal install, a server), and on macOS and
 Windows for now, these readings stand in; the engine takes them at most once a
 minute, and only while a due job waits on them. A reading that cannot tell is None,
 which counts as holding.
