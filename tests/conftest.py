@@ -15,6 +15,7 @@ import pytest
 from sloth_tray.daemon.snapshot import FailedJob, FailedSeries, RunningJob, Snapshot, WaitingJob
 from sloth_tray.paths import locate
 from sloth_tray.store.queue import Queue
+from sloth_tray.store.states import Reason
 
 
 class FakeClock:
@@ -245,7 +246,7 @@ BUSY = Snapshot(
     running=RunningJob("a1", "backup_home", 2, 5, NOW - 42),
     failed_jobs=(FailedJob("f1", "disk_check", "disk 82% full", NOW - 5),
                  FailedJob("r1", "evil_link", "refused: it is a symbolic link", NOW - 1,
-                           refused=True),
+                           refused=True, reason=Reason.REFUSED),
                  FailedJob("s2", "tidy", "exit 1", NOW - 60, series=TIDY),
                  FailedJob("s1", "tidy", "exit 1", NOW - 3660, series=TIDY)),
     failed_series=(FailedSeries(TIDY, "tidy", 2, NOW - 3660),),

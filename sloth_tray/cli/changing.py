@@ -13,7 +13,7 @@ from pathlib import Path
 from sloth_tray.cli.common import command, emit_json, find_job, in_lane, open_queue, sound_home
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home
-from sloth_tray.store.states import Reason, State
+from sloth_tray.store.states import Reason, State, in_retry_all
 from sloth_tray.text import printable
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
@@ -91,10 +91,7 @@ def cmd_retry(args: argparse.Namespace, home: Home) -> int:
     with open_queue(home) as queue:
         if args.all_failed:
             failed = _failed_jobs(queue, args.lane)
-            # A refused drop never runs; a step that asks is answered job by job, never
-            # by a sweep: it may have happened.
-            ids = [job.id for job in failed
-                   if job.reason not in (Reason.REFUSED, Reason.STEP_UNSURE)]
+            ids = [job.id for job in failed if in_retry_all(job.reason)]
             refused = sum(job.reason == Reason.REFUSED for job in failed)
             unsure = [job.id for job in failed if job.reason == Reason.STEP_UNSURE]
             if refused:

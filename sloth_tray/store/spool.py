@@ -42,7 +42,7 @@ from sloth_tray.jobs.header import (
 from sloth_tray.paths import Home
 from sloth_tray.store import lanes
 from sloth_tray.store.queue import VALID_ID, Queue, new_job_id
-from sloth_tray.store.states import Reason, State
+from sloth_tray.store.states import Reason, State, in_retry_all
 
 log = logging.getLogger("sloth_tray")
 
@@ -399,16 +399,14 @@ def retry(queue: Queue, job_id: str, **steps: Any) -> bool:
 
 
 def retry_all_failed(queue: Queue, lane: str | None = None) -> tuple[int, int]:
-    """Retry every failed job but the refused ones (`lane`: of that lane only): (how
-    many retried, how many refused were skipped). A job whose header is still bad stays
-    failed, and so does one cut short in a step that asks (step_unsure): only its own
-    retry answers it."""
+    """Retry every failed job a Retry all retries (states.in_retry_all; `lane`: of that
+    lane only): (how many retried, how many refused were skipped). A job whose header
+    is still bad stays failed, and so does one cut short in a step that asks
+    (step_unsure): only its own retry answers it."""
     retried = refused = 0
     for job in queue.jobs(State.FAILED, lane=lane):
-        if job.reason == Reason.REFUSED:
-            refused += 1
-            continue
-        if job.reason == Reason.STEP_UNSURE:
+        if not in_retry_all(job.reason):
+            refused += job.reason == Reason.REFUSED
             continue
         try:
             retried += retry(queue, job.id)

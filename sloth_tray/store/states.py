@@ -37,3 +37,17 @@ class Reason(StrEnum):
 # Reasons that no number of tries can change: the job fails for good at once.
 PERMANENT = frozenset({Reason.COULD_NOT_START, Reason.UNRUNNABLE, Reason.BAD_HEADER,
                        Reason.REFUSED, Reason.SCRIPT_GONE})
+
+# Failed jobs that no Retry all retries: a refused drop never runs, and a step that
+# asks was cut short, so it may have happened: only a person's word on that job
+# answers it (`retry ID`, `--step-done`).
+LEFT_BY_RETRY_ALL = frozenset({Reason.REFUSED, Reason.STEP_UNSURE})
+
+
+def in_retry_all(reason: Reason | None) -> bool:
+    """Whether a Retry all (`retry --all-failed`, the menu's, the left click, a lane's,
+    a notification's) retries a job that failed for `reason`. The one rule for them
+    all. A script at fault otherwise (a bad header, no interpreter) is retried: a
+    retry reads it again, so one fixed since runs, and one still wrong fails again
+    at once with its sentence."""
+    return reason not in LEFT_BY_RETRY_ALL

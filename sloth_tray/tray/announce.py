@@ -7,8 +7,10 @@ drops, or one "Retry all failed" that fails again, must not bury the desktop.
 A notification is withdrawn once nothing it tells of is failed any longer (retried,
 cancelled, removed), and shrinks while some of it still is. Its buttons fit the
 failure: a script the queue cannot run (a bad header, a refused drop, ...) fails
-again on every retry, so it offers the script, never Retry; a step cut short that
-asks whether it happened offers its two answers, and no Retry all answers it unasked.
+again on every retry until it is fixed, so it offers the script, never Retry; a step
+cut short that asks whether it happened offers its two answers. A burst's Retry all
+retries what every Retry all does (states.in_retry_all): never a refused drop, and
+never a step's question answered unasked.
 A failure at this start (a run cut short by a crash, its lease taken back as the app
 starts) is news, though it is in the first snapshot. A failure in a lane other than
 main names its lane ("fetch_mail failed (lane net)").
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 from sloth_tray.daemon.snapshot import FailedJob, Lane, Snapshot
 from sloth_tray.jobs.overdue import OverdueJob
 from sloth_tray.store.lanes import MAIN
-from sloth_tray.store.states import PERMANENT, Reason
+from sloth_tray.store.states import PERMANENT, Reason, in_retry_all
 from sloth_tray.text import printable
 from sloth_tray.tray.presenter import has_lanes, lanes_of, short, step_name
 
@@ -85,8 +87,8 @@ def asks(job: FailedJob) -> bool:
 
 
 def retryable(jobs: Iterable[FailedJob]) -> list[FailedJob]:
-    """Those a Retry all may retry: a retry can help, and it answers no question."""
-    return [job for job in jobs if not script_at_fault(job) and not asks(job)]
+    """Those a Retry all retries: the rule of every Retry all (states.in_retry_all)."""
+    return [job for job in jobs if in_retry_all(job.reason)]
 
 
 @dataclass
@@ -183,8 +185,12 @@ def _notice(key: str, jobs: tuple[FailedJob, ...], *, first: bool) -> Notice:
         body = short(f"{who}: {job.error}" if job.error.strip() else who, BODY_CHARS)
         actions = (SHOW_SCRIPT, REMOVE) if script_at_fault(job) else (RETRY, SHOW_LOG)
         return Notice(key, "sloth-tray: a job failed", body, actions, jobs, first)
-    if retryable(jobs):
-        actions: Actions = (RETRY_ALL, SHOW_LOGS)
+    if retryable(jobs) and all(script_at_fault(job) for job in jobs):
+        # Scripts the queue could not run (no logs: they never ran): to be seen first,
+        # fixed, then retried; unfixed, a retry fails again at once, saying why.
+        actions: Actions = (SHOW_SCRIPTS, RETRY_ALL)
+    elif retryable(jobs):
+        actions = (RETRY_ALL, SHOW_LOGS)
     elif any(asks(job) for job in jobs):  # their answers are in the menu; the logs say more
         actions = (SHOW_LOGS,)
     else:

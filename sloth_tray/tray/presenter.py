@@ -31,7 +31,7 @@ from sloth_tray.daemon.snapshot import (
 )
 from sloth_tray.jobs.overdue import OverdueJob
 from sloth_tray.store.lanes import MAIN, order
-from sloth_tray.store.states import Reason
+from sloth_tray.store.states import Reason, in_retry_all
 from sloth_tray.text import printable
 from sloth_tray.timefmt import format_duration, nearest_whole
 from sloth_tray.tray.icons import Look, leading
@@ -458,11 +458,20 @@ def pause_rows(snapshot: Snapshot, controls: Controls) -> tuple[Item, ...]:
     every = (Item("Resume", controls.resume, key="resume-all") if all_paused(snapshot)
              else Item("Pause", controls.pause, key="pause-all"))
     return (every, Item("Lanes", key="lanes", submenu=tuple(
-        lane_controls(lane, controls) for lane in lanes_of(snapshot))))
+        lane_controls(lane, controls, lane_retryable(snapshot, lane))
+        for lane in lanes_of(snapshot))))
 
 
-def lane_controls(lane: Lane, controls: Controls) -> Item:
-    """`net` > Pause (or Resume), Open folder, Retry failed (greyed with none failed)."""
+def lane_retryable(snapshot: Snapshot, lane: Lane) -> bool:
+    """Whether the lane's Retry failed has a job to retry (states.in_retry_all). Failures
+    older than those the snapshot carries cannot be judged here: then it may be tried."""
+    shown = [job for job in snapshot.failed_jobs if job.lane == lane.name]
+    return lane.failed > len(shown) or any(in_retry_all(job.reason) for job in shown)
+
+
+def lane_controls(lane: Lane, controls: Controls, retryable: bool) -> Item:
+    """`net` > Pause (or Resume), Open folder, Retry failed (greyed with nothing it
+    would retry)."""
     name = lane.name
     toggle = (Item("Resume", lambda: controls.resume(name), key="resume") if lane.paused
               else Item("Pause", lambda: controls.pause(name), key="pause"))
@@ -471,7 +480,7 @@ def lane_controls(lane: Lane, controls: Controls) -> Item:
         toggle,
         Item("Open folder", lambda: controls.open_lane(name), key="open-folder"),
         Item("Retry failed", lambda: controls.retry_all_failed(name),
-             enabled=lane.failed > 0, key="retry-failed")))
+             enabled=retryable, key="retry-failed")))
 
 
 def quit_label(snapshot: Snapshot) -> str:
@@ -520,10 +529,7 @@ def menu(snapshot: Snapshot, controls: Controls, now: float, *,
          jobs_folder: str = "", tz: tzinfo | None = None) -> tuple[Item, ...]:
     """The menu for `snapshot`, its times counted from `now` and read in `tz` (this
     machine's zone when None). Every row has a key (see Item)."""
-    # A refused drop never runs; a step that asks is answered in its own row, never by
-    # a sweep (it may have happened).
-    retryable = any(not job.refused and job.reason != Reason.STEP_UNSURE
-                    for job in snapshot.failed_jobs)
+    retryable = any(in_retry_all(job.reason) for job in snapshot.failed_jobs)
     failed = failed_rows(snapshot, controls, now, tz)
     waiting = waiting_rows(snapshot, controls, now)
     return (

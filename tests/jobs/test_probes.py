@@ -6,6 +6,9 @@ a due job waits on one."""
 from __future__ import annotations
 
 import logging
+import shutil
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -89,8 +92,31 @@ def test_a_network_is_a_default_route_that_is_up(tmp_path, v4, v6, expected):
     assert linux_network(tmp_path) is expected
 
 
-def test_this_machines_own_tables_read_as_a_yes_or_no(tmp_path):
-    assert linux_network() in (True, False)
+def in_a_network_of_its_own(setup: str) -> subprocess.CompletedProcess[str]:
+    """`linux_network()` with its own /proc, read in a network namespace of its own
+    (`unshare -rn`: no root needed) after `setup` made its routes there."""
+    probe = "from sloth_tray.jobs.probes import linux_network; print(linux_network())"
+    script = f"{setup} && exec \"$0\" -c '{probe}'" if setup else f"exec \"$0\" -c '{probe}'"
+    return subprocess.run(["unshare", "-rn", "sh", "-c", script, sys.executable],
+                          capture_output=True, text=True, timeout=30)
+
+
+def network_namespaces() -> bool:
+    return shutil.which("unshare") is not None and subprocess.run(
+        ["unshare", "-rn", "true"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not network_namespaces(), reason="no unprivileged network namespaces here")
+@pytest.mark.parametrize(("setup", "expected"), [
+    ("", "False"),  # a new namespace: no route at all (its route table is empty)
+    ("ip link set lo up && ip route add 10.0.0.0/8 dev lo", "False"),  # a LAN, no way out
+    ("ip link set lo up && ip route add default dev lo", "True"),
+])
+def test_the_kernels_own_tables_read_as_the_routes_it_has(setup, expected):
+    """The real /proc (the default root) in the kernel's own format, its routes set up
+    by the test rather than whatever this machine has."""
+    done = in_a_network_of_its_own(setup)
+    assert (done.returncode, done.stdout.strip()) == (0, expected), done.stderr
 
 
 # -- macOS ------------------------------------------------------------------------------

@@ -104,8 +104,13 @@ def test_a_bad_header_or_a_refused_drop_offers_its_script_never_retry():
                 job(1, Reason.REFUSED, refused=True)):
         [notice] = Announcer().failures(Snapshot(), failed(bad), NOW)
         assert notice.actions == (("show-script", "Show script"), ("remove", "Remove")), bad
+    # A burst of them: the scripts first; Retry all, as everywhere, retries bad headers
+    # (read again: a fixed one runs), never refused drops.
     burst = fail_one_by_one(Announcer(), [job(n, Reason.BAD_HEADER) for n in range(3)])
-    assert burst[-1].actions == (("show-scripts", "Show scripts"),)
+    assert burst[-1].actions == (("show-scripts", "Show scripts"), ("retry-all", "Retry all"))
+    refused = fail_one_by_one(Announcer(), [job(n, Reason.REFUSED, refused=True)
+                                            for n in range(3)])
+    assert refused[-1].actions == (("show-scripts", "Show scripts"),)
     mixed = fail_one_by_one(Announcer(), [job(1, Reason.BAD_HEADER), job(2)])
     assert mixed[-1].actions == (("retry-all", "Retry all"), ("show-logs", "Show logs"))
 

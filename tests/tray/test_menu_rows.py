@@ -12,6 +12,7 @@ from conftest import Recorder
 
 from sloth_tray.daemon.snapshot import FailedJob, FailedSeries, RunningJob, Snapshot, WaitingJob
 from sloth_tray.jobs.overdue import OverdueJob
+from sloth_tray.store.states import Reason
 from sloth_tray.tray import presenter
 
 
@@ -68,7 +69,8 @@ WAITING = (WaitingJob("w10000000001", "later", NOW + 240),
 OVERDUE = (OverdueJob("backup", NOW - 2 * 86400, "failing: rsync"),
            OverdueJob("sync", NOW - 3600, "", ever_succeeded=False))
 ONE_OFF = FailedJob("0ff000000001", "disk_check", "disk full", at(4, 9))
-REFUSED = FailedJob("0ff000000002", "link", "refused: a link", at(4, 8), refused=True)
+REFUSED = FailedJob("0ff000000002", "link", "refused: a link", at(4, 8), refused=True,
+                    reason=Reason.REFUSED)
 MANY_SERIES = failing(
     (TIDY, "tidy", [at(2, 9), at(3, 9), at(4, 9)], 3),
     ("/spool/1/backup.sh", "backup", [at(1, 23), at(4, 1)], 7, at(20, 6, month=2)),

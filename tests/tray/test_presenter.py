@@ -120,7 +120,7 @@ def test_retry_all_never_answers_a_steps_question():
 def test_a_refused_drop_can_only_be_removed_and_never_claims_the_click():
     controls = Recorder()
     refused = FailedJob("r1", "link", "refused: it is a symbolic link; drop the script itself",
-                        NOW, refused=True)
+                        NOW, refused=True, reason=Reason.REFUSED)
     items = presenter.menu(Snapshot(failed_count=1, failed_jobs=(refused,)), controls, NOW)
     by_label = {item.label: item for item in items}
     (entry,) = by_label["Failed jobs (1)"].submenu

@@ -797,10 +797,17 @@ def test_an_open_menus_times_move_once_a_second_and_a_closed_one_costs_nothing(t
     assert "1:42" in children[0].value[1]["label"].value
 
     event("closed")
-    closed = updates()
-    scene.now += 60
-    time.sleep(2.5 * presenter.REFRESH_SECONDS)  # the scenario: time passes, menu closed
-    assert updates() == closed, "a closed menu was rebuilt"
+    closed = len(tray.panel.signals)  # after the reply: all the close itself sent
+    scene.now += 60  # a rebuild would have a new time to send
+    # 2.5 refresh periods pass on the tray's own loop: a timer there fires only after
+    # every tick due before it (a loop runs its timers in the order they are due).
+    passed = threading.Event()
+    tray.surface.post(lambda: asyncio.get_running_loop().call_later(
+        2.5 * presenter.REFRESH_SECONDS, passed.set))
+    assert passed.wait(10), "the tray's loop never came to the end of the periods"
+    # One round trip: what the tray sent before it answers has reached the panel.
+    tray.panel.call(tray.name, "/MenuBar", PROPS, "Get", "ss", [MENU, "Version"])
+    assert tray.panel.signals[closed:] == [], "a closed menu was rebuilt"
 
 
 def test_a_host_that_only_asks_gets_moving_times_for_a_bounded_while(tray, scene,
@@ -882,10 +889,17 @@ def test_a_submenu_left_open_keeps_its_times_moving_until_it_closes(tray, scene,
                  timeout=5,
                  what="the open submenu's times to move")
     event("closed")
-    count = tray.members().count("ItemsPropertiesUpdated")
-    scene.now += 60
-    time.sleep(2.5 * presenter.REFRESH_SECONDS + 1.0)  # the scenario: time passes, closed
-    assert tray.members().count("ItemsPropertiesUpdated") == count
+    count = len(tray.panel.signals)  # after the reply: the rows the close itself sent
+    scene.now += 60  # a rebuild would have a new time to send
+    # Past ASKED_FOR and 2.5 refresh periods on the tray's own loop: a timer there fires
+    # only after every tick due before it (a loop runs its timers in the order due).
+    passed = threading.Event()
+    tray.surface.post(lambda: asyncio.get_running_loop().call_later(
+        max(dbusmenu.ASKED_FOR, 2.5 * presenter.REFRESH_SECONDS), passed.set))
+    assert passed.wait(10), "the tray's loop never came to the end of the periods"
+    # One round trip: what the tray sent before it answers has reached the panel.
+    tray.panel.call(tray.name, "/MenuBar", PROPS, "Get", "ss", [MENU, "Version"])
+    assert tray.panel.signals[count:] == [], "a closed submenu was rebuilt"
 
 
 def test_an_update_posted_after_stop_is_dropped_not_written_to_a_closing_bus(
