@@ -95,7 +95,7 @@ def test_a_network_is_a_default_route_that_is_up(tmp_path, v4, v6, expected):
 def in_a_network_of_its_own(setup: str) -> subprocess.CompletedProcess[str]:
     """`linux_network()` with its own /proc, read in a network namespace of its own
     (`unshare -rn`: no root needed) after `setup` made its routes there."""
-    probe = "from sloth_tray.jobs.probes import linux_network; print(linux_network())"
+    probe = "from sloth_tray.desktop.probes import linux_network; print(linux_network())"
     script = f"{setup} && exec \"$0\" -c '{probe}'" if setup else f"exec \"$0\" -c '{probe}'"
     return subprocess.run(["unshare", "-rn", "sh", "-c", script, sys.executable],
                           capture_output=True, text=True, timeout=30)
