@@ -48,6 +48,7 @@ from sloth_tray.paths import Home
 from sloth_tray.store import lanes, spool
 from sloth_tray.store.queue import Job, Queue
 from sloth_tray.store.states import Reason, State
+from sloth_tray.store.steps import Step
 from sloth_tray.timefmt import clock_time
 
 log = logging.getLogger("sloth_tray")
@@ -660,17 +661,17 @@ class Engine:
                 job.id, job.name, job.last_error or "", job.updated_at, lane=job.lane,
                 refused=job.reason == Reason.REFUSED, series=series, reason=job.reason,
                 script=job.script,
-                progress=StepProgress(steps, done, stuck and stuck["name"],
-                                      stuck and stuck["state"]) if steps else None,
+                progress=StepProgress(steps, done, stuck and stuck.name,
+                                      stuck and stuck.state) if steps else None,
                 unsure_step=self._unsure_step(job.id, stuck)
                 if steps and job.reason == Reason.STEP_UNSURE else None))
         return tuple(failed)
 
-    def _unsure_step(self, job_id: str, stuck: dict | None) -> str | None:
+    def _unsure_step(self, job_id: str, stuck: Step | None) -> str | None:
         """The first step cut short that asks (as Queue fails the job for): nearly
         always the first step not done; else, after an earlier step failed and the
         job went on, one more read finds it."""
-        if stuck is not None and stuck["state"] == "cut" and stuck["ask"]:
-            return stuck["name"]
+        if stuck is not None and stuck.state == "cut" and stuck.ask:
+            return stuck.name
         return next((step["name"] for step in self.queue.steps(job_id)
                      if step["state"] == "cut" and step["ask"]), None)

@@ -28,15 +28,16 @@ from typing import Any
 
 from sloth_tray import limits
 from sloth_tray.errors import SlothError, UnknownJob
-from sloth_tray.for_jobs import sloth_step
 from sloth_tray.jobs import overdue, schedule, series
 from sloth_tray.jobs.header import checked_options
-from sloth_tray.store import calendar, lanes, reads, rows
+from sloth_tray.store import calendar, lanes, reads, rows, steps
 from sloth_tray.store.rows import JOB_COLUMNS, Event, Job
 from sloth_tray.store.rows import VALID_ID as VALID_ID
 from sloth_tray.store.rows import new_job_id as new_job_id
 from sloth_tray.store.schema import connect, translated_errors
 from sloth_tray.store.states import PERMANENT, Reason, State
+from sloth_tray.store.steps import NotCutShort as NotCutShort
+from sloth_tray.store.steps import UnknownStep
 from sloth_tray.timefmt import format_duration
 
 Clock = Callable[[], float]
@@ -51,15 +52,6 @@ _ENDS_LATERS = frozenset({"completed", "backoff", "failed", "retried"})
 
 class Refused(SlothError):
     """A refused drop was asked to run: it never may."""
-
-
-class UnknownStep(SlothError):
-    """A step named that the job never started."""
-
-
-class NotCutShort(UnknownStep):
-    """`retry --step-done` naming no step cut short (a done one, or one the job never
-    had): a person's word about a step that is not in question, so nothing changes."""
 
 
 RETRIABLE = ("done", "failed", "cancelled")
@@ -392,12 +384,12 @@ class Queue:
                        "attempts = max(attempts - 1, 0), lease_owner = NULL, "
                        f"lease_until = NULL, updated_at = :now, {given_back} WHERE id = :id",
                        {"now": now, "id": job_id, **params})
-            unsure = self._cut_steps(db, job_id, now)
+            unsure = steps.end_run(db, job_id, now)
             if unsure is not None:
                 self._fail_unsure(db, job_id, now, unsure)
             return None
         if attempts < max_attempts:
-            unsure = self._cut_steps(db, job_id, now)
+            unsure = steps.end_run(db, job_id, now)
             if unsure is not None:  # a step that asks was cut short: failed, for a word
                 self._fail_unsure(db, job_id, now, unsure)
                 return None
@@ -429,7 +421,7 @@ class Queue:
         """
         if state != State.CANCELLED and columns.get("reason") != Reason.STEP_UNSURE \
                 and self._holds(db, job_id, owner):
-            unsure = self._cut_steps(db, job_id, now)
+            unsure = steps.end_run(db, job_id, now)
             if unsure is not None:  # an attempt that did not count still does not
                 state, event = State.FAILED, ("failed", unsure)
                 columns = {"last_error": unsure, "reason": Reason.STEP_UNSURE.value,
@@ -444,7 +436,7 @@ class Queue:
             {"state": state, "now": now, "id": job_id, "owner": owner, **columns, **params})
         if not found:
             return None
-        sloth_step.cut_run(db, job_id, now)  # cancelled, or cut above already: asks nothing
+        steps.cut(db, job_id, now)  # cancelled, or cut above already: asks nothing
         if follow or state in (State.DONE, State.FAILED):
             calendar.follow_series_run(db, job_id, now, self._local, found[0])
         return State(state)
@@ -456,17 +448,6 @@ class Queue:
             return True
         return db.execute("SELECT 1 FROM jobs WHERE id = ? AND state = 'running' "
                           "AND lease_owner = ?", (job_id, owner)).fetchone() is not None
-
-    @staticmethod
-    def _cut_steps(db: sqlite3.Connection, job_id: str, now: float) -> str | None:
-        """The job's run has ended: its steps still running were cut short. The
-        sentence for the first cut step that asks before it runs again (step_unsure),
-        if there is one waiting for a person's word."""
-        sloth_step.cut_run(db, job_id, now)
-        unsure = sloth_step.first_unsure(db, job_id)
-        if unsure is None:
-            return None
-        return sloth_step.unsure_sentence(job_id, unsure["name"], unsure)
 
     def _fail_unsure(self, db: sqlite3.Connection, job_id: str, now: float, error: str,
                      **columns: Any) -> State | None:
@@ -555,7 +536,7 @@ class Queue:
             now = self.clock()
             if not self._holds(db, job_id, owner):
                 return None
-            unsure = self._cut_steps(db, job_id, now)
+            unsure = steps.end_run(db, job_id, now)
             if unsure is not None:  # the attempt does not count, as for any release
                 attempts = db.execute("SELECT attempts FROM jobs WHERE id = ?",
                                       (job_id,)).fetchone()[0]
@@ -684,7 +665,7 @@ class Queue:
             own, followed, state = json.loads(row[0]), row[1], row[2]
             if state not in RETRIABLE:
                 return False
-            said = self._steps_on_retry(db, job_id, now, step_done, forget_from, fresh)
+            said = steps.on_retry(db, job_id, now, step_done, forget_from, fresh)
             new = dict(own if options is None else options)
             if series.repeats(new):
                 calendar.restart(new, own, followed, now, self._local)
@@ -697,32 +678,6 @@ class Queue:
             return self._change(job_id, RETRIABLE, "retried", assignments,
                                 "; ".join([f"was {state}", *said]), refuse_refused=True,
                                 **params)
-
-    def _steps_on_retry(self, db: sqlite3.Connection, job_id: str, now: float,
-                        step_done: str | None, forget_from: str | None,
-                        fresh: bool) -> list[str]:
-        """What retry does to the job's steps, in words for its history."""
-        said = []
-        if step_done is not None:
-            refusal = sloth_step.not_cut_sentence(db, job_id, step_done)
-            if refusal:
-                raise NotCutShort(refusal)
-        for name in (forget_from,):
-            if name is not None and name not in sloth_step.names(db, job_id):
-                known = ", ".join(f'"{known}"' for known in sloth_step.names(db, job_id))
-                raise UnknownStep(f'job {job_id} has no step "{name}" '
-                                  f"({'its steps: ' + known if known else 'it has no steps'})")
-        if step_done is not None and sloth_step.mark_done(db, job_id, step_done, now):
-            said.append(f'step "{step_done}" marked done')
-        if fresh:
-            forgotten = sloth_step.forget_all(db, job_id)
-            said.append(f"forgot its {forgotten} step{'' if forgotten == 1 else 's'}")
-        elif forget_from is not None:
-            forgotten = sloth_step.forget_from(db, job_id, forget_from)
-            said.append(f'forgot step "{forget_from}" and the {forgotten - 1} after it')
-        again = sloth_step.run_again(db, job_id)
-        said.extend(f'step "{name}" to run again' for name in again)
-        return said
 
     def run_now(self, job_id: str) -> bool:
         """A pending job becomes due now (the tray's `Run now`)."""
@@ -739,7 +694,7 @@ class Queue:
                                      "state = 'cancelled', lease_owner = NULL, "
                                      "lease_until = NULL")
             if cancelled:  # a person's word ends it: a step it cut short asks nothing
-                sloth_step.cut_run(db, job_id, self.clock())
+                steps.cut(db, job_id, self.clock())
             return cancelled
 
     def stop(self, job_id: str) -> bool:
@@ -977,34 +932,37 @@ class Queue:
                                  "ORDER BY not_before, rowid LIMIT ?", (limit,))
 
     def steps(self, job_id: str) -> list[dict[str, Any]]:
-        """The job's steps, in the order they first started, without their output."""
+        """The job's steps, in the order they first started, without their output (by
+        column name: what `show --json` gives)."""
         with self._reading() as db:
-            return sloth_step.listed(db, job_id)
+            return [step.as_dict(output=False) for step in steps.listed(db, job_id)]
 
     def step(self, job_id: str, name: str, occurrence: int | None = None) -> dict[str, Any]:
         """One recorded step with its output: that occurrence, else its last."""
         with self._reading() as db:
-            found = sloth_step.recorded(db, job_id, name, occurrence)
-            known = sloth_step.names(db, job_id) if found is None else []
+            found = steps.recorded(db, job_id, name, occurrence)
+            known = steps.names(db, job_id) if found is None else []
         if found is None:
             which = f'step "{name}"' + (f" (occurrence {occurrence})" if occurrence else "")
             listed = ", ".join(f'"{known_name}"' for known_name in known)
             raise UnknownStep(f"job {job_id} has no {which}"
                               + (f" (its steps: {listed})" if listed else
                                  " (it has no steps)"))
-        return found
+        return found.as_dict()
 
-    def step_progress(self, job_ids: list[str]) -> dict[str, tuple[int, int, dict | None]]:
+    def step_progress(self, job_ids: list[str]
+                      ) -> dict[str, tuple[int, int, steps.Step | None]]:
         """How far each job got: (steps, steps done, the first not done), one read."""
         if not job_ids:
             return {}
         with self._reading() as db:
-            return sloth_step.progress(db, job_ids)
+            return steps.progress(db, job_ids)
 
-    def running_step(self, job_id: str) -> tuple[int, str] | None:
-        """The step a running job is in: (its place among the job's steps, its name)."""
+    def running_step(self, job_id: str) -> tuple[int, str, bool] | None:
+        """The step a running job is in: (its place among the job's steps, its name,
+        whether it asks)."""
         with self._reading() as db:
-            return sloth_step.running(db, job_id)
+            return steps.running(db, job_id)
 
     def history(self, job_id: str) -> list[Event]:
         """The job's events, oldest first."""

@@ -632,6 +632,25 @@ def test_a_run_that_ends_in_a_step_that_asks_is_failed_once_and_says_so(tmp_path
         assert job.attempts == (0 if ending in ("later", "release") else 1)
 
 
+def test_the_queue_fails_a_job_for_a_step_that_asks_in_the_words_the_job_says_it(tmp_path, clock):
+    """The job's failure (store/steps.py) and what its next run of the step would say
+    (sloth_step, which the queue cannot import) are one sentence, a name needing quotes
+    and all."""
+    from sloth_tray.for_jobs import sloth_step
+
+    with Queue(tmp_path / "q.db", clock=clock) as queue:
+        job_id = queue.push("invoice")
+        queue.claim("w", token="t1")
+        run = sloth_step.Run(str(queue.path), job_id, "t1", "w")
+        sloth_step.begin(queue._db, run, "send it's", ask=True, kind="shell", now=clock.now)
+        clock.advance(5)
+        assert queue.fail(job_id, "w", "exit 1") == State.FAILED
+        (step,) = queue.steps(job_id)
+        said = queue.get(job_id).last_error
+    assert said == sloth_step.unsure_sentence(job_id, "send it's", step)
+    assert "--step-done 'send it'\"'\"'s'" in said and "(run 1)" in said
+
+
 @pytest.mark.parametrize("options", [{"every": 60.0}, {"cron": "*/5 * * * *"}, {"at": "09:00"}],
                          ids=["every", "cron", "at"])
 def test_each_run_of_a_series_is_in_the_lane_it_was_dropped_into(queue, clock, options):
