@@ -45,7 +45,7 @@ def test_reading_commands_load_nothing_they_do_not_use(tmp_path, command):
 
 # What `status` does without: the queue's writing code (store/reads.py reads), dataclasses
 # and typing (a fifth of its time), and the calendar unless a calendar job waits.
-# hashlib loads OpenSSL (5 ms): only a step's key needs it (sloth_step, which status loads)
+# hashlib loads OpenSSL (5 ms): only a step's key needs it (sloth_step, a job's)
 GLANCE_NEVER = ("sloth_tray.store.queue", "sloth_tray.jobs.header", "dataclasses", "typing",
                 "hashlib")
 CALENDAR = ("sloth_tray.jobs.schedule", "zoneinfo", "croniter")
@@ -111,3 +111,11 @@ def test_the_queue_scripts_import_is_the_apps_own():
     assert public.State is states.State and public.Reason is states.Reason
     assert str(inspect.signature(public.Queue)) == str(inspect.signature(store.Queue))
     assert "path" in inspect.signature(public.Queue).parameters
+
+
+def test_the_queue_runs_none_of_what_a_job_runs():
+    """A job's side of steps (for_jobs/sloth_step.py) is a job's to run: the queue's side
+    is store/steps.py, and neither the queue nor `status` loads the job's."""
+    assert "sloth_tray.store.steps" in loaded(code="import sloth_tray.store.queue")
+    for code in ("import sloth_tray.store.queue", "import sloth_tray.store.reads"):
+        assert sorted(m for m in loaded(code=code) if m.startswith("sloth_tray.for_jobs")) == []

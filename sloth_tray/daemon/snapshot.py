@@ -24,6 +24,7 @@ from sloth_tray.store.states import Reason
 
 if TYPE_CHECKING:
     from sloth_tray.store.queue import Job, Queue
+    from sloth_tray.store.steps import Step
 
 SHOWN_FAILED = 50  # failed jobs carried in a snapshot (the tray lists them)
 SHOWN_RUNS_PER_SERIES = 10  # of them, the newest failed runs of one series at most
@@ -201,18 +202,18 @@ def _failed_jobs(queue: Queue, runs: list[tuple[Job, str]]) -> tuple[FailedJob, 
             job.id, job.name, job.last_error or "", job.updated_at, lane=job.lane,
             refused=job.reason == Reason.REFUSED, series=series, reason=job.reason,
             script=job.script,
-            progress=StepProgress(steps, done, stuck and stuck["name"],
-                                  stuck and stuck["state"]) if steps else None,
+            progress=StepProgress(steps, done, stuck and stuck.name,
+                                  stuck and stuck.state) if steps else None,
             unsure_step=_unsure_step(queue, job.id, stuck)
             if steps and job.reason == Reason.STEP_UNSURE else None))
     return tuple(failed)
 
 
-def _unsure_step(queue: Queue, job_id: str, stuck: dict | None) -> str | None:
+def _unsure_step(queue: Queue, job_id: str, stuck: Step | None) -> str | None:
     """The first step cut short that asks (as Queue fails the job for): nearly
     always the first step not done; else, after an earlier step failed and the
     job went on, one more read finds it."""
-    if stuck is not None and stuck["state"] == "cut" and stuck["ask"]:
-        return stuck["name"]
+    if stuck is not None and stuck.state == "cut" and stuck.ask:
+        return stuck.name
     return next((step["name"] for step in queue.steps(job_id)
                  if step["state"] == "cut" and step["ask"]), None)

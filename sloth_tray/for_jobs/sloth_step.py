@@ -4,13 +4,13 @@ reclaimed or woken job skips the steps that already happened.
     from sloth_step import step
     receipt = step("pay", pay_invoice, invoice_id)   # on a later run: the same receipt
 
-This one file is every statement about steps. The app uses it (sloth_tray.for_jobs.
-sloth_step: the schema, the Queue's writes at the end of a run, what `show` reads),
-`sloth-tray step` runs through it, and a job's Python imports it as `sloth_step`: the
-app puts a folder holding only pythonpath/sloth_step.py at the end of every job's
-PYTHONPATH, which checks the Python and then runs this file as the module `sloth_step`.
-So it uses only the standard library, and runs on Python 3.6 and later (PYTHON_FLOOR):
-no `from __future__ import annotations` (3.7's), so an annotation 3.6 cannot evaluate
+This file is what a job runs of steps: a step's start and end, and the sentences a
+job says. `sloth-tray step` runs through it, the runner reads its notes and its
+Python floor, and a job's Python imports it as `sloth_step`: the app puts a folder
+holding only pythonpath/sloth_step.py at the end of every job's PYTHONPATH, which
+checks the Python and then runs this file as the module `sloth_step`. So it uses
+only the standard library, and runs on Python 3.6 and later (PYTHON_FLOOR): no
+`from __future__ import annotations` (3.7's), so an annotation 3.6 cannot evaluate
 (`str | None`, `list[str]`) is written as a string. tests/daemon/test_steps.py and
 tests/test_step_module.py hold it to that.
 
@@ -22,7 +22,10 @@ that is over (its lease lost, its job taken back) records nothing.
 A step's states: running -> done (recorded, never run again unless forgotten) or
 failed (never cached: runs again). A step still running when its run ends was cut
 short: `cut`. A cut step runs again on the next run, unless it was started with
-`ask`: then a person says whether it happened (`mark_done`) or not (`run_again`).
+`ask`: then a person says whether it happened or not (`sloth-tray retry`).
+
+The queue's side of steps (the table, a run's end, a person's word, what `show`
+reads) is the app's store/steps.py: a job never runs it.
 """
 
 import json
@@ -33,34 +36,6 @@ import sqlite3
 import sys
 import threading
 import time
-
-# -- the schema (store/schema.py applies it as one migration) ----------------------------
-
-SCHEMA = (
-    """CREATE TABLE steps (
-        job         TEXT NOT NULL,
-        name        TEXT NOT NULL,
-        occurrence  INTEGER NOT NULL,
-        state       TEXT NOT NULL,              -- running, done, failed, cut
-        ask         INTEGER NOT NULL DEFAULT 0, -- cut short, it waits for a person's word
-        run         INTEGER NOT NULL,           -- the job's run (jobs.runs) that last ran it
-        token       TEXT NOT NULL,              -- that run's token
-        seen_by     TEXT,                       -- the last run that reached it: counts
-                                                -- a run's calls of one name
-        started_at  REAL NOT NULL,
-        ended_at    REAL,
-        exit_code   INTEGER,
-        output      BLOB,                       -- stdout kept (shell), the result's JSON (Python)
-        output_size INTEGER,                    -- bytes written in all: more than kept if cut
-        kind        TEXT NOT NULL DEFAULT 'shell',
-        marked_at   REAL,                       -- when a person marked it done
-        PRIMARY KEY (job, name, occurrence)
-    )""",
-    # A job's steps go with it, whoever deletes it (prune): a step never outlives its job.
-    """CREATE TRIGGER steps_go_with_their_job AFTER DELETE ON jobs BEGIN
-        DELETE FROM steps WHERE job = OLD.id;
-    END""",
-)
 
 # -- what a step may be called, and how much of its output is kept -----------------------
 
@@ -118,7 +93,7 @@ def name_problem(name: object) -> "str | None":
 def step_key(job: str, name: str, occurrence: int) -> str:
     """SLOTH_STEP_KEY: the same for every run of this step, for APIs that take an
     idempotency key (fixed length, letters and digits only)."""
-    import hashlib  # here: OpenSSL costs `status`, which loads this module, 5 ms
+    import hashlib  # here: OpenSSL costs 5 ms, which a skipped step and the app never pay
 
     return hashlib.sha256(f"{job}\0{name}\0{occurrence}".encode()).hexdigest()[:32]
 
@@ -298,139 +273,8 @@ _COLUMNS = ", ".join(_FIELDS)
 
 
 def _as_dict(row) -> dict:
-    """A row of _FIELDS (all, or all but the last, the output) by name."""
+    """A row of _FIELDS by name."""
     return dict(zip(_FIELDS, row))  # noqa: B905 - zip(strict=) is Python 3.10's; jobs' may be older
-_LISTED = ", ".join(field for field in _FIELDS if field != "output")  # all but the output
-
-
-# -- the queue's side: a run that ends, a person's word, what is shown -------------------
-
-def cut_run(db: sqlite3.Connection, job: str, now: float) -> int:
-    """The job's run ended: a step still running was cut short. Called by the Queue
-    inside the transaction that ends the run (its own owner check)."""
-    return db.execute("UPDATE steps SET state = 'cut', ended_at = :now "
-                      "WHERE job = :job AND state = 'running'",
-                      {"job": job, "now": now}).rowcount
-
-
-def first_unsure(db: sqlite3.Connection, job: str) -> "dict | None":
-    """The first step cut short that asks before it runs again, if any."""
-    found = db.execute(f"SELECT {_COLUMNS} FROM steps WHERE job = ? AND state = 'cut' "
-                       "AND ask ORDER BY rowid LIMIT 1", (job,)).fetchone()
-    return None if found is None else _as_dict(found)
-
-
-def run_again(db: sqlite3.Connection, job: str) -> "list[str]":
-    """A person's word: the cut steps that asked may run again. Their names."""
-    names = [row[0] for row in db.execute(
-        "SELECT name FROM steps WHERE job = ? AND state = 'cut' AND ask ORDER BY rowid",
-        (job,))]
-    db.execute("UPDATE steps SET ask = 0 WHERE job = ? AND state = 'cut' AND ask", (job,))
-    return names
-
-
-def mark_done(db: sqlite3.Connection, job: str, name: str, now: float) -> int:
-    """A person's word: step `name` happened (every occurrence of it cut short; one that
-    failed did not happen). How many were marked; 0 when none was cut short."""
-    return db.execute(
-        "UPDATE steps SET state = 'done', ask = 0, marked_at = :now, "
-        "ended_at = coalesce(ended_at, :now), output = coalesce(output, x''), "
-        "output_size = coalesce(output_size, 0) "
-        "WHERE job = :job AND name = :name AND state = 'cut'",
-        {"job": job, "name": name, "now": now}).rowcount
-
-
-def not_cut_sentence(db: sqlite3.Connection, job: str, name: str) -> "str | None":
-    """Why `name` cannot be marked done (it was not cut short: done, failed, or not a
-    step of the job), naming the step that asks, if one does; None when it can."""
-    steps = listed(db, job)
-    mine = [row["state"] for row in steps if row["name"] == name]
-    if "cut" in mine:
-        return None
-    if not mine:
-        wrong = f'job {job} has no step "{name}"'
-    else:
-        state = "done" if "done" in mine else mine[-1]
-        wrong = f'step "{name}" of job {job} was not cut short (it is {state})'
-    asking = first_unsure(db, job)
-    cut = [row["name"] for row in steps if row["state"] == "cut"]
-    if asking is not None:
-        then = f'the step that asks is "{asking["name"]}": {answers(job, asking["name"])}'
-    elif cut:
-        then = f'the step cut short is "{cut[0]}"'
-    else:
-        then = "none of its steps was cut short, so there is nothing to mark done"
-    return f"{wrong}, and --step-done marks only a step cut short; {then}"
-
-
-def answers(job: str, name: str) -> str:
-    """The two words a person may give about a step cut short that asks."""
-    return (f"`sloth-tray retry {job} --step-done {_shell_word(name)}` if it happened, "
-            f"`sloth-tray retry {job}` to run it again")
-
-
-def forget_from(db: sqlite3.Connection, job: str, name: str) -> int:
-    """Forget step `name` (its first occurrence) and every step started after it: they
-    run again. How many were forgotten; 0 when the job has no such step."""
-    return db.execute(
-        "DELETE FROM steps WHERE job = :job AND rowid >= (SELECT min(rowid) FROM steps "
-        "WHERE job = :job AND name = :name)", {"job": job, "name": name}).rowcount
-
-
-def forget_all(db: sqlite3.Connection, job: str) -> int:
-    return db.execute("DELETE FROM steps WHERE job = ?", (job,)).rowcount
-
-
-def names(db: sqlite3.Connection, job: str) -> "list[str]":
-    """The job's step names, in the order they first started, each once."""
-    seen: dict[str, None] = {}
-    for (name,) in db.execute("SELECT name FROM steps WHERE job = ? ORDER BY rowid", (job,)):
-        seen.setdefault(name)
-    return list(seen)
-
-
-def listed(db: sqlite3.Connection, job: str) -> "list[dict]":
-    """The job's steps in the order they first started, without their output."""
-    return [_as_dict(row) for row in db.execute(
-        f"SELECT {_LISTED} FROM steps WHERE job = ? ORDER BY rowid",
-        (job,))]
-
-
-def recorded(db: sqlite3.Connection, job: str, name: str,
-             occurrence: "int | None" = None) -> "dict | None":
-    """One step with its output: the given occurrence, else the last one."""
-    found = db.execute(
-        f"SELECT {_COLUMNS} FROM steps WHERE job = :job AND name = :name "
-        "AND occurrence = coalesce(:occurrence, occurrence) ORDER BY occurrence DESC LIMIT 1",
-        {"job": job, "name": name, "occurrence": occurrence}).fetchone()
-    return None if found is None else _as_dict(found)
-
-
-def progress(db: sqlite3.Connection,
-             jobs: "list[str]") -> "dict[str, tuple[int, int, dict | None]]":
-    """For each job with steps: (steps recorded, steps done, the first step not done:
-    where it stopped), in one read."""
-    found: dict[str, list] = {}
-    for row in db.execute(
-            f"SELECT job, {_LISTED} FROM steps "
-            "WHERE job IN (SELECT value FROM json_each(?)) ORDER BY rowid",
-            (json.dumps(jobs),)):
-        found.setdefault(row[0], []).append(_as_dict(row[1:]))
-    result = {}
-    for job, rows in found.items():
-        stuck = next((row for row in rows if row["state"] != "done"), None)
-        result[job] = (len(rows), sum(row["state"] == "done" for row in rows), stuck)
-    return result
-
-
-def running(db: sqlite3.Connection, job: str) -> "tuple[int, str, bool] | None":
-    """The step the job is in now: (its place among the job's steps, from 1; its name;
-    whether it asks before it runs again)."""
-    found = db.execute(
-        "SELECT (SELECT count(*) FROM steps AS earlier WHERE earlier.job = steps.job "
-        "AND earlier.rowid <= steps.rowid), name, ask FROM steps WHERE job = ? "
-        "AND state = 'running' ORDER BY rowid DESC LIMIT 1", (job,)).fetchone()
-    return None if found is None else (found[0], found[1], bool(found[2]))
 
 
 # -- a job's side: the connection, and the Python helper --------------------------------

@@ -24,19 +24,20 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from datetime import UTC, tzinfo
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sloth_tray import limits
 from sloth_tray.errors import SlothError, UnknownJob
-from sloth_tray.for_jobs import sloth_step
 from sloth_tray.jobs import overdue, schedule, series
 from sloth_tray.jobs.header import checked_options
-from sloth_tray.store import calendar, lanes, reads, rows
+from sloth_tray.store import calendar, lanes, reads, rows, steps
 from sloth_tray.store.rows import JOB_COLUMNS, Event, Job
 from sloth_tray.store.rows import VALID_ID as VALID_ID
 from sloth_tray.store.rows import new_job_id as new_job_id
 from sloth_tray.store.schema import connect, translated_errors
 from sloth_tray.store.states import PERMANENT, Reason, State
+from sloth_tray.store.steps import NotCutShort as NotCutShort
+from sloth_tray.store.steps import UnknownStep
 from sloth_tray.timefmt import format_duration
 
 Clock = Callable[[], float]
@@ -53,26 +54,11 @@ class Refused(SlothError):
     """A refused drop was asked to run: it never may."""
 
 
-class UnknownStep(SlothError):
-    """A step named that the job never started."""
-
-
-class NotCutShort(UnknownStep):
-    """`retry --step-done` naming no step cut short (a done one, or one the job never
-    had): a person's word about a step that is not in question, so nothing changes."""
-
-
 RETRIABLE = ("done", "failed", "cancelled")
 
 
 PARTIAL_INDEX = {State.PENDING: "jobs_due", State.RUNNING: "jobs_leased",
                  State.FAILED: "jobs_failed"}
-
-# A claim's lease, given to :owner at :now for the job's own lease= or :lease seconds;
-# the run's token (:child) is kept from the claim on.
-_LEASE = ("state = 'running', lease_owner = :owner, "
-          "lease_until = :now + coalesce(json_extract(options, '$.lease'), :lease), "
-          "attempts = attempts + 1, runs = runs + 1, updated_at = :now, child = :child")
 
 
 def _trailing_laters(history: list, now: float) -> tuple[int, float]:
@@ -94,15 +80,111 @@ def _trailing_laters(history: list, now: float) -> tuple[int, float]:
     return count, sum(max(times[i + 1] - times[i], 0.0) for i in range(len(times) - 1))
 
 
-def _in_lane(lane: str | None, skip: Collection[str] = ()) -> tuple[str, dict[str, str]]:
-    """A claim's condition for one lane (none: any lane) and none of `skip`, and what it
-    binds."""
-    sql, params = ("", {}) if lane is None else (" AND lane = :lane", {"lane": lane})
-    if skip:
-        names = {f"skip{i}": name for i, name in enumerate(sorted(skip))}
-        sql += f" AND lane NOT IN ({', '.join(':' + key for key in names)})"
-        params |= names
-    return sql, params
+class ClaimStatements(NamedTuple):
+    """What a claim runs (claim_statements), and what its clauses bind."""
+
+    due: str
+    lapsed: str
+    taken_back: str
+    params: dict[str, str]
+
+
+def claim_statements(lane: str | None = None, skip_lanes: Collection[str] = (),
+                     unmet: frozenset[str] | set[str] = frozenset()) -> ClaimStatements:
+    """The statements a claim runs, built here alone; as they read with no lane given,
+    none skipped and every condition met:
+
+    `due`, the usual claim: one statement leases the oldest due pending job of a lane
+    that takes one (none of its jobs running, lease live or lapsed; the lane not
+    paused, by itself or with the whole queue, unless resumed by itself). Atomic on
+    its own, so two claims, from any processes, never lease two jobs of one lane::
+
+        UPDATE jobs SET state = 'running', lease_owner = :owner,
+            lease_until = :now + coalesce(json_extract(options, '$.lease'), :lease),
+            attempts = attempts + 1, runs = runs + 1, updated_at = :now, child = :child,
+            history = json_insert(history, '$[#]', json_array(:now, 'claimed',
+                'attempt ' || (attempts + 1) || ' of ' || max_attempts || ' by ' || :owner))
+        WHERE id = (SELECT id FROM jobs WHERE state = 'pending' AND not_before <= :now
+            AND lane NOT IN (SELECT lane FROM jobs INDEXED BY jobs_live_lane
+                WHERE state IN ('pending', 'running', 'failed') AND state = 'running')
+            AND lane NOT IN (SELECT name FROM lanes WHERE paused = 1)
+            AND (NOT EXISTS (SELECT 1 FROM flags WHERE name = 'paused' AND value)
+                OR lane IN (SELECT name FROM lanes WHERE paused = -1))
+            ORDER BY not_before, rowid LIMIT 1)
+        RETURNING id, name, state, attempts, max_attempts, not_before, lease_owner,
+            lease_until, last_error, result, script, options, created_at, updated_at,
+            child, reason, runs, lane
+
+    `lapsed`: the lapsed lease to take back first, if one lapsed no later than that
+    job fell due. It is its lane's one running job, so only the lane's pause holds
+    it back::
+
+        SELECT id FROM jobs WHERE state = 'running' AND lease_until <= :now
+            AND lane NOT IN (SELECT name FROM lanes WHERE paused = 1)
+            AND (NOT EXISTS (SELECT 1 FROM flags WHERE name = 'paused' AND value)
+                OR lane IN (SELECT name FROM lanes WHERE paused = -1))
+            AND lease_until <= coalesce((SELECT not_before FROM jobs
+                WHERE state = 'pending' AND not_before <= :now
+                AND lane NOT IN (SELECT lane FROM jobs INDEXED BY jobs_live_lane
+                    WHERE state IN ('pending', 'running', 'failed') AND state = 'running')
+                AND lane NOT IN (SELECT name FROM lanes WHERE paused = 1)
+                AND (NOT EXISTS (SELECT 1 FROM flags WHERE name = 'paused' AND value)
+                    OR lane IN (SELECT name FROM lanes WHERE paused = -1))
+                ORDER BY not_before, rowid LIMIT 1), lease_until)
+        ORDER BY lease_until, rowid LIMIT 1
+
+    `taken_back`: that job (:id), once Queue._reclaim took it back, leased as `due`
+    leases one, its history saying why (:reclaimed)::
+
+        UPDATE jobs SET state = 'running', lease_owner = :owner,
+            lease_until = :now + coalesce(json_extract(options, '$.lease'), :lease),
+            attempts = attempts + 1, runs = runs + 1, updated_at = :now, child = :child,
+            history = json_insert(history,
+                '$[#]', json_array(:now, 'reclaimed', :reclaimed),
+                '$[#]', json_array(:now, 'claimed',
+                'attempt ' || (attempts + 1) || ' of ' || max_attempts || ' by ' || :owner))
+        WHERE id = :id
+        RETURNING id, name, state, attempts, max_attempts, not_before, lease_owner,
+            lease_until, last_error, result, script, options, created_at, updated_at,
+            child, reason, runs, lane
+
+    Right after each `<= :now`, in this order: for a pending job, when a condition is
+    unmet, reads.not_waiting's `AND NOT coalesce(instr(',' ||
+    json_extract(options, '$.require') || ',', :unmet0) OR ..., 0)`; then `AND lane =
+    :lane` for one lane (`lane`), and `AND lane NOT IN (:skip0, ...)` for the lanes
+    skipped (`skip_lanes`). `params` binds them.
+    """
+    # Glued from the conditions others share: lanes.CLAIMABLE and lanes.NOT_PAUSED
+    # (next_wakeup's too), reads.not_waiting (status's too). No clause for a condition
+    # met or a lane not named: the usual claim is the same statement every time.
+    waits, params = reads.not_waiting(unmet)
+    in_lane = ""
+    if lane is not None:
+        in_lane, params = " AND lane = :lane", params | {"lane": lane}
+    if skip_lanes:
+        skipped = {f"skip{i}": name for i, name in enumerate(sorted(skip_lanes))}
+        in_lane += f" AND lane NOT IN ({', '.join(':' + key for key in skipped)})"
+        params |= skipped
+    oldest_due = (f"FROM jobs WHERE state = 'pending' AND not_before <= :now{waits}{in_lane} "
+                  f"AND {lanes.CLAIMABLE} ORDER BY not_before, rowid LIMIT 1")
+    # The lease, given to :owner at :now for the job's own lease= or :lease seconds;
+    # the run's token (:child) is kept from the claim on. Its expressions read the row
+    # as it was: `attempts + 1` is the attempt this claim starts.
+    lease = ("UPDATE jobs SET state = 'running', lease_owner = :owner, "
+             "lease_until = :now + coalesce(json_extract(options, '$.lease'), :lease), "
+             "attempts = attempts + 1, runs = runs + 1, updated_at = :now, child = :child, "
+             "history = json_insert(history, ")
+    claimed = ("'$[#]', json_array(:now, 'claimed', 'attempt ' || (attempts + 1) || ' of ' "
+               "|| max_attempts || ' by ' || :owner))")
+    return ClaimStatements(
+        due=f"{lease}{claimed} WHERE id = (SELECT id {oldest_due}) RETURNING {JOB_COLUMNS}",
+        lapsed=("SELECT id FROM jobs WHERE state = 'running' "
+                f"AND lease_until <= :now{in_lane} AND {lanes.NOT_PAUSED} "
+                f"AND lease_until <= coalesce((SELECT not_before {oldest_due}), lease_until) "
+                "ORDER BY lease_until, rowid LIMIT 1"),
+        taken_back=(f"{lease}'$[#]', json_array(:now, 'reclaimed', :reclaimed), {claimed} "
+                    f"WHERE id = :id RETURNING {JOB_COLUMNS}"),
+        params=params)
 
 
 def _refuse_a_bad_lane_name(name: str) -> None:
@@ -243,13 +325,12 @@ class Queue:
                 self._db.execute("ROLLBACK")
 
     @contextlib.contextmanager
-    def _reading(self) -> Iterator[sqlite3.Connection]:
-        """Reads, or one write statement in autocommit: a single statement is its
-        own transaction, so a lone UPDATE needs no BEGIN/COMMIT round trips."""
+    def _autocommit(self) -> Iterator[sqlite3.Connection]:
+        """The connection with no transaction of ours: for reads, or one write
+        statement, which is its own transaction (a lone UPDATE needs no BEGIN/COMMIT
+        round trips). Inside a batch, its statements join the batch's."""
         with self._lock, self._translated_errors():
             yield self._db
-
-    _writing = _reading
 
     # -- writes --------------------------------------------------------------
 
@@ -293,7 +374,7 @@ class Queue:
         if error is not None:
             events.append([now, "failed", error])
         options_text = json.dumps(options, sort_keys=True, allow_nan=False)
-        with self._transaction() if lane != lanes.MAIN else self._writing() as db:
+        with self._transaction() as db:  # a lane is known with its first job
             if lane != lanes.MAIN:
                 lanes.note(db, lane)
             return rows.insert_job(
@@ -321,79 +402,28 @@ class Queue:
         `token`, when given, is the coming run's token, kept as its `child` from
         the claim on (what `started` would otherwise write before the spawn).
         """
-        child = json.dumps({"token": token}) if token else None
+        statements = claim_statements(lane, skip_lanes, unmet)
         now = self.clock()
-        waits, waits_params = reads.not_waiting(unmet)
-        in_lane, lane_params = _in_lane(lane, skip_lanes)
+        params = {"owner": owner, "now": now, "lease": self.lease_seconds,
+                  "child": json.dumps({"token": token}) if token else None,
+                  **statements.params}
         self._mind_the_clock(now)
         self._settle_missed_calendar_runs(now, unmet)
-        with self._reading() as db:
-            expired = db.execute(
-                "SELECT 1 FROM jobs WHERE state = 'running' AND lease_until <= :now"
-                f"{in_lane} LIMIT 1", {"now": now, **lane_params}
-            ).fetchone()
-        if expired is None:
-            return self._claim_pending(owner, now, unmet, child, lane, skip_lanes)
+        with self._autocommit() as db:
+            lapsed = db.execute(statements.lapsed, params).fetchone()
+        if lapsed is None:  # the usual claim: one statement, atomic on its own
+            with self._autocommit() as db:
+                return next(iter(rows.jobs(db, statements.due, params)), None)
         with self._transaction() as db:
             while True:
-                # Cheap look-ups on the partial indexes; the full row comes
-                # back from the UPDATE itself.
-                pending = db.execute(
-                    "SELECT id, not_before, attempts, max_attempts FROM jobs "
-                    f"WHERE state = 'pending' AND not_before <= :now{waits}{in_lane} "
-                    f"AND {lanes.CLAIMABLE} ORDER BY not_before, rowid LIMIT 1",
-                    {"now": now, **waits_params, **lane_params},
-                ).fetchone()
-                # A lapsed lease is its lane's one running job: taken back, it is
-                # still the one (a paused lane takes nothing back either).
-                expired = db.execute(
-                    "SELECT id, lease_until, attempts, max_attempts FROM jobs "
-                    f"WHERE state = 'running' AND lease_until <= :now{in_lane} "
-                    f"AND {lanes.NOT_PAUSED} ORDER BY lease_until, rowid LIMIT 1",
-                    {"now": now, **lane_params},
-                ).fetchone()
-                if pending is None and expired is None:
-                    return None
-                events: list[tuple[str, str]] = []
-                if expired is not None and (pending is None or expired[1] <= pending[1]):
-                    job_id, _, attempts, max_attempts = expired
-                    reclaimed = self._reclaim(db, job_id, now)
-                    if reclaimed is None:
-                        continue  # that used its last attempt; look again
-                    events.append(("reclaimed", reclaimed))
-                else:
-                    job_id, _, attempts, max_attempts = pending
-                events.append(("claimed", f"attempt {attempts + 1} of {max_attempts} by {owner}"))
-                history, params = rows.history(*events)
-                return self._lease(db, history, "id = :id", owner, now, child,
-                                   {"id": job_id, **params})
-
-    def _claim_pending(self, owner: str, now: float, unmet: frozenset[str] = frozenset(),
-                       child: str | None = None, lane: str | None = None,
-                       skip_lanes: Collection[str] = ()) -> Job | None:
-        """The usual claim, when no lease has expired: one UPDATE picks the oldest
-        due pending job of a free lane and leases it. A single statement is atomic on
-        its own (SQLite takes the write lock before it reads), so no BEGIN is needed,
-        and two claims never lease two jobs of one lane."""
-        waits, waits_params = reads.not_waiting(unmet)
-        in_lane, lane_params = _in_lane(lane, skip_lanes)
-        with self._writing() as db:
-            return self._lease(
-                db, "history = json_insert(history, '$[#]', json_array(:now, 'claimed', "
-                "'attempt ' || (attempts + 1) || ' of ' || max_attempts || ' by ' || :owner))",
-                "id = (SELECT id FROM jobs WHERE state = 'pending' AND not_before <= :now"
-                f"{waits}{in_lane} AND {lanes.CLAIMABLE} ORDER BY not_before, rowid LIMIT 1)",
-                owner, now, child, {**waits_params, **lane_params})
-
-    def _lease(self, db: sqlite3.Connection, history: str, where: str, owner: str,
-               now: float, child: str | None, params: dict[str, Any]) -> Job | None:
-        """Lease the job `where` picks to `owner`, its `history` assignment appending
-        the claim: the Job leased, or None when `where` picked none."""
-        leased = rows.jobs(db, f"UPDATE jobs SET {_LEASE}, {history} WHERE {where} "
-                               f"RETURNING {JOB_COLUMNS}",
-                           {"owner": owner, "now": now, "lease": self.lease_seconds,
-                            "child": child, **params})
-        return leased[0] if leased else None
+                lapsed = db.execute(statements.lapsed, params).fetchone()
+                if lapsed is None:  # none (left) to take back first: the usual claim
+                    return next(iter(rows.jobs(db, statements.due, params)), None)
+                reclaimed = self._reclaim(db, lapsed[0], now)
+                if reclaimed is not None:
+                    return rows.jobs(db, statements.taken_back, {
+                        **params, "id": lapsed[0], "reclaimed": reclaimed})[0]
+                # else: it was given back, or failed for good; look again
 
     def _reclaim(self, db: sqlite3.Connection, job_id: str, now: float) -> str | None:
         """Take back an expired lease: the `reclaimed` event's detail, or None when the
@@ -413,12 +443,12 @@ class Queue:
                        "attempts = max(attempts - 1, 0), lease_owner = NULL, "
                        f"lease_until = NULL, updated_at = :now, {given_back} WHERE id = :id",
                        {"now": now, "id": job_id, **params})
-            unsure = self._cut_steps(db, job_id, now)
+            unsure = steps.end_run(db, job_id, now)
             if unsure is not None:
                 self._fail_unsure(db, job_id, now, unsure)
             return None
         if attempts < max_attempts:
-            unsure = self._cut_steps(db, job_id, now)
+            unsure = steps.end_run(db, job_id, now)
             if unsure is not None:  # a step that asks was cut short: failed, for a word
                 self._fail_unsure(db, job_id, now, unsure)
                 return None
@@ -450,7 +480,7 @@ class Queue:
         """
         if state != State.CANCELLED and columns.get("reason") != Reason.STEP_UNSURE \
                 and self._holds(db, job_id, owner):
-            unsure = self._cut_steps(db, job_id, now)
+            unsure = steps.end_run(db, job_id, now)
             if unsure is not None:  # an attempt that did not count still does not
                 state, event = State.FAILED, ("failed", unsure)
                 columns = {"last_error": unsure, "reason": Reason.STEP_UNSURE.value,
@@ -465,7 +495,7 @@ class Queue:
             {"state": state, "now": now, "id": job_id, "owner": owner, **columns, **params})
         if not found:
             return None
-        sloth_step.cut_run(db, job_id, now)  # cancelled, or cut above already: asks nothing
+        steps.cut(db, job_id, now)  # cancelled, or cut above already: asks nothing
         if follow or state in (State.DONE, State.FAILED):
             calendar.follow_series_run(db, job_id, now, self._local, found[0])
         return State(state)
@@ -477,17 +507,6 @@ class Queue:
             return True
         return db.execute("SELECT 1 FROM jobs WHERE id = ? AND state = 'running' "
                           "AND lease_owner = ?", (job_id, owner)).fetchone() is not None
-
-    @staticmethod
-    def _cut_steps(db: sqlite3.Connection, job_id: str, now: float) -> str | None:
-        """The job's run has ended: its steps still running were cut short. The
-        sentence for the first cut step that asks before it runs again (step_unsure),
-        if there is one waiting for a person's word."""
-        sloth_step.cut_run(db, job_id, now)
-        unsure = sloth_step.first_unsure(db, job_id)
-        if unsure is None:
-            return None
-        return sloth_step.unsure_sentence(job_id, unsure["name"], unsure)
 
     def _fail_unsure(self, db: sqlite3.Connection, job_id: str, now: float, error: str,
                      **columns: Any) -> State | None:
@@ -519,7 +538,7 @@ class Queue:
             assignments += f", {history}"
         else:
             event_params = {}
-        with self._writing() as db:
+        with self._autocommit() as db:
             changed = db.execute(
                 f"UPDATE jobs SET {assignments} "
                 "WHERE id = :id AND state = 'running' AND lease_owner = :owner",
@@ -576,7 +595,7 @@ class Queue:
             now = self.clock()
             if not self._holds(db, job_id, owner):
                 return None
-            unsure = self._cut_steps(db, job_id, now)
+            unsure = steps.end_run(db, job_id, now)
             if unsure is not None:  # the attempt does not count, as for any release
                 attempts = db.execute("SELECT attempts FROM jobs WHERE id = ?",
                                       (job_id,)).fetchone()[0]
@@ -657,7 +676,7 @@ class Queue:
     def note(self, job_id: str, kind: str, detail: str) -> None:
         """Add an event to a job's history (e.g. 'slept': the computer was suspended)."""
         history, params = rows.history((kind, detail))
-        with self._writing() as db:
+        with self._autocommit() as db:
             changed = db.execute(f"UPDATE jobs SET {history} WHERE id = :id",
                                  {"id": job_id, "now": self.clock(), **params}).rowcount
         if not changed:
@@ -670,7 +689,7 @@ class Queue:
         knows any job still marked running was left by a process that died.
         """
         now = self.clock()
-        with self._writing() as db:
+        with self._autocommit() as db:
             return db.execute(
                 "UPDATE jobs SET lease_until = ? WHERE state = 'running' AND lease_until > ?",
                 (now, now),
@@ -705,7 +724,7 @@ class Queue:
             own, followed, state = json.loads(row[0]), row[1], row[2]
             if state not in RETRIABLE:
                 return False
-            said = self._steps_on_retry(db, job_id, now, step_done, forget_from, fresh)
+            said = steps.on_retry(db, job_id, now, step_done, forget_from, fresh)
             new = dict(own if options is None else options)
             if series.repeats(new):
                 calendar.restart(new, own, followed, now, self._local)
@@ -718,32 +737,6 @@ class Queue:
             return self._change(job_id, RETRIABLE, "retried", assignments,
                                 "; ".join([f"was {state}", *said]), refuse_refused=True,
                                 **params)
-
-    def _steps_on_retry(self, db: sqlite3.Connection, job_id: str, now: float,
-                        step_done: str | None, forget_from: str | None,
-                        fresh: bool) -> list[str]:
-        """What retry does to the job's steps, in words for its history."""
-        said = []
-        if step_done is not None:
-            refusal = sloth_step.not_cut_sentence(db, job_id, step_done)
-            if refusal:
-                raise NotCutShort(refusal)
-        for name in (forget_from,):
-            if name is not None and name not in sloth_step.names(db, job_id):
-                known = ", ".join(f'"{known}"' for known in sloth_step.names(db, job_id))
-                raise UnknownStep(f'job {job_id} has no step "{name}" '
-                                  f"({'its steps: ' + known if known else 'it has no steps'})")
-        if step_done is not None and sloth_step.mark_done(db, job_id, step_done, now):
-            said.append(f'step "{step_done}" marked done')
-        if fresh:
-            forgotten = sloth_step.forget_all(db, job_id)
-            said.append(f"forgot its {forgotten} step{'' if forgotten == 1 else 's'}")
-        elif forget_from is not None:
-            forgotten = sloth_step.forget_from(db, job_id, forget_from)
-            said.append(f'forgot step "{forget_from}" and the {forgotten - 1} after it')
-        again = sloth_step.run_again(db, job_id)
-        said.extend(f'step "{name}" to run again' for name in again)
-        return said
 
     def run_now(self, job_id: str) -> bool:
         """A pending job becomes due now (the tray's `Run now`)."""
@@ -760,7 +753,7 @@ class Queue:
                                      "state = 'cancelled', lease_owner = NULL, "
                                      "lease_until = NULL")
             if cancelled:  # a person's word ends it: a step it cut short asks nothing
-                sloth_step.cut_run(db, job_id, self.clock())
+                steps.cut(db, job_id, self.clock())
             return cancelled
 
     def stop(self, job_id: str) -> bool:
@@ -805,7 +798,7 @@ class Queue:
         """Delete done and cancelled jobs that ended before `before`, with their
         history; returns their (id, script) pairs: their files are the
         caller's to remove (spool.prune), after the rows are gone."""
-        with self._writing() as db:
+        with self._autocommit() as db:
             return db.execute(
                 "DELETE FROM jobs WHERE state IN ('done', 'cancelled') AND updated_at < ? "
                 "RETURNING id, script",
@@ -814,7 +807,7 @@ class Queue:
 
     def prunable_scripts(self, before: float) -> list[str]:
         """The scripts of the jobs prune(before) would delete now."""
-        with self._reading() as db:
+        with self._autocommit() as db:
             return [row[0] for row in db.execute(
                 "SELECT script FROM jobs WHERE state IN ('done', 'cancelled') "
                 "AND updated_at < ? AND script IS NOT NULL", (before,))]
@@ -826,7 +819,7 @@ class Queue:
         if not folders:
             return set()
         length = len(spool) + 1 + 12
-        with self._reading() as db:
+        with self._autocommit() as db:
             return {row[0] for row in db.execute(
                 "SELECT DISTINCT substr(script, 1, :n) FROM jobs "
                 "WHERE substr(script, 1, :n) IN (SELECT value FROM json_each(:folders))",
@@ -834,7 +827,7 @@ class Queue:
             )}
 
     def exists(self, job_id: str) -> bool:
-        with self._reading() as db:
+        with self._autocommit() as db:
             return db.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is not None
 
     # -- calendar jobs (at=, cron=) ----------------------------------------------
@@ -860,7 +853,7 @@ class Queue:
         """
         waits, waits_params = reads.not_waiting(unmet)  # a waiting run is judged when it may start
         for _ in range(100):  # each pass moves one run away from the head
-            with self._reading() as db:
+            with self._autocommit() as db:
                 job_id = calendar.missed_head(db, now, waits, waits_params)
             if job_id is None:
                 return
@@ -886,7 +879,7 @@ class Queue:
         """Every waiting job last changed after `now` (by a clock that was ahead) waits
         what it had left to wait when it changed, counted from now (series.reanchored),
         with a `reanchored` event; the log says so once. Returns how many moved."""
-        with self._reading() as db:  # most looks find none: no write lock for them
+        with self._autocommit() as db:  # most looks find none: no write lock for them
             if not calendar.any_ahead(db, now):
                 return 0
         with self._transaction() as db:
@@ -902,7 +895,7 @@ class Queue:
     # -- reads ---------------------------------------------------------------
 
     def get(self, job_id: str) -> Job:
-        with self._reading() as db:
+        with self._autocommit() as db:
             found = rows.jobs(db, f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
         if not found:
             raise UnknownJob(job_id)
@@ -913,7 +906,7 @@ class Queue:
         prefix = prefix.strip().lower()
         if not prefix or any(c not in "0123456789abcdef" for c in prefix):
             raise UnknownJob(prefix, f"no job with id {prefix!r} (ids are 12 hex characters)")
-        with self._reading() as db:
+        with self._autocommit() as db:
             rows = db.execute(
                 "SELECT id FROM jobs WHERE id >= ? AND id < ? ORDER BY id LIMIT 2",
                 (prefix, prefix + "g"),
@@ -926,7 +919,7 @@ class Queue:
 
     def shortest_unique_prefix(self, job_id: str, minimum: int = 6) -> str:
         """The shortest prefix (at least `minimum` long) that names only this job."""
-        with self._reading() as db:
+        with self._autocommit() as db:
             for length in range(minimum, len(job_id)):
                 prefix = job_id[:length]
                 n = db.execute(
@@ -963,7 +956,7 @@ class Queue:
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
-        with self._reading() as db:
+        with self._autocommit() as db:
             return rows.jobs(db, sql, params)
 
     def failed_by_series(self, limit: int | None = None, per_series: int | None = None
@@ -986,62 +979,65 @@ class Queue:
             f"CASE WHEN {repeats} THEN 's' || coalesce(script, name) ELSE 'j' || id END "
             "AS grp FROM jobs INDEXED BY jobs_failed WHERE state = 'failed')) "
             "WHERE nth <= coalesce(:per_series, nth) ORDER BY rid DESC LIMIT :limit")
-        with self._reading() as db:
+        with self._autocommit() as db:
             found = rows.named_rows(db, sql, {"per_series": per_series,
                                               "limit": -1 if limit is None else limit})
         return [(rows.job(row), row["series"], row["failures"], row["since"]) for row in found]
 
     def upcoming(self, limit: int) -> list[Job]:
         """Pending jobs, soonest due first."""
-        with self._reading() as db:
+        with self._autocommit() as db:
             return rows.jobs(db, f"SELECT {JOB_COLUMNS} FROM jobs WHERE state = 'pending' "
                                  "ORDER BY not_before, rowid LIMIT ?", (limit,))
 
     def steps(self, job_id: str) -> list[dict[str, Any]]:
-        """The job's steps, in the order they first started, without their output."""
-        with self._reading() as db:
-            return sloth_step.listed(db, job_id)
+        """The job's steps, in the order they first started, without their output (by
+        column name: what `show --json` gives)."""
+        with self._autocommit() as db:
+            return [step.as_dict(output=False) for step in steps.listed(db, job_id)]
 
     def step(self, job_id: str, name: str, occurrence: int | None = None) -> dict[str, Any]:
         """One recorded step with its output: that occurrence, else its last."""
-        with self._reading() as db:
-            found = sloth_step.recorded(db, job_id, name, occurrence)
-            known = sloth_step.names(db, job_id) if found is None else []
+        with self._autocommit() as db:
+            found = steps.recorded(db, job_id, name, occurrence)
+            known = steps.names(db, job_id) if found is None else []
         if found is None:
             which = f'step "{name}"' + (f" (occurrence {occurrence})" if occurrence else "")
             listed = ", ".join(f'"{known_name}"' for known_name in known)
             raise UnknownStep(f"job {job_id} has no {which}"
                               + (f" (its steps: {listed})" if listed else
                                  " (it has no steps)"))
-        return found
+        return found.as_dict()
 
-    def step_progress(self, job_ids: list[str]) -> dict[str, tuple[int, int, dict | None]]:
+    def step_progress(self, job_ids: list[str]
+                      ) -> dict[str, tuple[int, int, steps.Step | None]]:
         """How far each job got: (steps, steps done, the first not done), one read."""
         if not job_ids:
             return {}
-        with self._reading() as db:
-            return sloth_step.progress(db, job_ids)
+        with self._autocommit() as db:
+            return steps.progress(db, job_ids)
 
-    def running_step(self, job_id: str) -> tuple[int, str] | None:
-        """The step a running job is in: (its place among the job's steps, its name)."""
-        with self._reading() as db:
-            return sloth_step.running(db, job_id)
+    def running_step(self, job_id: str) -> tuple[int, str, bool] | None:
+        """The step a running job is in: (its place among the job's steps, its name,
+        whether it asks)."""
+        with self._autocommit() as db:
+            return steps.running(db, job_id)
 
     def history(self, job_id: str) -> list[Event]:
         """The job's events, oldest first."""
-        with self._reading() as db:
+        with self._autocommit() as db:
             row = db.execute("SELECT history FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None:
             raise UnknownJob(job_id)
         return [Event(at, kind, detail) for at, kind, detail in json.loads(row[0])]
 
     def status(self) -> dict[str, int]:
-        with self._reading() as db:
+        with self._autocommit() as db:
             return reads.counts(db, self.clock())
 
     def summary(self) -> dict[str, Any]:
         """status(), and whether the queue is paused (reads.summary)."""
-        with self._reading() as db:
+        with self._autocommit() as db:
             return reads.summary(db, self.clock())
 
     def waits_on(self, unmet: frozenset[str]) -> bool:
@@ -1049,7 +1045,7 @@ class Queue:
         if not unmet:
             return False
         waits, params = reads.not_waiting(unmet)
-        with self._reading() as db:
+        with self._autocommit() as db:
             return db.execute(
                 "SELECT 1 FROM jobs WHERE state = 'pending' AND not_before <= :now "
                 f"AND NOT (1{waits}) LIMIT 1", {"now": self.clock(), **params}
@@ -1064,7 +1060,7 @@ class Queue:
 
     def recurring_series(self) -> list[overdue.Series]:
         """Each live recurring series, with its last success (reads.recurring_series)."""
-        with self._reading() as db:
+        with self._autocommit() as db:
             return [overdue.Series(*row) for row in reads.recurring_series(db)]
 
     # -- the pause -------------------------------------------------------------
@@ -1094,31 +1090,31 @@ class Queue:
         """Whether the whole queue is paused; with `lane`, whether that lane starts
         nothing now (by its own pause, or the whole queue's unless it was resumed on
         its own)."""
-        with self._reading() as db:
+        with self._autocommit() as db:
             whole = reads.paused(db)
             return whole if lane is None else lanes.paused(db, lane, whole)
 
     def paused_lanes(self, on_their_own: bool = False) -> set[str]:
         """The known lanes that start nothing now; `on_their_own`: the lanes paused by
         themselves (the whole queue's pause aside)."""
-        with self._reading() as db:
+        with self._autocommit() as db:
             return lanes.paused_lanes(db, reads.paused(db) and not on_their_own)
 
     # -- lanes -------------------------------------------------------------------
 
     def lanes(self) -> list[str]:
         """Every lane known: main, those whose folder was seen, those with jobs."""
-        with self._reading() as db:
+        with self._autocommit() as db:
             return lanes.known(db)
 
     def note_lane(self, lane: str) -> None:
         """A lane's folder is there."""
-        with self._writing() as db:
+        with self._autocommit() as db:
             lanes.note(db, lane)
 
     def forget_lane(self, lane: str) -> None:
         """A lane's folder is gone: the lane is shown while it has jobs (they run)."""
-        with self._writing() as db:
+        with self._autocommit() as db:
             lanes.forget(db, lane)
 
     def rename_lane(self, old: str, new: str) -> int:
@@ -1131,7 +1127,7 @@ class Queue:
 
     def lane_counts(self) -> dict[str, dict[str, Any]]:
         """Per lane, as `status --json` has them (reads.summary's "lanes")."""
-        with self._reading() as db:
+        with self._autocommit() as db:
             return lanes.counts(db, self.clock(), reads.paused(db),
                                 reads.not_waiting(reads.unmet(db)))
 
@@ -1154,7 +1150,7 @@ class Queue:
         caller's own included (a run that died with its worker), counts. Reads only."""
         waits, waits_params = reads.not_waiting(unmet)
         ids = sorted(renewed)
-        with self._reading() as db:
+        with self._autocommit() as db:
             return db.execute(
                 "SELECT min(t) FROM ("
                 f" SELECT min(not_before) AS t FROM jobs WHERE state = 'pending'{waits}"
@@ -1168,12 +1164,12 @@ class Queue:
     def set_unmet(self, unmet: Iterable[str]) -> None:
         """Keep the running app's unmet conditions in the file, for `status` and `list`
         (other processes) to tell which jobs wait and why."""
-        with self._writing() as db:
+        with self._autocommit() as db:
             db.execute("INSERT INTO flags(name, value) VALUES ('unmet', ?) "
                        "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
                        (",".join(sorted(set(unmet))),))
 
     def unmet(self) -> frozenset[str]:
         """The conditions the running app last said do not hold."""
-        with self._reading() as db:
+        with self._autocommit() as db:
             return reads.unmet(db)

@@ -21,9 +21,8 @@ from pathlib import Path
 
 from sloth_tray import safety
 from sloth_tray.errors import DatabaseProblem, SlothError
-from sloth_tray.for_jobs import sloth_step
 from sloth_tray.paths import DB_SIDES
-from sloth_tray.store import lanes
+from sloth_tray.store import lanes, steps
 
 # Marks the file as ours (PRAGMA application_id): "SLTH".
 APPLICATION_ID = 0x534C5448
@@ -173,9 +172,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # number keeps an older sloth-tray, whose trigger doubled late runs, off this file.
         "DROP TRIGGER recur",
     ),
-    # A job's steps (for_jobs/sloth_step.py, where every statement about them lives):
-    # what a retried, reclaimed or woken job skips because it happened already.
-    sloth_step.SCHEMA,
+    # A job's steps (store/steps.py; a job's own writes: for_jobs/sloth_step.py): what
+    # a retried, reclaimed or woken job skips because it happened already.
+    steps.SCHEMA,
     # Lanes (store/lanes.py): each job in one, each lane one job at a time.
     lanes.SCHEMA,
 )

@@ -192,7 +192,7 @@ class LaneMachine(RuleBasedStateMachine):
 
     @invariant()
     def one_running_job_per_lane(self) -> None:
-        with self.queue._reading() as db:
+        with self.queue._autocommit() as db:
             doubled = db.execute("SELECT lane, count(*) FROM jobs WHERE state = 'running' "
                                  "GROUP BY lane HAVING count(*) > 1").fetchall()
         assert not doubled, f"two running jobs in one lane: {doubled}"

@@ -55,7 +55,7 @@ from sloth_tray.errors import SlothError
 from sloth_tray.for_jobs import sloth_step
 from sloth_tray.jobs.header import BadJobFile
 from sloth_tray.paths import Home, locate
-from sloth_tray.store import spool
+from sloth_tray.store import spool, steps
 from sloth_tray.store.queue import (
     PERMANENT,
     Job,
@@ -1937,8 +1937,8 @@ class StepMachine(RuleBasedStateMachine):
         """Each job's steps, in the order they first started: name, occurrence, state, and
         whether it waits for a person's word."""
         for job in self.jobs:
-            seen = [(s["name"], s["occurrence"], s["state"], s["state"] == "cut" and bool(s["ask"]))
-                    for s in sloth_step.listed(self.db, job.id)]
+            seen = [(s.name, s.occurrence, s.state, s.state == "cut" and bool(s.ask))
+                    for s in steps.listed(self.db, job.id)]
             want = [(name, n, s.state, s.waits)
                     for (name, n), s in sorted(job.steps.items(), key=lambda kv: kv[1].first)]
             assert seen == want, f"the steps of {job.id}: the queue has {seen}, the model {want}"

@@ -632,6 +632,25 @@ def test_a_run_that_ends_in_a_step_that_asks_is_failed_once_and_says_so(tmp_path
         assert job.attempts == (0 if ending in ("later", "release") else 1)
 
 
+def test_the_queue_fails_a_job_for_a_step_that_asks_in_the_words_the_job_says_it(tmp_path, clock):
+    """The job's failure (store/steps.py) and what its next run of the step would say
+    (sloth_step, which the queue cannot import) are one sentence, a name needing quotes
+    and all."""
+    from sloth_tray.for_jobs import sloth_step
+
+    with Queue(tmp_path / "q.db", clock=clock) as queue:
+        job_id = queue.push("invoice")
+        queue.claim("w", token="t1")
+        run = sloth_step.Run(str(queue.path), job_id, "t1", "w")
+        sloth_step.begin(queue._db, run, "send it's", ask=True, kind="shell", now=clock.now)
+        clock.advance(5)
+        assert queue.fail(job_id, "w", "exit 1") == State.FAILED
+        (step,) = queue.steps(job_id)
+        said = queue.get(job_id).last_error
+    assert said == sloth_step.unsure_sentence(job_id, "send it's", step)
+    assert "--step-done 'send it'\"'\"'s'" in said and "(run 1)" in said
+
+
 @pytest.mark.parametrize("options", [{"every": 60.0}, {"cron": "*/5 * * * *"}, {"at": "09:00"}],
                          ids=["every", "cron", "at"])
 def test_each_run_of_a_series_is_in_the_lane_it_was_dropped_into(queue, clock, options):
@@ -662,3 +681,80 @@ def test_a_lease_that_ran_out_in_a_paused_lane_wakes_nothing_until_the_resume(
     queue.set_paused(False, lane=lane)
     assert queue.next_wakeup() <= clock.now
     assert queue.claim("me").id == job_id
+
+
+# -- the claim, read whole ------------------------------------------------------------------
+
+def _docstring_sql(doc: str) -> list[str]:
+    """The SQL blocks of a docstring (each after a line ending `::`), whitespace made one."""
+    return [" ".join(block.split()) for block in re.findall(r"::\n\n((?:        .*\n)+)", doc)]
+
+
+def _as_traced(sql: str, params: dict) -> str:
+    """`sql` as SQLite traces it once run: each :name replaced by the value it bound."""
+    def literal(match: re.Match) -> str:
+        value = params[match.group(1)]
+        if value is None:
+            return "NULL"
+        if isinstance(value, str):
+            return "'" + value.replace("'", "''") + "'"
+        return repr(value)
+
+    return re.sub(r":(\w+)", literal, " ".join(sql.split()))
+
+
+def _once(traced: list[str]) -> list[str]:
+    """A trace with each statement once: its triggers trace it again under its own text."""
+    return [line for i, line in enumerate(traced) if i == 0 or traced[i - 1] != line]
+
+
+def test_the_claims_docstring_shows_its_statements_whole():
+    from sloth_tray.store.queue import claim_statements
+
+    usual = claim_statements()
+    assert _docstring_sql(claim_statements.__doc__) == [
+        " ".join(sql.split()) for sql in (usual.due, usual.lapsed, usual.taken_back)]
+    assert usual.params == {}
+    # The clauses the docstring says join each `<= :now`, in its order.
+    some = claim_statements("net", {"b", "a"}, frozenset({"ac", "battery"}))
+    waits = ("AND NOT coalesce(instr(',' || json_extract(options, '$.require') || ',', "
+             ":unmet0) OR instr(',' || json_extract(options, '$.require') || ',', :unmet1), 0)")
+    lanes = "AND lane = :lane AND lane NOT IN (:skip0, :skip1)"
+    assert some.due == usual.due.replace("not_before <= :now",
+                                         f"not_before <= :now {waits} {lanes}")
+    assert some.lapsed == usual.lapsed.replace(
+        "not_before <= :now", f"not_before <= :now {waits} {lanes}").replace(
+        "lease_until <= :now", f"lease_until <= :now {lanes}")
+    assert some.taken_back == usual.taken_back
+    assert some.params == {"unmet0": ",ac,", "unmet1": ",battery,", "lane": "net",
+                           "skip0": "a", "skip1": "b"}
+
+
+def test_a_claim_runs_the_statements_its_docstring_shows(queue, clock):
+    """What SQLite ran, as it traces it, is the docstring's SQL with the values bound:
+    the usual claim, then a lapsed lease taken back."""
+    from sloth_tray.store.queue import claim_statements
+
+    due, lapsed, taken_back = _docstring_sql(claim_statements.__doc__)
+    said: list[str] = []
+    job_id = queue.push("job")
+    queue._db.set_trace_callback(said.append)
+    assert queue.claim("dead", token="t1").id == job_id
+    bound = {"now": clock.now, "owner": "dead", "lease": queue.lease_seconds,
+             "child": '{"token": "t1"}'}
+    usual = [_as_traced(lapsed, bound), _as_traced(due, bound)]
+    said[:] = _once(said)
+    assert [line for line in said if line in usual] == usual
+    assert said[-1] == usual[-1]  # autocommit: the lease is the claim's last word
+    assert queue.started(job_id, "dead", {"token": "t1", "pid": 1, "pgid": 1, "start": "1"})
+    clock.advance(queue.lease_seconds)  # its run started, and its worker is gone
+    said.clear()
+    assert queue.claim("other").id == job_id
+    bound |= {"now": clock.now, "owner": "other", "child": None, "id": job_id,
+              "reclaimed": "lease of dead expired 0s ago"}
+    back = [_as_traced(lapsed, bound), _as_traced(lapsed, bound), _as_traced(taken_back, bound)]
+    said[:] = _once(said)
+    assert [line for line in said if line in back] == back  # looked at again inside BEGIN
+    assert said[-2:] == [back[-1], "COMMIT"]
+    assert kinds(queue, job_id)[-2:] == ["reclaimed", "claimed"]
+    queue._db.set_trace_callback(None)

@@ -19,7 +19,7 @@ from sloth_tray.store.queue import Queue, State
 def test_a_job_is_read_by_column_name_whatever_order_the_columns_come_in(queue):
     job_id = queue.push("tidy", script="/tmp/tidy.sh", options={"timeout": 60})
     columns = ", ".join(reversed(rows.JOB_COLUMNS.split(", ")))
-    with queue._reading() as db:
+    with queue._autocommit() as db:
         (job,) = rows.jobs(db, f"SELECT {columns}, 'extra' AS more FROM jobs WHERE id = ?",
                            (job_id,))
     assert job == queue.get(job_id)
@@ -29,7 +29,7 @@ def test_a_job_is_read_by_column_name_whatever_order_the_columns_come_in(queue):
 
 def test_named_rows_leave_the_connections_own_rows_tuples(queue):
     queue.push("tidy")
-    with queue._reading() as db:
+    with queue._autocommit() as db:
         rows.named_rows(db, "SELECT id FROM jobs")
         assert type(db.execute("SELECT id FROM jobs").fetchone()) is tuple
 
@@ -40,7 +40,7 @@ def test_insert_job_draws_again_an_id_taken_and_refuses_a_given_one(queue, monke
     monkeypatch.setattr(rows, "new_job_id", lambda: next(drawn))
     columns = {"name": "second", "state": "pending", "max_attempts": 1, "not_before": 0.0,
                "created_at": 0.0, "updated_at": 0.0}
-    with queue._reading() as db:
+    with queue._autocommit() as db:
         assert rows.insert_job(db, **columns) == "0123456789ab"
         with pytest.raises(SlothError, match=f"already a job with id {taken}"):
             rows.insert_job(db, taken, **columns)

@@ -1,0 +1,270 @@
+"""The queue's side of steps: the `steps` table (its schema, one migration), and what
+the Queue does to a job's steps when a run ends, when a person retries it, and when
+the app or `show` reads them. A job's own side (a step's start and end, held-checked
+by the run's token and owner) is for_jobs/sloth_step.py, which a job's Python runs
+and which therefore imports nothing of the app's: nothing here imports it.
+
+A step's states: running -> done (recorded, never run again unless forgotten) or
+failed (never cached: runs again). A step still running when its run ends was cut
+short: `cut`. A cut step runs again on the next run, unless it was started with
+`ask`: then a person says whether it happened (`mark_done`) or not (`run_again`).
+
+Functions of a connection, inside the Queue's transactions. Standard library only, no
+dataclasses, no typing: schema.py imports this module, and `status` loads schema.py.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections import namedtuple
+
+from sloth_tray.errors import SlothError
+
+# The steps table and its trigger: one of schema.py's migrations, shipped, so its text
+# never changes (a file it migrated must match a new one).
+SCHEMA = (
+    """CREATE TABLE steps (
+        job         TEXT NOT NULL,
+        name        TEXT NOT NULL,
+        occurrence  INTEGER NOT NULL,
+        state       TEXT NOT NULL,              -- running, done, failed, cut
+        ask         INTEGER NOT NULL DEFAULT 0, -- cut short, it waits for a person's word
+        run         INTEGER NOT NULL,           -- the job's run (jobs.runs) that last ran it
+        token       TEXT NOT NULL,              -- that run's token
+        seen_by     TEXT,                       -- the last run that reached it: counts
+                                                -- a run's calls of one name
+        started_at  REAL NOT NULL,
+        ended_at    REAL,
+        exit_code   INTEGER,
+        output      BLOB,                       -- stdout kept (shell), the result's JSON (Python)
+        output_size INTEGER,                    -- bytes written in all: more than kept if cut
+        kind        TEXT NOT NULL DEFAULT 'shell',
+        marked_at   REAL,                       -- when a person marked it done
+        PRIMARY KEY (job, name, occurrence)
+    )""",
+    # A job's steps go with it, whoever deletes it (prune): a step never outlives its job.
+    """CREATE TRIGGER steps_go_with_their_job AFTER DELETE ON jobs BEGIN
+        DELETE FROM steps WHERE job = OLD.id;
+    END""",
+)
+
+
+class UnknownStep(SlothError):
+    """A step named that the job never started."""
+
+
+class NotCutShort(UnknownStep):
+    """`retry --step-done` naming no step cut short (a done one, or one the job never
+    had): a person's word about a step that is not in question, so nothing changes."""
+
+
+_FIELDS = ("name", "occurrence", "state", "ask", "run", "started_at", "ended_at",
+           "exit_code", "output_size", "kind", "marked_at", "output")
+_COLUMNS = ", ".join(_FIELDS)
+_LISTED = ", ".join(field for field in _FIELDS if field != "output")  # all but the output
+
+
+class Step(namedtuple("Step", _FIELDS, defaults=(None,))):
+    """One step of a job as the queue reads it: its columns by name (`output` None when
+    read without it: `listed`, `progress`)."""
+
+    __slots__ = ()
+
+    def as_dict(self, *, output: bool = True) -> dict:
+        """By column name, as `show --json` and Queue.steps() give it; without `output`
+        when it was not read."""
+        found = self._asdict()
+        if not output:
+            del found["output"]
+        return found
+
+
+# -- a run that ends -----------------------------------------------------------------
+
+def cut(db: sqlite3.Connection, job: str, now: float) -> int:
+    """The job's run ended: a step still running was cut short. Called by the Queue
+    inside the transaction that ends the run (its own owner check). How many were."""
+    return db.execute("UPDATE steps SET state = 'cut', ended_at = :now "
+                      "WHERE job = :job AND state = 'running'",
+                      {"job": job, "now": now}).rowcount
+
+
+def end_run(db: sqlite3.Connection, job: str, now: float) -> str | None:
+    """The job's run has ended: its steps still running were cut short (`cut`). The
+    sentence for the first cut step that asks before it runs again (step_unsure), if
+    there is one waiting for a person's word."""
+    cut(db, job, now)
+    unsure = first_unsure(db, job)
+    return None if unsure is None else unsure_sentence(job, unsure)
+
+
+def first_unsure(db: sqlite3.Connection, job: str) -> Step | None:
+    """The first step cut short that asks before it runs again, if any."""
+    found = db.execute(f"SELECT {_COLUMNS} FROM steps WHERE job = ? AND state = 'cut' "
+                       "AND ask ORDER BY rowid LIMIT 1", (job,)).fetchone()
+    return None if found is None else Step(*found)
+
+
+def unsure_sentence(job: str, step: Step) -> str:
+    """Why the job failed, in the words a job's own step says it in (sloth_step's
+    unsure_sentence, which cannot be imported here: tests/daemon/test_steps.py holds
+    the two to one sentence)."""
+    return (f'step "{step.name}" was cut short at {_when_text(step.ended_at or 0)} (run '
+            f"{step.run}), so it may or may not have happened, and it asks before it "
+            f"runs again: `sloth-tray retry {job} --step-done {_shell_word(step.name)}` if "
+            f"it did, `sloth-tray retry {job}` to run it again")
+
+
+# -- a person's word: retry ----------------------------------------------------------
+
+def on_retry(db: sqlite3.Connection, job: str, now: float, step_done: str | None,
+             forget_from: str | None, fresh: bool) -> list[str]:
+    """What retry does to the job's steps (Queue.retry: `step_done` marked done,
+    `forget_from` and those after it forgotten, or all of them when `fresh`; the cut
+    steps that asked run again), in words for its history. A step the job does not
+    have raises UnknownStep, a `step_done` not cut short NotCutShort, before anything
+    changes."""
+    said = []
+    if step_done is not None:
+        refusal = not_cut_sentence(db, job, step_done)
+        if refusal:
+            raise NotCutShort(refusal)
+    if forget_from is not None and forget_from not in names(db, job):
+        known = ", ".join(f'"{known}"' for known in names(db, job))
+        raise UnknownStep(f'job {job} has no step "{forget_from}" '
+                          f"({'its steps: ' + known if known else 'it has no steps'})")
+    if step_done is not None and mark_done(db, job, step_done, now):
+        said.append(f'step "{step_done}" marked done')
+    if fresh:
+        forgotten = forget_all(db, job)
+        said.append(f"forgot its {forgotten} step{'' if forgotten == 1 else 's'}")
+    elif forget_from is not None:
+        forgotten = forget_step_and_later(db, job, forget_from)
+        said.append(f'forgot step "{forget_from}" and the {forgotten - 1} after it')
+    said.extend(f'step "{name}" to run again' for name in run_again(db, job))
+    return said
+
+
+def run_again(db: sqlite3.Connection, job: str) -> list[str]:
+    """A person's word: the cut steps that asked may run again. Their names."""
+    again = [row[0] for row in db.execute(
+        "SELECT name FROM steps WHERE job = ? AND state = 'cut' AND ask ORDER BY rowid",
+        (job,))]
+    db.execute("UPDATE steps SET ask = 0 WHERE job = ? AND state = 'cut' AND ask", (job,))
+    return again
+
+
+def mark_done(db: sqlite3.Connection, job: str, name: str, now: float) -> int:
+    """A person's word: step `name` happened (every occurrence of it cut short; one that
+    failed did not happen). How many were marked; 0 when none was cut short."""
+    return db.execute(
+        "UPDATE steps SET state = 'done', ask = 0, marked_at = :now, "
+        "ended_at = coalesce(ended_at, :now), output = coalesce(output, x''), "
+        "output_size = coalesce(output_size, 0) "
+        "WHERE job = :job AND name = :name AND state = 'cut'",
+        {"job": job, "name": name, "now": now}).rowcount
+
+
+def not_cut_sentence(db: sqlite3.Connection, job: str, name: str) -> str | None:
+    """Why `name` cannot be marked done (it was not cut short: done, failed, or not a
+    step of the job), naming the step that asks, if one does; None when it can."""
+    steps = listed(db, job)
+    mine = [step.state for step in steps if step.name == name]
+    if "cut" in mine:
+        return None
+    if not mine:
+        wrong = f'job {job} has no step "{name}"'
+    else:
+        state = "done" if "done" in mine else mine[-1]
+        wrong = f'step "{name}" of job {job} was not cut short (it is {state})'
+    asking = first_unsure(db, job)
+    cut_short = [step.name for step in steps if step.state == "cut"]
+    if asking is not None:
+        then = f'the step that asks is "{asking.name}": {_answers(job, asking.name)}'
+    elif cut_short:
+        then = f'the step cut short is "{cut_short[0]}"'
+    else:
+        then = "none of its steps was cut short, so there is nothing to mark done"
+    return f"{wrong}, and --step-done marks only a step cut short; {then}"
+
+
+def _answers(job: str, name: str) -> str:
+    """The two words a person may give about a step cut short that asks."""
+    return (f"`sloth-tray retry {job} --step-done {_shell_word(name)}` if it happened, "
+            f"`sloth-tray retry {job}` to run it again")
+
+
+def forget_step_and_later(db: sqlite3.Connection, job: str, name: str) -> int:
+    """Forget step `name` (its first occurrence) and every step started after it: they
+    run again. How many were forgotten; 0 when the job has no such step."""
+    return db.execute(
+        "DELETE FROM steps WHERE job = :job AND rowid >= (SELECT min(rowid) FROM steps "
+        "WHERE job = :job AND name = :name)", {"job": job, "name": name}).rowcount
+
+
+def forget_all(db: sqlite3.Connection, job: str) -> int:
+    return db.execute("DELETE FROM steps WHERE job = ?", (job,)).rowcount
+
+
+# -- what is shown -------------------------------------------------------------------
+
+def names(db: sqlite3.Connection, job: str) -> list[str]:
+    """The job's step names, in the order they first started, each once."""
+    seen: dict[str, None] = {}
+    for (name,) in db.execute("SELECT name FROM steps WHERE job = ? ORDER BY rowid", (job,)):
+        seen.setdefault(name)
+    return list(seen)
+
+
+def listed(db: sqlite3.Connection, job: str) -> list[Step]:
+    """The job's steps in the order they first started, without their output."""
+    return [Step(*row) for row in db.execute(
+        f"SELECT {_LISTED} FROM steps WHERE job = ? ORDER BY rowid", (job,))]
+
+
+def recorded(db: sqlite3.Connection, job: str, name: str,
+             occurrence: int | None = None) -> Step | None:
+    """One step with its output: the given occurrence, else the last one."""
+    found = db.execute(
+        f"SELECT {_COLUMNS} FROM steps WHERE job = :job AND name = :name "
+        "AND occurrence = coalesce(:occurrence, occurrence) ORDER BY occurrence DESC LIMIT 1",
+        {"job": job, "name": name, "occurrence": occurrence}).fetchone()
+    return None if found is None else Step(*found)
+
+
+def progress(db: sqlite3.Connection, jobs: list[str]) -> dict[str, tuple[int, int, Step | None]]:
+    """For each job with steps: (steps recorded, steps done, the first step not done:
+    where it stopped), in one read."""
+    found: dict[str, list[Step]] = {}
+    for row in db.execute(
+            f"SELECT job, {_LISTED} FROM steps "
+            "WHERE job IN (SELECT value FROM json_each(?)) ORDER BY rowid",
+            (json.dumps(jobs),)):
+        found.setdefault(row[0], []).append(Step(*row[1:]))
+    result = {}
+    for job, steps in found.items():
+        stuck = next((step for step in steps if step.state != "done"), None)
+        result[job] = (len(steps), sum(step.state == "done" for step in steps), stuck)
+    return result
+
+
+def running(db: sqlite3.Connection, job: str) -> tuple[int, str, bool] | None:
+    """The step the job is in now: (its place among the job's steps, from 1; its name;
+    whether it asks before it runs again)."""
+    found = db.execute(
+        "SELECT (SELECT count(*) FROM steps AS earlier WHERE earlier.job = steps.job "
+        "AND earlier.rowid <= steps.rowid), name, ask FROM steps WHERE job = ? "
+        "AND state = 'running' ORDER BY rowid DESC LIMIT 1", (job,)).fetchone()
+    return None if found is None else (found[0], found[1], bool(found[2]))
+
+
+def _when_text(moment: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(moment))
+
+
+def _shell_word(word: str) -> str:
+    import shlex  # here: `status` loads this module and never says a step
+
+    return shlex.quote(word)
