@@ -244,8 +244,12 @@ class Queue:
         error: str | None = None,
         reason: Reason = Reason.REFUSED,
         lane: str = lanes.MAIN,
+        key: str | None = None,
+        source: str | None = None,
     ) -> str:
         """Add a pending job due `delay` seconds from now; returns its 12-hex id.
+        With a `key` some job has already, that job's id, and nothing is added;
+        `source`: who adds it (rows.DROPPED, rows.SHELL, an agent's name).
 
         `job_id` (from new_job_id()) lets a caller name the job's spool folder
         before the job exists, so a crash in between can be reconciled.
@@ -257,6 +261,8 @@ class Queue:
                             else int(limits.ATTEMPTS.check(max_attempts)))
         delay = limits.DELAY.check(delay)
         _refuse_a_bad_lane_name(lane)
+        if key is not None and rows.key_problem(key):
+            raise SlothError(rows.key_problem(key))
         if job_id is not None and not VALID_ID.fullmatch(job_id):
             raise SlothError(f"{job_id!r} is not a job id (12 lowercase hex characters)")
         now = self.clock()
@@ -280,7 +286,8 @@ class Queue:
                 max_attempts=attempts_allowed, not_before=not_before, script=script,
                 options=options_text, created_at=now, updated_at=now,
                 history=json.dumps(events), last_error=error,
-                reason=None if error is None else Reason(reason).value)
+                reason=None if error is None else Reason(reason).value, key=key,
+                source=source)
 
     def claim(self, owner: str, unmet: frozenset[str] = frozenset(),
               token: str | None = None, lane: str | None = None,
