@@ -226,6 +226,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="no desktop notification when a job fails for good")
     p = add("work", "run due jobs in the foreground, one line per job", daemon_options)
     p.add_argument("--once", action="store_true", help="run every job due now, then exit")
+    add("mcp", "serve the queue to agents (MCP clients such as Claude Desktop) on stdin "
+               "and stdout; needs the mcp extra: pip install 'sloth-tray[mcp]'")
     add("config", "the effective settings and where each comes from", json_flag)
     p = add("autostart", "start the app at login: enable, disable, or show the status",
             json_flag)

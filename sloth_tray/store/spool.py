@@ -302,14 +302,16 @@ COMMAND_FILE = "command.sh"  # the script `add -- COMMAND` writes into the spool
 NAME_CHARACTERS = 80  # of a command line, as the name of its job
 
 
-def command_script(argv: list[str]) -> bytes:
+def command_script(argv: list[str], header: str = "") -> bytes:
     """The script that runs `argv` as given, whatever its words hold: each one quoted
     for sh, and the script become the command (exec), so its exit status, its signals
-    and its output are the command's own. The empty `sloth:` line is the header: a
-    word of the command that holds "# sloth:" on a line of its own is only a word."""
+    and its output are the command's own. The `sloth:` line is the header (`header`'s
+    options, else empty): a word of the command that holds "# sloth:" on a line of its
+    own is only a word."""
     from shlex import join
 
-    return (f"#!/bin/sh\n# sloth:\nexec {join(argv)}\n").encode(
+    options = f" {header}" if header else ""
+    return (f"#!/bin/sh\n# sloth:{options}\nexec {join(argv)}\n").encode(
         "utf-8", "surrogateescape")  # words from a command line that were not UTF-8
 
 
