@@ -41,6 +41,7 @@ from sloth_tray.daemon.snapshot import (
     Snapshot,
     StepProgress,
     WaitingJob,
+    agent_of,
 )
 from sloth_tray.errors import DatabaseProblem, SlothError
 from sloth_tray.jobs.conditions import Conditions, waiting_for
@@ -501,7 +502,7 @@ class Engine:
         """Run one claimed job on its lane's worker and record how it ended."""
         work.job = job
         work.running = RunningJob(job.id, job.name, job.attempts, job.max_attempts,
-                                  self.queue.clock(), lane=job.lane)
+                                  self.queue.clock(), lane=job.lane, by=agent_of(job.source))
         # Back to back, a job is shown as running only once it has run a moment:
         # a burst of tiny jobs would otherwise pay a full snapshot each.
         running_for = None
@@ -611,7 +612,8 @@ class Engine:
                           for j, series, failures, since in failed_runs if series}
         unmet = self._unmet()
         waiting = tuple(WaitingJob(j.id, j.name, j.not_before,
-                                   waiting_for(j.options, unmet), lane=j.lane)
+                                   waiting_for(j.options, unmet), lane=j.lane,
+                                   by=agent_of(j.source))
                         for j in self.queue.upcoming(SHOWN_WAITING))
         verdict = self.queue.overdue(paused=bool(counts["paused"]))
         self._next_overdue = verdict.next_change
@@ -658,6 +660,7 @@ class Engine:
             steps, done, stuck = progress.get(job.id, (0, 0, None))
             failed.append(FailedJob(
                 job.id, job.name, job.last_error or "", job.updated_at, lane=job.lane,
+                by=agent_of(job.source),
                 refused=job.reason == Reason.REFUSED, series=series, reason=job.reason,
                 script=job.script,
                 progress=StepProgress(steps, done, stuck and stuck["name"],

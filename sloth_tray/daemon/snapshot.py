@@ -10,7 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sloth_tray.jobs.overdue import OverdueJob
+from sloth_tray.store.rows import DROPPED, SHELL
 from sloth_tray.store.states import Reason
+
+
+def agent_of(source: str | None) -> str | None:
+    """The agent that added a job (its MCP client's name), or None: a drop, `add`."""
+    return None if source in (None, DROPPED, SHELL) else source
 
 
 @dataclass(frozen=True)
@@ -23,6 +29,7 @@ class RunningJob:
     step: tuple[int, str] | None = None  # the step it is in: (its place from 1, its name)
     step_asks: bool = False  # that step asks before it runs again (--ask): a quit fails it
     lane: str = "main"  # the lane it runs in (a folder in the jobs folder)
+    by: str | None = None  # the agent that added it (agent_of), shown beside its name
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,7 @@ class FailedJob:
     # The step cut short that asks whether it happened (reason STEP_UNSURE), if known
     unsure_step: str | None = None
     lane: str = "main"
+    by: str | None = None  # the agent that added it (agent_of)
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,7 @@ class WaitingJob:
     due: float
     waiting_for: str | None = None  # an unmet condition it needs ("AC power"), if any
     lane: str = "main"
+    by: str | None = None  # the agent that added it (agent_of)
 
 
 @dataclass(frozen=True)

@@ -50,8 +50,10 @@ def _job(home: Home, given: str):
 
 def _when(job: rows.Job, now: float, app_running: bool) -> str:
     """When a job starts, or what holds it, in a few words."""
+    if job.state == State.RUNNING:
+        return "now (it has started)"
     if job.state != State.PENDING:
-        return job.state.value
+        return f"no more: it is {job.state.value}"
     if not app_running:
         return f"{instance.ONCE_STARTED} ({instance.NO_APP})"
     from sloth_tray.timefmt import relative
