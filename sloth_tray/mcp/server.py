@@ -61,7 +61,13 @@ class QueueSignal:
         if self._thread is not None:
             return
         from sloth_tray.daemon.follow import Changes
+        from sloth_tray.store import reads
 
+        # Held open from now on: when the last connection to the file closes, SQLite
+        # checkpoints and deletes its WAL, and the next opening makes it again. With no
+        # app holding it, each look after a change (a connection opened and closed)
+        # would be a change of its own: a loop. `wait` holds its queue open the same way.
+        self._held = reads.reader(self.home.db)
         self._loop = asyncio.get_running_loop()
         self._event = asyncio.Event()
         changes = Changes(self.home)

@@ -383,3 +383,36 @@ def test_each_config_snippet_in_the_readme_starts_the_server_as_written(tmp_path
 
     for command, args in snippets:
         assert anyio.run(start, command, args) == ("sloth-tray", 9)
+
+
+def switches(pid: int) -> int:
+    """Context switches of every thread of the process so far (its wake-ups)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/status") as status:
+            total += sum(int(line.split()[1]) for line in status if "ctxt_switches" in line)
+    return total
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_wait_in_flight_with_no_app_costs_nothing(tmp_path, pids):
+    """No app holds the file: each look of the wait, were it to open and close the
+    last connection, would delete and make the WAL again, a change of its own: a loop."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
+    import mcp_bench
+
+    home = locate(tmp_path / "home").ensure()
+    wire = mcp_bench.Wire(home.root, dict(os.environ))
+    pids.procs.append(wire.popen)
+    pids.add(wire.pid)
+    wire.initialize()
+    later = wire.tool("add_job", {"command": ["true"], "key": "later", "delay": "1h"})["id"]
+    threads = len(os.listdir(f"/proc/{wire.pid}/task"))
+    wire.send("tools/call", {"name": "wait_job", "arguments": {"ids": [later],
+                                                               "timeout_s": 30}})
+    wait_for(lambda: len(os.listdir(f"/proc/{wire.pid}/task")) > threads,
+             what="the wait's watch to start")
+    time.sleep(0.5)  # its first looks after the start (follow.SETTLE's) are behind it
+    before = switches(wire.pid)
+    time.sleep(1.0)  # the window measured, not a wait for a condition
+    assert switches(wire.pid) - before < 20
