@@ -15,7 +15,7 @@ HEAVY = ("sloth_tray.daemon", "sloth_tray.daemon.app", "sloth_tray.daemon.engine
          "sloth_tray.tray.tray", "sloth_tray.autostart", "sloth_tray.store.spool",
          "sloth_tray.desktop",
          "PIL", "pystray", "watchdog", "asyncio", "dbus_fast", "croniter", "dateutil",
-         "subprocess", "logging", "hmac", "ssl", "tomllib")
+         "subprocess", "logging", "hmac", "ssl", "tomllib", "mcp", "sloth_tray.mcp")
 
 
 def loaded(*args: str, code: str | None = None) -> set[str]:
@@ -96,6 +96,15 @@ def test_the_app_with_no_display_runs_headless_without_loading_the_tray(tmp_path
     wait_for(lambda: app_log.exists() and "running headless" in app_log.read_text(),
              what="the app to say it runs headless")
     assert not mapped(app.pid, "_imaging") and not mapped(app.pid, "pystray")
+
+
+def test_the_tray_and_the_daemon_never_import_the_mcp_sdk():
+    """The MCP SDK is `sloth-tray mcp`'s alone (an extra, and a second of imports): the
+    app that runs the jobs, its tray and its daemon load none of it."""
+    modules = loaded(code="import sloth_tray.daemon.app, sloth_tray.tray.tray, "
+                          "sloth_tray.daemon.engine, sloth_tray.cli.entry")
+    assert sorted(m for m in modules if m.split(".")[0] in ("mcp", "mcp_types")
+                  or m.startswith("sloth_tray.mcp")) == []
 
 
 def test_the_queue_scripts_import_is_the_apps_own():

@@ -313,17 +313,29 @@ def cmd_add(args: argparse.Namespace, home: Home) -> int:
     # dropped one does, unless --cwd says otherwise.
     cwd = spool.working_folder(args.cwd, default_here=inline is not None)
     options = {"name": args.name, "delay": args.delay, "max_attempts": args.max_attempts,
-               "cwd": cwd}
+               "cwd": cwd, "key": args.key}
     if args.lane is not None:  # without it, main (spool's default)
         options["lane"] = args.lane
     if inline is not None:
         job_id = spool.add_command(sound_home(home), inline, **options)
     else:
         job_id = spool.add(sound_home(home), Path(args.path), **options)
+    if isinstance(job_id, spool.AlreadyAdded):
+        print(job_id)
+        print(f"sloth-tray: {already_added(home, job_id, args.key)}", file=sys.stderr)
+        return 0
     home.ring_doorbell()
     print(job_id)
     _say_if_held(home, args.lane or "main")
     return 0
+
+
+def already_added(home: Home, job_id: str, key: str) -> str:
+    """The sentence for an add whose key a job has already: that job, nothing added."""
+    with open_queue(home) as queue:
+        job = queue.get(job_id)
+    return (f"key {printable(repr(key))} is {printable(job.name)} ({job.id})'s, "
+            f"{job.state.value}: nothing was added")
 
 
 def _say_if_held(home: Home, lane: str) -> None:

@@ -12,7 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sloth_tray import config
-from sloth_tray.cli import changing, daemons, reading  # noqa: F401 (each registers its commands)
+from sloth_tray.cli import (  # noqa: F401 (each registers its commands)
+    agents,
+    changing,
+    daemons,
+    reading,
+)
 from sloth_tray.cli.common import BROKEN_PIPE_STATUS, COMMANDS, INTERRUPTED
 from sloth_tray.cli.parser import build_parser
 from sloth_tray.errors import SlothError
@@ -86,7 +91,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
 DAEMONS = ("run", "work")  # they stop cleanly on Ctrl-C themselves (stopsignals.py)
 # They only read, and may wait for long: Ctrl-C ends them with 130 (KeyboardInterrupt).
-WAITING = ("wait", "log")
+WAITING = ("wait", "log", "mcp")
 # The options every command takes that are followed by a value (before the command too).
 COMMON_VALUED = ("--home", "--config", "--jobs-dir")
 

@@ -89,6 +89,16 @@ def lane_name(text: str) -> str:
     return text
 
 
+def job_key(text: str) -> str:
+    """argparse's `type` for `--key`: one no job could have is a usage mistake (exit 2)."""
+    from sloth_tray.store.rows import key_problem  # here: only `add --key` needs it
+
+    why = key_problem(text)
+    if why is not None:
+        raise argparse.ArgumentTypeError(why)
+    return text
+
+
 def lane_option(parser: argparse.ArgumentParser) -> None:
     """`--lane NAME` beside a LANE argument: the lane as every other command spells it."""
     parser.add_argument("--lane", dest="lane_option", type=lane_name, metavar="NAME",
@@ -187,6 +197,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--lane", type=lane_name, metavar="NAME",
                    help="the lane it runs in, one job at a time beside the other lanes "
                         "(default: main; the lane's folder need not exist)")
+    p.add_argument("--key", type=job_key, metavar="KEY",
+                   help="your own name for the job, unique: adding KEY again adds nothing "
+                        "and prints the id of the job that has it (whatever its state)")
     p = add("wait", "wait until the jobs end, or until a lane has nothing pending or "
                     "running; exit 0 when all ended done")
     p.add_argument("ids", nargs="*", metavar="ID", help=ID_HELP)
@@ -213,6 +226,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="no desktop notification when a job fails for good")
     p = add("work", "run due jobs in the foreground, one line per job", daemon_options)
     p.add_argument("--once", action="store_true", help="run every job due now, then exit")
+    add("mcp", "serve the queue to agents (MCP clients such as Claude Desktop) on stdin "
+               "and stdout; needs the mcp extra: pip install 'sloth-tray[mcp]'")
     add("config", "the effective settings and where each comes from", json_flag)
     p = add("autostart", "start the app at login: enable, disable, or show the status",
             json_flag)

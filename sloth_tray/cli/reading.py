@@ -239,6 +239,7 @@ def cmd_show(args: argparse.Namespace, home: Home) -> int:
         state += f", {cut}"
     fields = [
         ("id", job.id), ("name", job.name), ("lane", job.lane), ("state", state),
+        ("added", added_by(job.source)), ("key", job.key if job.key is not None else "-"),
         ("attempts", f"{job.attempts} of {job.max_attempts}"),
         ("script", job.script or "-"),
         ("options", " ".join(option_text(k, v) for k, v in sorted(job.options.items())) or "-"),
@@ -253,6 +254,14 @@ def cmd_show(args: argparse.Namespace, home: Home) -> int:
         print("\nsteps")
         print(table([_step_row(step, now) for step in steps]))
     return 0
+
+
+def added_by(source: str | None) -> str:
+    """Who added a job, in words: `show`'s row."""
+    from sloth_tray.store.rows import DROPPED, SHELL
+
+    return {DROPPED: "dropped into the jobs folder", SHELL: "from the shell (sloth-tray add)",
+            None: "-"}.get(source) or f"by {source} (MCP)"
 
 
 def _step_row(step: dict[str, Any], now: float) -> tuple[str, ...]:

@@ -34,7 +34,7 @@ from sloth_tray.daemon.capture import append_note
 from sloth_tray.daemon.outcome import Attempt, Recorded, record
 from sloth_tray.daemon.runner import Runner
 from sloth_tray.daemon.serial import SerialThread
-from sloth_tray.daemon.snapshot import RunningJob, Snapshot
+from sloth_tray.daemon.snapshot import RunningJob, Snapshot, agent_of
 from sloth_tray.errors import DatabaseProblem, SlothError
 from sloth_tray.jobs.conditions import Conditions, waiting_for
 from sloth_tray.paths import Home
@@ -491,7 +491,7 @@ class Engine:
         """Run one claimed job on its lane's worker and record how it ended."""
         work.job = job
         work.running = RunningJob(job.id, job.name, job.attempts, job.max_attempts,
-                                  self.queue.clock(), lane=job.lane)
+                                  self.queue.clock(), lane=job.lane, by=agent_of(job.source))
         # Back to back, a job is shown as running only once it has run a moment:
         # a burst of tiny jobs would otherwise pay a full snapshot each.
         running_for = None

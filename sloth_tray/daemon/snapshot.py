@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from sloth_tray.jobs.conditions import waiting_for
 from sloth_tray.jobs.overdue import OverdueJob
 from sloth_tray.store import lanes as store_lanes
+from sloth_tray.store.rows import DROPPED, SHELL
 from sloth_tray.store.states import Reason
 
 if TYPE_CHECKING:
@@ -29,6 +30,11 @@ if TYPE_CHECKING:
 SHOWN_FAILED = 50  # failed jobs carried in a snapshot (the tray lists them)
 SHOWN_RUNS_PER_SERIES = 10  # of them, the newest failed runs of one series at most
 SHOWN_WAITING = 10  # next pending jobs carried in a snapshot
+
+
+def agent_of(source: str | None) -> str | None:
+    """The agent that added a job (its MCP client's name), or None: a drop, `add`."""
+    return None if source in (None, DROPPED, SHELL) else source
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,7 @@ class RunningJob:
     step: tuple[int, str] | None = None  # the step it is in: (its place from 1, its name)
     step_asks: bool = False  # that step asks before it runs again (--ask): a quit fails it
     lane: str = "main"  # the lane it runs in (a folder in the jobs folder)
+    by: str | None = None  # the agent that added it (agent_of), shown beside its name
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,7 @@ class FailedJob:
     # The step cut short that asks whether it happened (reason STEP_UNSURE), if known
     unsure_step: str | None = None
     lane: str = "main"
+    by: str | None = None  # the agent that added it (agent_of)
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,7 @@ class WaitingJob:
     due: float
     waiting_for: str | None = None  # an unmet condition it needs ("AC power"), if any
     lane: str = "main"
+    by: str | None = None  # the agent that added it (agent_of)
 
 
 @dataclass(frozen=True)
@@ -142,7 +151,8 @@ def read(queue: Queue, running: Iterable[RunningJob], unmet: frozenset[str], *,
         failed_runs = queue.failed_by_series(SHOWN_FAILED, SHOWN_RUNS_PER_SERIES)
         failed = _failed_jobs(queue, [(job, series) for job, series, _, _ in failed_runs])
         waiting = tuple(WaitingJob(j.id, j.name, j.not_before,
-                                   waiting_for(j.options, unmet), lane=j.lane)
+                                   waiting_for(j.options, unmet), lane=j.lane,
+                                   by=agent_of(j.source))
                         for j in queue.upcoming(SHOWN_WAITING))
         verdict = queue.overdue(paused=paused)
         runs = tuple(_in_its_step(queue, run) for run in in_lane_order(running))
@@ -200,7 +210,8 @@ def _failed_jobs(queue: Queue, runs: list[tuple[Job, str]]) -> tuple[FailedJob, 
         steps, done, stuck = progress.get(job.id, (0, 0, None))
         failed.append(FailedJob(
             job.id, job.name, job.last_error or "", job.updated_at, lane=job.lane,
-            refused=job.reason == Reason.REFUSED, series=series, reason=job.reason,
+            by=agent_of(job.source), refused=job.reason == Reason.REFUSED, series=series,
+            reason=job.reason,
             script=job.script,
             progress=StepProgress(steps, done, stuck and stuck.name,
                                   stuck and stuck.state) if steps else None,

@@ -218,6 +218,18 @@ def parse_options(head: bytes, filename: str = "the script") -> dict[str, Any]:
     return {}
 
 
+def has_header(head: bytes) -> bool:
+    """Whether a `sloth:` line is among the first lines (one with nothing after it too)."""
+    lines = head.decode("utf-8", "replace").splitlines()[:HEADER_LINES]
+    return any(_HEADER.match(line) for line in lines)
+
+
+def settings_of(text: str, where: str) -> dict[str, Any]:
+    """The options a header's `key=value ...` text says, refused as a header's are
+    (BadJobFile, its sentence naming `where`): for options given outside a file."""
+    return _parse_settings(text, where)
+
+
 def _items(text: str) -> list[tuple[str, bool, str, bool]]:
     """(key, has '=', value, was quoted) for each whitespace-separated setting."""
     items, position = [], 0

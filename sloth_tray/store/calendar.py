@@ -146,7 +146,7 @@ def _last_claim(history: list, default: float) -> float:
 
 
 # What follow_series_run reads of the run that ended (RETURNING these, by name).
-FOLLOWED_FROM = "name, script, max_attempts, options, followed, history, lane"
+FOLLOWED_FROM = "name, script, max_attempts, options, followed, history, lane, source"
 
 
 def follow_series_run(db: sqlite3.Connection, job_id: str, now: float, local: Zone,
@@ -172,7 +172,7 @@ def follow_series_run(db: sqlite3.Connection, job_id: str, now: float, local: Zo
     rows.insert_job(db, name=ended["name"], state="pending",
                     max_attempts=ended["max_attempts"], not_before=due, script=ended["script"],
                     options=json.dumps(options, sort_keys=True), created_at=now,
-                    updated_at=now, lane=ended["lane"],
+                    updated_at=now, lane=ended["lane"], source=ended["source"],
                     history=json.dumps([[now, "pushed", f"the next run after {job_id}"]]))
     db.execute("UPDATE jobs SET followed = 1 WHERE id = ?", (job_id,))
 

@@ -113,7 +113,7 @@ def claim_statements(lane: str | None = None, skip_lanes: Collection[str] = (),
             ORDER BY not_before, rowid LIMIT 1)
         RETURNING id, name, state, attempts, max_attempts, not_before, lease_owner,
             lease_until, last_error, result, script, options, created_at, updated_at,
-            child, reason, runs, lane
+            child, reason, runs, lane, key, source
 
     `lapsed`: the lapsed lease to take back first, if one lapsed no later than that
     job fell due. It is its lane's one running job, so only the lane's pause holds
@@ -146,7 +146,7 @@ def claim_statements(lane: str | None = None, skip_lanes: Collection[str] = (),
         WHERE id = :id
         RETURNING id, name, state, attempts, max_attempts, not_before, lease_owner,
             lease_until, last_error, result, script, options, created_at, updated_at,
-            child, reason, runs, lane
+            child, reason, runs, lane, key, source
 
     Right after each `<= :now`, in this order: for a pending job, when a condition is
     unmet, reads.not_waiting's `AND NOT coalesce(instr(',' ||
@@ -346,8 +346,12 @@ class Queue:
         error: str | None = None,
         reason: Reason = Reason.REFUSED,
         lane: str = lanes.MAIN,
+        key: str | None = None,
+        source: str | None = None,
     ) -> str:
         """Add a pending job due `delay` seconds from now; returns its 12-hex id.
+        With a `key` some job has already, that job's id, and nothing is added;
+        `source`: who adds it (rows.DROPPED, rows.SHELL, an agent's name).
 
         `job_id` (from new_job_id()) lets a caller name the job's spool folder
         before the job exists, so a crash in between can be reconciled.
@@ -359,6 +363,8 @@ class Queue:
                             else int(limits.ATTEMPTS.check(max_attempts)))
         delay = limits.DELAY.check(delay)
         _refuse_a_bad_lane_name(lane)
+        if key is not None and rows.key_problem(key):
+            raise SlothError(rows.key_problem(key))
         if job_id is not None and not VALID_ID.fullmatch(job_id):
             raise SlothError(f"{job_id!r} is not a job id (12 lowercase hex characters)")
         now = self.clock()
@@ -382,7 +388,8 @@ class Queue:
                 max_attempts=attempts_allowed, not_before=not_before, script=script,
                 options=options_text, created_at=now, updated_at=now,
                 history=json.dumps(events), last_error=error,
-                reason=None if error is None else Reason(reason).value)
+                reason=None if error is None else Reason(reason).value, key=key,
+                source=source)
 
     def claim(self, owner: str, unmet: frozenset[str] = frozenset(),
               token: str | None = None, lane: str | None = None,

@@ -37,6 +37,8 @@ class Job:
     reason: Reason | None = None  # why the last attempt failed (see Reason)
     runs: int = 0  # runs ever started, across retries; names the log of each
     lane: str = "main"  # the lane it runs in, one job at a time (store/lanes.py)
+    key: str | None = None  # its adder's own name for it: adding the key again adds nothing
+    source: str | None = None  # who added it: DROPPED, SHELL, or an agent's name
 
     @property
     def lease_seconds(self) -> float | None:
@@ -76,7 +78,7 @@ def job(row: sqlite3.Row) -> Job:
         created_at=row["created_at"], updated_at=row["updated_at"],
         child=json.loads(row["child"]) if row["child"] else None,
         reason=Reason(row["reason"]) if row["reason"] else None, runs=row["runs"],
-        lane=row["lane"],
+        lane=row["lane"], key=row["key"], source=row["source"],
     )
 
 
@@ -106,6 +108,20 @@ def history(*events: tuple[str, str]) -> tuple[str, dict[str, str]]:
 
 VALID_ID = re.compile(r"[0-9a-f]{12}")
 
+DROPPED, SHELL = "dropped", "shell"  # a job's source: the jobs folder, `sloth-tray add`
+KEY_MAX = 200  # characters of a key
+
+
+def key_problem(key: str) -> str | None:
+    """Why `key` cannot be a job's key, in one sentence; None when it can."""
+    if not key:
+        return "a key cannot be empty"
+    if len(key) > KEY_MAX:
+        return f"a key is at most {KEY_MAX} characters (this one has {len(key)})"
+    if not key.isprintable():
+        return "a key cannot hold control characters"
+    return None
+
 
 def new_job_id() -> str:
     return os.urandom(6).hex()
@@ -113,13 +129,23 @@ def new_job_id() -> str:
 
 def insert_job(db: sqlite3.Connection, job_id: str | None = None, **columns: Any) -> str:
     """Insert one job row (`columns` beside its id); returns its id. A drawn id that
-    is taken already (1 in 2**48) is drawn again; a given one (`job_id`) raises."""
+    is taken already (1 in 2**48) is drawn again; a given one (`job_id`) raises.
+
+    With a `key` that a job has already, nothing is inserted and that job's id is
+    returned: the unique index decides, inside this one statement, so two adders
+    racing with one key make one job."""
     names = ", ".join(["id", *columns])
     values = ", ".join(f":{name}" for name in ["id", *columns])
+    keyed = columns.get("key") is not None
+    upsert = " ON CONFLICT(key) WHERE key IS NOT NULL DO NOTHING" if keyed else ""
     while True:
         chosen = job_id or new_job_id()
         try:
-            db.execute(f"INSERT INTO jobs({names}) VALUES ({values})", {"id": chosen, **columns})
+            cursor = db.execute(f"INSERT INTO jobs({names}) VALUES ({values}){upsert}",
+                                {"id": chosen, **columns})
+            if keyed and cursor.rowcount == 0:  # the key is another job's: that job it is
+                return db.execute("SELECT id FROM jobs WHERE key = ?",
+                                  (columns["key"],)).fetchone()[0]
             return chosen
         except sqlite3.IntegrityError:
             if job_id:

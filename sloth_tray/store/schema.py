@@ -177,6 +177,17 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     steps.SCHEMA,
     # Lanes (store/lanes.py): each job in one, each lane one job at a time.
     lanes.SCHEMA,
+    (
+        # A caller's own name for a job (`add --key`, an agent's add_job): adding the
+        # same key again finds the job that has it and adds nothing. Unique in the
+        # index, not by a look before the insert: two callers racing make one job.
+        # Partial: the many jobs without a key cost the index nothing.
+        "ALTER TABLE jobs ADD COLUMN key TEXT",
+        "CREATE UNIQUE INDEX jobs_key ON jobs(key) WHERE key IS NOT NULL",
+        # Who added the job: `dropped` (the jobs folder), `shell` (`sloth-tray add`),
+        # or an agent's name as its MCP client gave it. NULL: before this version.
+        "ALTER TABLE jobs ADD COLUMN source TEXT",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -32,6 +32,7 @@ from sloth_tray.errors import SlothError
 from sloth_tray.fileid import FileId, same_entry
 from sloth_tray.jobs.header import (
     ADDED_OPTIONS,
+    HEAD_BYTES,
     BadJobFile,
     empty_sentence,
     job_name,
@@ -42,6 +43,7 @@ from sloth_tray.jobs.header import (
 from sloth_tray.paths import Home
 from sloth_tray.store import lanes
 from sloth_tray.store.queue import VALID_ID, Queue, new_job_id
+from sloth_tray.store.rows import DROPPED, SHELL
 from sloth_tray.store.states import Reason, State, in_retry_all
 
 log = logging.getLogger("sloth_tray")
@@ -223,13 +225,15 @@ def _lane_of(folder: Path) -> str:
 def push(queue: Queue, script: Path, job_id: str, *, name: str | None = None,
          delay: float | None = None, max_attempts: int | None = None,
          refused: str | None = None, final: Path | None = None,
-         cwd: str | None = None, lane: str = lanes.MAIN) -> str:
+         cwd: str | None = None, lane: str = lanes.MAIN, key: str | None = None,
+         source: str = DROPPED) -> str:
     """Queue a script already in the spool, with the options of its header.
 
     A bad header or a refusal makes a job born failed with that sentence: the
     user sees why in the failed list, and nothing runs. `final` is where the
     script will live, when it is still being staged elsewhere (`add`); `cwd` the
-    folder it runs in (`add`'s; else the home folder); `lane` the lane it runs in.
+    folder it runs in (`add`'s; else the home folder); `lane` the lane it runs in;
+    `key` and `source` as Queue.push takes them (a key some job has: that job's id).
     """
     options: dict = {}
     error, reason = refused, Reason.REFUSED
@@ -249,18 +253,26 @@ def push(queue: Queue, script: Path, job_id: str, *, name: str | None = None,
         name, script=str(final or script), job_id=job_id,
         delay=delay if delay is not None else options.get("delay", 0.0),
         max_attempts=max_attempts if max_attempts is not None else options.get("max_attempts"),
-        options=options, error=error, reason=reason, lane=lane)
+        options=options, error=error, reason=reason, lane=lane, key=key, source=source)
+    if pushed != job_id:  # the key's job, already queued: this copy is not a job
+        return pushed
     _mark_queued(script.parent)
     if error is not None and reason is not Reason.REFUSED:  # a refusal is said by the caller
         log.warning("failed %s (%s): %s", name, pushed, error)
     return pushed
 
 
+class AlreadyAdded(str):
+    """What add() and add_command() return for a key some job has already: that job's
+    id (whatever its state). Nothing was added."""
+
+
 def add(home: Home, source: Path, *, name: str | None = None, delay: float | None = None,
         max_attempts: int | None = None, cwd: str | None = None,
-        lane: str = lanes.MAIN) -> str:
+        lane: str = lanes.MAIN, key: str | None = None, by: str = SHELL) -> str:
     """`sloth-tray add`: copy `source` into the spool and queue it; returns the job id.
-    `cwd`: the folder it runs in (checked by working_folder; default: the home folder).
+    `cwd`: the folder it runs in (checked by working_folder; default: the home folder);
+    `key`: the job that has it already is the one (AlreadyAdded); `by`: its source.
 
     Here a bad header is the caller's mistake, said at once: nothing is queued.
     The copy waits in a staging folder that start-up never queues, and moves
@@ -279,21 +291,23 @@ def add(home: Home, source: Path, *, name: str | None = None, delay: float | Non
                          "queued")
     return _staged(home, lambda staging: _place_in(staging, source, move=False),
                    f"cannot copy {source} into the spool", name=name, delay=delay,
-                   max_attempts=max_attempts, cwd=cwd, lane=lane)
+                   max_attempts=max_attempts, cwd=cwd, lane=lane, key=key, source=by)
 
 
 COMMAND_FILE = "command.sh"  # the script `add -- COMMAND` writes into the spool
 NAME_CHARACTERS = 80  # of a command line, as the name of its job
 
 
-def command_script(argv: list[str]) -> bytes:
+def command_script(argv: list[str], header: str = "") -> bytes:
     """The script that runs `argv` as given, whatever its words hold: each one quoted
     for sh, and the script become the command (exec), so its exit status, its signals
-    and its output are the command's own. The empty `sloth:` line is the header: a
-    word of the command that holds "# sloth:" on a line of its own is only a word."""
+    and its output are the command's own. The `sloth:` line is the header (`header`'s
+    options, else empty): a word of the command that holds "# sloth:" on a line of its
+    own is only a word."""
     from shlex import join
 
-    return (f"#!/bin/sh\n# sloth:\nexec {join(argv)}\n").encode(
+    options = f" {header}" if header else ""
+    return (f"#!/bin/sh\n# sloth:{options}\nexec {join(argv)}\n").encode(
         "utf-8", "surrogateescape")  # words from a command line that were not UTF-8
 
 
@@ -307,24 +321,41 @@ def command_name(argv: list[str]) -> str:
 
 def add_command(home: Home, argv: list[str], *, cwd: str, name: str | None = None,
                 delay: float | None = None, max_attempts: int | None = None,
-                lane: str = lanes.MAIN) -> str:
+                lane: str = lanes.MAIN, key: str | None = None, by: str = SHELL) -> str:
     """`sloth-tray add -- COMMAND [ARG...]`: a script that runs the command, written into
     the spool and queued as add() queues a copy; it runs in `cwd`. Its job id."""
     if not argv:
         raise SlothError("no command to queue: give it after --, as in "
                          "`sloth-tray add -- make test`")
-    text = command_script(argv)
+    return add_text(home, command_script(argv), COMMAND_FILE, cwd=cwd,
+                    name=name or command_name(argv), delay=delay,
+                    max_attempts=max_attempts, lane=lane, key=key, by=by)
+
+
+def add_text(home: Home, text: bytes, file_name: str, *, cwd: str | None,
+             name: str | None = None, **options: Any) -> str:
+    """A script given as its text (`add -- COMMAND`'s, an agent's), written into the
+    spool as `file_name` and queued as add() queues a copy: its job id. A bad header is
+    the caller's mistake, said at once: nothing is queued."""
+    try:
+        head = text[:HEAD_BYTES]
+        parse_options(head, file_name)
+    except BadJobFile as exc:
+        raise SlothError(f"{exc}; nothing was queued") from None
+    if empty_sentence(file_name, head):
+        raise SlothError(f"{file_name} is empty: there is nothing to run; nothing was "
+                         "queued")
 
     def write(staging: Path) -> Path:
-        script = staging / COMMAND_FILE
+        script = staging / file_name
         fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
         with open(fd, "wb") as file:
             file.write(text)
         return script
 
-    return _staged(home, write, "cannot write the command into the spool",
-                   name=name or command_name(argv), delay=delay, max_attempts=max_attempts,
-                   cwd=cwd, lane=lane)
+    by = options.pop("by", SHELL)
+    return _staged(home, write, "cannot write the script into the spool", name=name,
+                   cwd=cwd, source=by, **options)
 
 
 def working_folder(given: str | None, *, default_here: bool) -> str | None:
@@ -362,10 +393,13 @@ def _staged(home: Home, make: Any, cannot: str, **push_options: Any) -> str:
         raise SlothError(f"{cannot}: {exc.strerror}") from None
     try:
         with Queue(home.db) as queue:
-            push(queue, copy, job_id, final=final / copy.name, **push_options)
+            pushed = push(queue, copy, job_id, final=final / copy.name, **push_options)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)  # told "failed": it must stay so
         raise
+    if pushed != job_id:  # the key's job: this copy was never queued
+        shutil.rmtree(staging, ignore_errors=True)
+        return AlreadyAdded(pushed)
     try:
         os.rename(staging, final)
     except OSError as exc:  # queued all the same: start-up finishes the move

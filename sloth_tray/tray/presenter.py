@@ -189,7 +189,7 @@ def status_line(snapshot: Snapshot, now: float, jobs_folder: str = "") -> str:
         return snapshot.problem
     if snapshot.running:
         job = snapshot.running
-        return (f"Running {printable(job.name)}{step_part(job)} "
+        return (f"Running {named(job)}{step_part(job)} "
                 f"(attempt {job.attempt}, {clock(now - job.started_at)})")
     if snapshot.paused:
         return "Paused"
@@ -199,6 +199,12 @@ def status_line(snapshot: Snapshot, now: float, jobs_folder: str = "") -> str:
     if snapshot.next_wakeup is None:
         return "Idle — nothing waiting"
     return f"Idle — next job {due_in(snapshot.next_wakeup, now)}"
+
+
+def named(job: RunningJob | FailedJob | WaitingJob) -> str:
+    """A job's name as its rows show it: `summarise — by Claude Desktop` when an agent
+    added it."""
+    return printable(job.name) + (f" — by {printable(job.by)}" if job.by else "")
 
 
 def step_part(job: RunningJob) -> str:
@@ -214,7 +220,7 @@ def lane_line(lane: Lane, now: float) -> str:
     if lane.running:
         job = lane.running
         attempt = f"attempt {job.attempt}, " if job.attempt > 1 else ""
-        parts.append(f"Running {printable(job.name)}{step_part(job)} "
+        parts.append(f"Running {named(job)}{step_part(job)} "
                      f"({attempt}{clock(now - job.started_at)})")
     if lane.pending:
         parts.append(f"{lane.pending} waiting")
@@ -271,7 +277,7 @@ def progress_label(progress: StepProgress) -> str:
 def failed_label(job: FailedJob) -> str:
     """`nightly-backup-of-photos — rsync: connection re…`: the name is what tells
     the jobs apart, so it is never cut; the error gets what room is left."""
-    name = printable(job.name)
+    name = named(job)
     room = max(ERROR_CHARS_AT_LEAST, FAILED_LABEL_CHARS - len(name) - len(" — "))
     return f"{name} — {short(job.error, room) or 'failed'}"
 
@@ -405,7 +411,7 @@ def failed_rows(snapshot: Snapshot, controls: Controls, now: float,
 
 def waiting_rows(snapshot: Snapshot, controls: Controls, now: float) -> tuple[Item, ...]:
     return tuple(
-        Item(f"{printable(job.name)} — {waiting_label(job, now)}", key=job.id, submenu=(
+        Item(f"{named(job)} — {waiting_label(job, now)}", key=job.id, submenu=(
             Item("Run now", lambda job_id=job.id: controls.run_now(job_id), key="run-now"),
             Item("Cancel", lambda job_id=job.id: controls.cancel(job_id), key="cancel")))
         for job in snapshot.waiting

@@ -88,6 +88,13 @@ What it measures (progress goes to stderr, the report to stdout):
    job, vs into an idle one-lane app (goal: at most 1.5 x); an idle app with three
    lanes, each having run a job: wake-ups a minute (goal: 0) and RSS against the same
    app with one lane (goal: at most 1 MiB more).
+10. MCP (mcp_bench.py), over the server's own wire (JSON-RPC lines on a pipe): `sloth-tray
+   mcp` from its start to the `initialize` reply, median of 5 (1 with --smoke; goal: at
+   most 1.5 s, most of it the SDK's import); the `add_job` round trip, p50 and p99 of 300
+   (100 with --quick, 20 with --smoke; goal: p50 at most 20 ms); then, with a `wait_job`
+   in flight on a job due in an hour, the server's idle RSS and wake-ups a minute over
+   the idle window (at most 45 s: a wait ends at 55 s; goal: 0). Skipped, and its rows
+   say so, where the `mcp` extra is not installed.
 
 Every ratio in the table is peer / sloth-tray, both measured in this run; the notes give
 sloth / floor and sloth / bare interpreter for the two goals, and the steps rows' notes
@@ -99,6 +106,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import io
 import json
 import math
@@ -124,6 +132,7 @@ sys.path.insert(0, str(BENCH_DIR))  # tests/bench is not a package
 
 import drop_latency  # noqa: E402
 import lanes_bench  # noqa: E402
+import mcp_bench  # noqa: E402
 import queue_bench  # noqa: E402
 from drop_latency import Places, read_text, wait_for  # noqa: E402
 from queue_bench import log  # noqa: E402
@@ -1551,6 +1560,47 @@ def memory_rows(idle: dict[str, Any], tray: dict[str, Any] | None, tray_skipped:
     return rows
 
 
+MCP_ROWS = ("start -> initialize reply", "add_job round trip, p50", "add_job round trip, p99",
+            "RSS, idle", "wake-ups/min, idle, a wait_job in flight")
+NO_MCP = "the mcp extra is not installed (pip install -e '.[mcp]')"
+
+
+def measure_mcp(mode: Mode, root: Path, reaper: Reaper) -> dict[str, Any]:
+    """`sloth-tray mcp`: start, add_job, and idle with a wait in flight (mcp_bench.py)."""
+    if importlib.util.find_spec("mcp") is None:
+        return {"skipped": NO_MCP}
+    starts, adds = (1, 20) if mode.smoke else (5, 100 if mode.quick else 300)
+    log(f"mcp: {starts} starts, {adds} add_job calls, then idle with a wait in flight")
+    found, wire = mcp_bench.measure(root / "mcp", reaper, starts=starts, adds=adds)
+    try:
+        time.sleep(mode.settle)
+        window = min(mode.idle_window, 45.0)
+        idle = idle_summary(sample({"mcp": wire.pid}, window,
+                                   min(mode.sub_window, window))["mcp"])
+    finally:
+        reaper.stop(wire.pid)
+    return found | {"idle": idle, "met": found["met"] | {"wakeups": idle["window_wakeups"] == 0}}
+
+
+def mcp_rows(found: dict[str, Any]) -> list[Row]:
+    if "skipped" in found:
+        return [Row("mcp", measure, "ms", None, note=skipped(found["skipped"]),
+                    skip=found["skipped"]) for measure in MCP_ROWS]
+    start, p50, p99, rss, wakeups = MCP_ROWS
+    goals, met, idle = found["goals"], found["met"], found["idle"]
+    return [
+        Row("mcp", start, "ms", found["start_ms"],
+            note=f"goal <= {goals['start_ms']:,.0f} ms: {verdict(met['start'])}"),
+        Row("mcp", p50, "ms", found["add_p50_ms"],
+            note=f"goal <= {goals['add_p50_ms']:g} ms: {verdict(met['add_p50'])}"),
+        Row("mcp", p99, "ms", found["add_p99_ms"], note=f"of {found['adds']} calls"),
+        Row("mcp", rss, "MiB", idle["rss_mib"]),
+        Row("mcp", wakeups, "/min", idle["wakeups_per_min"],
+            note=f"{idle['window_wakeups']} in {idle['window_s']:.0f} s "
+                 f"(goal 0: {verdict(met['wakeups'])})"),
+    ]
+
+
 def table_rows(results: dict[str, Any]) -> list[Row]:
     """The rows of every section that produced results (a failed section has none)."""
     absent = results["absent"]
@@ -1563,6 +1613,7 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
         "scale": scale_rows,
         "steps": step_rows,
         "lanes": lane_rows,
+        "mcp": mcp_rows,
     }
     rows = [row for key, build in builders.items() if key in results
             for row in build(results[key])]
@@ -1593,6 +1644,7 @@ def expected_rows(mode: Mode) -> list[tuple[str, str, str]]:
     rows.append(("memory", MEASURE_TRAY, "-"))
     rows += [("steps", measure, peer) for measure, peer in STEP_ROWS]
     rows += [("lanes", measure, peer) for measure, peer in LANE_ROWS]
+    rows += [("mcp", measure, "-") for measure in MCP_ROWS]
     return rows
 
 
@@ -1912,7 +1964,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-SECTIONS = ("idle", "latency", "cycles", "cli", "burst", "scale", "tray", "steps", "lanes")
+SECTIONS = ("idle", "latency", "cycles", "cli", "burst", "scale", "tray", "steps", "lanes",
+            "mcp")
 
 
 def run_all(mode: Mode, root: Path, reaper: Reaper, results: dict[str, Any]) -> None:
@@ -1937,6 +1990,7 @@ def run_all(mode: Mode, root: Path, reaper: Reaper, results: dict[str, Any]) -> 
         "tray": lambda: measure_tray(mode, root, reaper, notes),
         "steps": lambda: measure_steps(mode, root),
         "lanes": lambda: measure_lanes(mode, root, reaper),
+        "mcp": lambda: measure_mcp(mode, root, reaper),
     }
     for name, measure in sections.items():
         try:

@@ -26,6 +26,19 @@ def push_script(queue: Queue, home, name: str, text: str, **push) -> str:
     return queue.push(path.stem, script=str(path), **push)
 
 
+def test_a_snapshot_names_the_agent_that_added_a_job_and_no_one_for_a_drop(home):
+    queue = Queue(home.db, max_attempts=1)
+    agent = push_script(queue, home, "bad.sh", "exit 1", source="Claude Desktop")
+    later = push_script(queue, home, "later.sh", "true", delay=3600, source="Cursor")
+    dropped = push_script(queue, home, "drop.sh", "true", delay=3600, source="dropped")
+    engine = Engine(queue, home)
+    seen: list[Snapshot] = []
+    engine.subscribe(seen.append)
+    engine.run(drain=True)
+    assert [(f.id, f.by) for f in seen[-1].failed_jobs] == [(agent, "Claude Desktop")]
+    assert {w.id: w.by for w in seen[-1].waiting} == {later: "Cursor", dropped: None}
+
+
 def test_owner_is_host_and_pid(home):
     engine = Engine(Queue(home.db), home)
     host, pid = engine.owner.rsplit(":", 1)

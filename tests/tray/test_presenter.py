@@ -327,3 +327,24 @@ def test_a_series_whose_latest_run_asks_leaves_the_answer_to_that_runs_own_row()
     retry_latest, _cancel_all, _sep, latest_run, _older = series.submenu
     assert retry_latest.label == "Retry latest" and not retry_latest.enabled
     assert 'Mark "send" done' in labels(latest_run.submenu)
+
+
+def test_a_job_an_agent_added_says_by_whom_in_its_rows():
+    """`summarise — by Claude Desktop`: a job handed over by an agent (its MCP client's
+    name); a dropped or added one shows its name alone."""
+    agent = Snapshot(
+        pending=2, failed_count=1,
+        running=RunningJob("r1", "summarise", 1, 5, NOW - 3, by="Claude Desktop"),
+        waiting=(WaitingJob("w1", "digest", NOW + 60, by="Cursor"),
+                 WaitingJob("w2", "backup", NOW + 60)),
+        failed_jobs=(FailedJob("f1", "fetch", "exit status 1", NOW - 5, by="VS Code"),))
+    def every(items):
+        for item in items:
+            yield item.label
+            yield from every(item.submenu or ())
+
+    labels = list(every(presenter.menu(agent, Recorder(), NOW)))
+    assert presenter.status_line(agent, NOW).startswith("Running summarise — by Claude Desktop")
+    assert "digest — by Cursor — in 1 min" in labels
+    assert "backup — in 1 min" in labels
+    assert any(label.startswith("fetch — by VS Code — exit status 1") for label in labels)
