@@ -135,6 +135,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--lane", type=lane_name, metavar="NAME",
                    help="only that lane's jobs (main: those dropped straight in the jobs "
                         "folder)")
+    p = add("schedules", "the jobs that repeat, one row per series: when each runs next, "
+                         "how its last run went", json_flag)
+    p.add_argument("--lane", type=lane_name, metavar="NAME", help="only that lane's series")
+    p.add_argument("--all", action="store_true", help="series that were cancelled too")
     p = add("show", "one job: its fields, history, steps and logs", json_flag)
     p.add_argument("id", metavar="ID", help=ID_HELP)
     p.add_argument("--step", metavar="NAME", help="print that step's recorded output")

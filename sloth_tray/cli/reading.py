@@ -450,3 +450,85 @@ def _follow_log(queue: Queue, home: Home, job: Job, run: int) -> int:
                 changes.saw_change()
             changes.wait()
 
+
+
+# -- schedules: one row per series ----------------------------------------------------
+
+
+@command
+def cmd_schedules(args: argparse.Namespace, home: Home) -> int:
+    from sloth_tray.store import reads, schedules
+    from sloth_tray.store.schema import translated_errors
+
+    if not home.readable():
+        no_queue_here(home)
+        if args.json:
+            emit_json([])
+        return 0
+    db = reads.reader(home.db)  # cannot write (query_only): a look changes nothing
+    try:
+        with translated_errors(home.db, reads.BUSY_TIMEOUT):
+            db.execute("BEGIN")  # one read: every series as of the same moment
+            now = time.time()
+            found = schedules.read(db, now, lane=args.lane, ended=args.all)
+            db.execute("COMMIT")
+    finally:
+        db.close()
+    if args.json:
+        emit_json(found)
+        return 0
+    if not found:
+        print(f"no jobs that repeat{in_lane(args.lane)}")
+        return 0
+    print(table(schedule_rows(found, now)))
+    return 0
+
+
+def schedule_rows(found: list[dict[str, Any]], now: float) -> list[tuple[str, ...]]:
+    """`schedules`' table: NEXT and LEFT (or what the series waits for), LAST and
+    PASSED with how the last run went, the runs so far and the failures in a row."""
+    rows = [("NAME", "LANE", "SCHEDULE", "NEXT", "LEFT", "LAST", "PASSED", "OUTCOME",
+             "RUNS", "NOTE")]
+    for series in found:
+        if series["running_since"] is not None:
+            next_at, left = "running", f"for {format_duration(now - series['running_since'])}"
+        elif series["next"] is not None:
+            next_at = _moment(series["next"], now)
+            left = "due now" if series["next"] <= now else \
+                format_duration(series["next"] - now)
+        else:
+            next_at, left = "-", "-"
+        if series["waiting_for"]:
+            left = f"waits for {series['waiting_for']}"
+        last = series["last"]
+        if last is None:
+            last_at, passed, outcome = "-", "-", "never ran"
+        else:
+            last_at, passed = _moment(last["at"], now), f"{format_duration(now - last['at'])} ago"
+            outcome = "ok" if last["outcome"] == "ok" else f"failed: {last['error'] or '?'}"
+            if last["retried"]:
+                outcome += ", tried again"
+            if last["duration"] is not None:
+                outcome += f" ({format_duration(last['duration'])})"
+        notes = []
+        if series["failures_in_a_row"] > 1:
+            notes.append(f"{series['failures_in_a_row']} failures in a row")
+        if series["overdue"]:
+            notes.append("overdue")
+        if series["state"] == "paused":
+            notes.append("paused")
+        if series["state"] == "ended":
+            notes.append("ended (cancelled)")
+        rows.append((series["name"], series["lane"], series["schedule"], next_at, left,
+                     last_at, passed, outcome[:60], str(series["runs"]), ", ".join(notes)))
+    return rows
+
+
+def _moment(moment: float, now: float) -> str:
+    """`14:02` today, `Tue 09:00` within a week, else the date and time."""
+    here, today = time.localtime(moment), time.localtime(now)
+    if here[:3] == today[:3]:
+        return time.strftime("%H:%M", here)
+    if abs(moment - now) < 6 * 86400:
+        return time.strftime("%a %H:%M", here)
+    return time.strftime("%Y-%m-%d %H:%M", here)
