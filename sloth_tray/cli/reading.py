@@ -134,11 +134,13 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
     with queue:
         limit = args.limit or None
         want = limit + 1 if limit else None  # one more: is there more than shown?
-        jobs = queue.jobs(args.state, limit=want, reason=args.reason, lane=args.lane)
+        jobs, earlier = _listed(queue, args, want)
         more = limit is not None and len(jobs) > limit
         jobs = jobs[:limit]
         if args.json:
-            emit_json([job.as_dict() for job in jobs])
+            emit_json([job.as_dict() | ({} if args.all_runs else
+                                        {"earlier_runs": earlier.get(job.id, 0)})
+                       for job in jobs])
             return 0
         if not jobs:
             which = " ".join(filter(None, [args.state, args.reason and f"{args.reason}"]))
@@ -161,6 +163,8 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
                 note = _waiting_note(job, unmet) or _behind_note(job, running) or note
             if job.state == State.RUNNING and cut:
                 note = f"{cut}; {note}" if note else cut
+            if earlier.get(job.id):
+                note = _folded_note(earlier[job.id], note)
             rows.append((queue.shortest_unique_prefix(job.id),
                          *((job.lane,) if with_lane else ()), job.name, job.state.value,
                          f"{job.attempts}/{job.max_attempts}",
@@ -170,6 +174,22 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
     if more:
         print(f"(the newest {limit}; --limit 0 shows all)")
     return 0
+
+
+def _listed(queue: Queue, args: argparse.Namespace, want: int | None
+            ) -> tuple[list[Job], dict[str, int]]:
+    """The jobs `list` shows, and for each that stands for older done runs of its
+    series, how many: a series' done runs fold into its newest unless --all-runs."""
+    if args.all_runs:
+        return queue.jobs(args.state, limit=want, reason=args.reason, lane=args.lane), {}
+    folded = queue.jobs_folded(args.state, limit=want, reason=args.reason, lane=args.lane)
+    return [job for job, _ in folded], {job.id: n for job, n in folded if n}
+
+
+def _folded_note(earlier: int, note: str | None) -> str:
+    """`+13 earlier runs` first: cut to fit, the note loses its end, never the count."""
+    said = f"+{earlier} earlier run{'' if earlier == 1 else 's'}"
+    return f"{said}; {note}" if note else said
 
 
 def _running_by_lane(queue: Queue) -> dict[str, Job]:
@@ -504,7 +524,7 @@ def schedule_rows(found: list[dict[str, Any]], now: float) -> list[tuple[str, ..
         if last is None:
             last_at, passed, outcome = "-", "-", "never ran"
         else:
-            last_at, passed = _moment(last["at"], now), f"{format_duration(now - last['at'])} ago"
+            last_at, passed = _moment(last["at"], now), relative(last["at"], now)
             outcome = "ok" if last["outcome"] == "ok" else f"failed: {last['error'] or '?'}"
             if last["retried"]:
                 outcome += ", tried again"

@@ -1098,6 +1098,20 @@ class Queue:
             found = rows.named_rows(db, sql, params)
         return [(rows.job(row), row["earlier"]) for row in found]
 
+    def jobs_named(self, name: str, states: Collection[State]) -> list[Job]:
+        """The jobs called `name` exactly, in these states, newest first (names have
+        no index: one walk of the table)."""
+        marks = ", ".join("?" for _ in states)
+        with self._autocommit() as db:
+            return rows.jobs(db, f"SELECT {JOB_COLUMNS} FROM jobs WHERE name = ? "
+                                 f"AND state IN ({marks}) ORDER BY rowid DESC",
+                             (name, *(State(state).value for state in states)))
+
+    def names(self) -> list[str]:
+        """Every job name the queue holds (for the nearest name to a typo)."""
+        with self._autocommit() as db:
+            return [row[0] for row in db.execute("SELECT DISTINCT name FROM jobs")]
+
     def set_series_paused(self, name: str, paused: bool) -> int:
         """Hold every live series called `name` (or let it go): its runs claim nothing
         until resumed, in this and every later start. How many series it names (0:

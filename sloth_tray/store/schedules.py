@@ -41,7 +41,8 @@ NOT_HELD = f"{SERIES_KEY} NOT IN (SELECT series FROM paused_series)"
 # older done runs it stands for (`earlier`). {where}: the caller's filter.
 FOLDED_JOBS = (
     "SELECT {columns}, coalesce(folded.n - 1, 0) AS earlier FROM jobs LEFT JOIN ("
-    "SELECT rowid AS rid, row_number() OVER w AS nth, count(*) OVER w AS n FROM jobs "
+    "SELECT rowid AS rid, row_number() OVER w AS nth, "
+    f"count(*) OVER (PARTITION BY {SERIES_KEY}) AS n FROM jobs "
     f"WHERE state = 'done' AND {REPEATS} "
     f"WINDOW w AS (PARTITION BY {SERIES_KEY} ORDER BY rowid DESC)) AS folded "
     "ON folded.rid = jobs.rowid WHERE (folded.nth IS NULL OR folded.nth = 1){where} "
@@ -56,7 +57,8 @@ def schedule_text(options: dict[str, Any]) -> str:
 
         return f"every {compact_duration(float(every))}"
     if options.get("at") is not None:
-        return str(options["at"])
+        days, _, times = str(options["at"]).rpartition(" ")  # kept as "mon-fri 09:00"
+        return f"{days}@{times}" if days else times
     if options.get("cron") is not None:
         return f'cron "{options["cron"]}"'
     return "-"
