@@ -12,7 +12,14 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from sloth_tray.daemon.snapshot import FailedJob, FailedSeries, RunningJob, Snapshot, WaitingJob
+from sloth_tray.daemon.snapshot import (
+    FailedJob,
+    FailedSeries,
+    RunningJob,
+    Schedule,
+    Snapshot,
+    WaitingJob,
+)
 from sloth_tray.paths import locate
 from sloth_tray.store.queue import Queue
 from sloth_tray.store.states import Reason
@@ -251,6 +258,7 @@ BUSY = Snapshot(
                  FailedJob("s1", "tidy", "exit 1", NOW - 3660, series=TIDY)),
     failed_series=(FailedSeries(TIDY, "tidy", 2, NOW - 3660),),
     waiting=(WaitingJob("w1", "tidy_downloads", NOW + 240),),
+    schedules=(Schedule(TIDY, "tidy", "every 1h", "s3", NOW + 600, "s2", NOW - 60, False),),
 )
 
 

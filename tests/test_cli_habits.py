@@ -283,7 +283,7 @@ def test_cancel_all_failed_then_prune_removes_them(home, tmp_path):
     assert [job["id"] for job in listed] == [later]
     assert sorted(p.name for p in home.spool.iterdir()) == [later]
     both = sloth(home, "cancel", later, "--all-failed", check=False)
-    assert both.returncode == 2 and "not both" in both.stderr
+    assert both.returncode == 2 and "one of them" in both.stderr
 
 
 # -- names and typos ---------------------------------------------------------------------------

@@ -80,6 +80,22 @@ def test_status_loads_only_what_a_glance_needs(tmp_path, waiting, calendar):
             assert sorted(m for m in CALENDAR if m in modules) == []
 
 
+def test_schedules_reads_the_queue_without_its_writing_code(tmp_path):
+    """`schedules` is a look: the queue's writing code and the daemon stay unloaded."""
+    from sloth_tray.paths import locate
+    from sloth_tray.store.queue import Queue
+
+    home = locate(tmp_path / "home").ensure()
+    with Queue(home.db) as queue:
+        queue.push("recurring", options={"every": 3600.0})
+    for command in (["schedules", "--json"], ["schedules"]):
+        modules = loaded(*command, "--home", str(home.root))
+        assert "sloth_tray.store.schedules" in modules
+        assert heavy(modules) == []
+        assert sorted(m for m in GLANCE_NEVER if m in modules) == []
+        assert sorted(m for m in CALENDAR if m in modules) == []
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="no display is a Linux notion")
 def test_the_app_with_no_display_runs_headless_without_loading_the_tray(tmp_path, pids):
     """`sloth-tray` on a server: one line, then the daemon, with neither Pillow nor

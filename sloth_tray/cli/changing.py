@@ -62,11 +62,12 @@ def _retry_instead(job: Job) -> str | None:
 
 
 def _bulk_usage_mistake(args: argparse.Namespace, verb: str) -> bool:
-    """Say, in one line, what is wrong with `retry` or `cancel` given neither ids nor
-    --all-failed, both, or --lane with ids (a usage mistake: the caller exits 2)."""
-    if args.all_failed == bool(args.ids):
-        print(f"sloth-tray: give job ids to {verb}, or --all-failed (not both)",
-              file=sys.stderr)
+    """Say, in one line, what is wrong with `retry` or `cancel` given none of ids,
+    --all-failed and --name, more than one, or --lane with ids (a usage mistake: the
+    caller exits 2)."""
+    if sum((args.all_failed, bool(args.ids), args.by_name is not None)) != 1:
+        print(f"sloth-tray: give job ids to {verb}, or --all-failed, or --name NAME "
+              "(one of them)", file=sys.stderr)
     elif args.lane is not None and not args.all_failed:
         print(f"sloth-tray: --lane goes with --all-failed (`sloth-tray {verb} --all-failed "
               "--lane NAME`); ids name their jobs already", file=sys.stderr)
@@ -89,6 +90,10 @@ def cmd_retry(args: argparse.Namespace, home: Home) -> int:
 
     ids = args.ids
     with open_queue(home) as queue:
+        if args.by_name is not None:
+            return _by_name(queue, home, args.by_name, "retry", "retried", "failed",
+                            lambda queue, job: in_retry_all(job.reason)
+                            and spool.retry(queue, job.id))
         if args.all_failed:
             failed = _failed_jobs(queue, args.lane)
             ids = [job.id for job in failed if in_retry_all(job.reason)]
@@ -120,7 +125,14 @@ def cmd_retry(args: argparse.Namespace, home: Home) -> int:
 
 @command
 def cmd_run_now(args: argparse.Namespace, home: Home) -> int:
+    if bool(args.ids) == (args.by_name is not None):
+        print("sloth-tray: give job ids to run now, or --name NAME (one of them)",
+              file=sys.stderr)
+        return 2  # argparse's exit code for a usage mistake
     with open_queue(home) as queue:
+        if args.by_name is not None:
+            return _by_name(queue, home, args.by_name, "run now", "made due now", "waiting",
+                            lambda queue, job: queue.run_now(job.id))
         status = _each_job(queue, args.ids, lambda queue, job_id: queue.run_now(job_id),
                            "run now", "due now", _retry_instead)
         paused = queue.paused()
@@ -189,6 +201,8 @@ def cmd_pause(args: argparse.Namespace, home: Home) -> int:
     sound, lane = _lane_given(args, "pause")
     if not sound:
         return 2  # argparse's exit code for a usage mistake
+    if args.series is not None:
+        return _series_pause(home, args, True)
     with open_queue(home) as queue:
         if lane is not None and _no_such_lane(queue, home, lane, "pause"):
             return 2
@@ -211,6 +225,8 @@ def cmd_resume(args: argparse.Namespace, home: Home) -> int:
     sound, lane = _lane_given(args, "resume")
     if not sound:
         return 2  # argparse's exit code for a usage mistake
+    if args.series is not None:
+        return _series_pause(home, args, False)
     with open_queue(home) as queue:
         if lane is not None and _no_such_lane(queue, home, lane, "resume"):
             return 2
@@ -251,15 +267,92 @@ def cmd_cancel(args: argparse.Namespace, home: Home) -> int:
         return 2  # argparse's exit code for a usage mistake
     with open_queue(home) as queue:
         ids = args.ids
+        if args.by_name is not None:
+            return _by_name(queue, home, args.by_name, "cancel", "cancelled",
+                            "pending, running or failed", _cancel_telling_series)
         if args.all_failed:  # refused drops too: cancel is how they go
             ids = [job.id for job in _failed_jobs(queue, args.lane)]
             if not ids:
                 print(f"no failed jobs{in_lane(args.lane)}")
                 return 0
-        status = _each_job(queue, ids, lambda queue, job_id: queue.cancel(job_id),
-                           "cancel", "cancelled")
+        status = _each_job(queue, ids, lambda queue, job_id: _cancel_telling_series(
+            queue, queue.get(job_id)), "cancel", "cancelled")
     home.ring_doorbell()
     return status
+
+
+# -- jobs by name, and what a change did to a series ----------------------------------
+
+# The states each bulk action applies to (retry: those Retry all retries).
+_BY_NAME_STATES = {"retry": (State.FAILED,), "run now": (State.PENDING,),
+                   "cancel": (State.PENDING, State.RUNNING, State.FAILED)}
+
+
+def _by_name(queue: Queue, home: Home, name: str, verb: str, done: str, which: str,
+             act: Callable[[Queue, Job], bool]) -> int:
+    """`--name NAME`: `act` on every job called `name` in the states `verb` applies to,
+    then one line with how many. A name no job has gets the nearest name (exit 1)."""
+    jobs = queue.jobs_named(name, _BY_NAME_STATES[verb])
+    if not jobs:
+        known = queue.names()
+        if name in known:
+            print(f"no job named {printable(name)} is {which}: nothing to {verb}")
+            return 0
+        from sloth_tray.nearest import did_you_mean  # here: only a mistake needs it
+
+        print(f"sloth-tray: no job is named {printable(repr(name))}"
+              f"{printable(did_you_mean(name, sorted(known)))}", file=sys.stderr)
+        return 1
+    acted = sum(1 for job in jobs if act(queue, job))
+    home.ring_doorbell()
+    print(f"{done} {acted} job{'' if acted == 1 else 's'} named {printable(name)}"
+          + ("" if acted == len(jobs) else f" ({len(jobs) - acted} could not be)"))
+    return 0 if acted == len(jobs) else 1
+
+
+def _series_pause(home: Home, args: argparse.Namespace, paused: bool) -> int:
+    """`pause --series NAME`, `resume --series NAME`: one series held (or let go) on
+    its own, kept in the file like every pause."""
+    verb = "pause" if paused else "resume"
+    if args.lane is not None or args.lane_option is not None:
+        print(f"sloth-tray {verb}: give a lane or --series NAME, not both", file=sys.stderr)
+        return 2
+    name = args.series
+    with open_queue(home) as queue:
+        count = queue.set_series_paused(name, paused)
+        if not count:
+            from sloth_tray.nearest import did_you_mean  # here: only a mistake needs it
+
+            print(f"sloth-tray {verb}: no job that repeats goes on by the name "
+                  f"{printable(repr(name))}"
+                  f"{printable(did_you_mean(name, sorted(queue.series_names())))}",
+                  file=sys.stderr)
+            return 2
+    home.ring_doorbell()
+    import shlex  # here: only a sentence with a command to type needs it
+
+    again = printable(shlex.quote(name))
+    if paused:
+        print(f"paused the series {printable(name)}: its runs wait until "
+              f"`sloth-tray resume --series {again}` (a running one finishes)")
+    else:
+        print(f"resumed the series {printable(name)}: its runs start as they fall due")
+    return 0
+
+
+def _cancel_telling_series(queue: Queue, job: Job) -> bool:
+    """Cancel the job; when it was a series' waiting or running run, that ended the
+    series: say so, and how to start it again."""
+    from sloth_tray.jobs.series import repeats
+
+    if not queue.cancel(job.id):
+        return False
+    if repeats(job.options) and job.state in (State.PENDING, State.RUNNING):
+        from sloth_tray.store.schedules import schedule_text
+
+        print(f"that ended the series {printable(job.name)} ({schedule_text(job.options)}): "
+              f"`sloth-tray retry {job.id}` starts it again")
+    return True
 
 
 @command

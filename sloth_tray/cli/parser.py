@@ -109,6 +109,11 @@ def json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+def by_name(parser: argparse.ArgumentParser, help: str) -> None:
+    """`--name NAME`: every job of that name the command applies to, at once."""
+    parser.add_argument("--name", dest="by_name", metavar="NAME", help=help)
+
+
 def daemon_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lease", type=limits.LEASE.argument, metavar="SECONDS",
                         help="how long a job's lease lasts between heartbeats (default 60s)")
@@ -145,6 +150,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--lane", type=lane_name, metavar="NAME",
                    help="only that lane's jobs (main: those dropped straight in the jobs "
                         "folder)")
+    p.add_argument("--all-runs", action="store_true",
+                   help="every run of a job that repeats (default: its newest done run "
+                        "stands for the older ones)")
+    p = add("schedules", "the jobs that repeat, one row per series: when each runs next, "
+                         "how its last run went", json_flag)
+    p.add_argument("--lane", type=lane_name, metavar="NAME", help="only that lane's series")
+    p.add_argument("--all", action="store_true", help="series that were cancelled too")
     p = add("show", "one job: its fields, history, steps and logs", json_flag)
     p.add_argument("id", metavar="ID", help=ID_HELP)
     p.add_argument("--step", metavar="NAME", help="print that step's recorded output")
@@ -156,6 +168,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--all-failed", action="store_true", help="every failed job")
     p.add_argument("--lane", type=lane_name, metavar="NAME",
                    help="with --all-failed: every failed job of that lane only")
+    by_name(p, "every failed job called NAME (those --all-failed would retry)")
     steps = p.add_mutually_exclusive_group()
     steps.add_argument("--from", dest="forget_from", metavar="STEP",
                        help="forget this step and every step after it: they run again")
@@ -169,19 +182,26 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="every failed job (then `prune` can remove them)")
     p.add_argument("--lane", type=lane_name, metavar="NAME",
                    help="with --all-failed: every failed job of that lane only")
+    by_name(p, "every pending, running or failed job called NAME")
     p = add("run-now", "make waiting jobs due now (failed ones: use retry)")
-    p.add_argument("ids", nargs="+", metavar="ID", help=ID_HELP)
+    p.add_argument("ids", nargs="*", metavar="ID", help=ID_HELP)
+    by_name(p, "every waiting job called NAME")
     p = add("pause", "start no new job until resume, in every lane or in LANE only, in "
                      "this and every later start (a running job finishes)")
     p.add_argument("lane", nargs="?", type=lane_name, metavar="LANE",
                    help="only this lane, one a folder or a job has (default: every lane, "
                         "and lanes made later)")
     lane_option(p)
+    p.add_argument("--series", metavar="NAME",
+                   help="hold only the series called NAME (a job that repeats): its "
+                        "runs wait, the rest go on")
     p = add("resume", "start due jobs again after a pause, in every lane or in LANE only")
     p.add_argument("lane", nargs="?", type=lane_name, metavar="LANE",
                    help="only this lane; the others stay as they are (default: every "
                         "lane, those paused on their own too)")
     lane_option(p)
+    p.add_argument("--series", metavar="NAME",
+                   help="let the series called NAME run again")
     p = add("add", "queue a script (a copy of it: later edits change nothing), or a "
                    "command: add -- COMMAND [ARG...]")
     p.add_argument("path", nargs="?", help="the script")

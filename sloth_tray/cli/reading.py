@@ -134,11 +134,13 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
     with queue:
         limit = args.limit or None
         want = limit + 1 if limit else None  # one more: is there more than shown?
-        jobs = queue.jobs(args.state, limit=want, reason=args.reason, lane=args.lane)
+        jobs, earlier = _listed(queue, args, want)
         more = limit is not None and len(jobs) > limit
         jobs = jobs[:limit]
         if args.json:
-            emit_json([job.as_dict() for job in jobs])
+            emit_json([job.as_dict() | ({} if args.all_runs else
+                                        {"earlier_runs": earlier.get(job.id, 0)})
+                       for job in jobs])
             return 0
         if not jobs:
             which = " ".join(filter(None, [args.state, args.reason and f"{args.reason}"]))
@@ -161,6 +163,8 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
                 note = _waiting_note(job, unmet) or _behind_note(job, running) or note
             if job.state == State.RUNNING and cut:
                 note = f"{cut}; {note}" if note else cut
+            if earlier.get(job.id):
+                note = _folded_note(earlier[job.id], note)
             rows.append((queue.shortest_unique_prefix(job.id),
                          *((job.lane,) if with_lane else ()), job.name, job.state.value,
                          f"{job.attempts}/{job.max_attempts}",
@@ -170,6 +174,22 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
     if more:
         print(f"(the newest {limit}; --limit 0 shows all)")
     return 0
+
+
+def _listed(queue: Queue, args: argparse.Namespace, want: int | None
+            ) -> tuple[list[Job], dict[str, int]]:
+    """The jobs `list` shows, and for each that stands for older done runs of its
+    series, how many: a series' done runs fold into its newest unless --all-runs."""
+    if args.all_runs:
+        return queue.jobs(args.state, limit=want, reason=args.reason, lane=args.lane), {}
+    folded = queue.jobs_folded(args.state, limit=want, reason=args.reason, lane=args.lane)
+    return [job for job, _ in folded], {job.id: n for job, n in folded if n}
+
+
+def _folded_note(earlier: int, note: str | None) -> str:
+    """`+13 earlier runs` first: cut to fit, the note loses its end, never the count."""
+    said = f"+{earlier} earlier run{'' if earlier == 1 else 's'}"
+    return f"{said}; {note}" if note else said
 
 
 def _running_by_lane(queue: Queue) -> dict[str, Job]:
@@ -459,3 +479,85 @@ def _follow_log(queue: Queue, home: Home, job: Job, run: int) -> int:
                 changes.saw_change()
             changes.wait()
 
+
+
+# -- schedules: one row per series ----------------------------------------------------
+
+
+@command
+def cmd_schedules(args: argparse.Namespace, home: Home) -> int:
+    from sloth_tray.store import reads, schedules
+    from sloth_tray.store.schema import translated_errors
+
+    if not home.readable():
+        no_queue_here(home)
+        if args.json:
+            emit_json([])
+        return 0
+    db = reads.reader(home.db)  # cannot write (query_only): a look changes nothing
+    try:
+        with translated_errors(home.db, reads.BUSY_TIMEOUT):
+            db.execute("BEGIN")  # one read: every series as of the same moment
+            now = time.time()
+            found = schedules.read(db, now, lane=args.lane, ended=args.all)
+            db.execute("COMMIT")
+    finally:
+        db.close()
+    if args.json:
+        emit_json(found)
+        return 0
+    if not found:
+        print(f"no jobs that repeat{in_lane(args.lane)}")
+        return 0
+    print(table(schedule_rows(found, now)))
+    return 0
+
+
+def schedule_rows(found: list[dict[str, Any]], now: float) -> list[tuple[str, ...]]:
+    """`schedules`' table: NEXT and LEFT (or what the series waits for), LAST and
+    PASSED with how the last run went, the runs so far and the failures in a row."""
+    rows = [("NAME", "LANE", "SCHEDULE", "NEXT", "LEFT", "LAST", "PASSED", "OUTCOME",
+             "RUNS", "NOTE")]
+    for series in found:
+        if series["running_since"] is not None:
+            next_at, left = "running", f"for {format_duration(now - series['running_since'])}"
+        elif series["next"] is not None:
+            next_at = _moment(series["next"], now)
+            left = "due now" if series["next"] <= now else \
+                format_duration(series["next"] - now)
+        else:
+            next_at, left = "-", "-"
+        if series["waiting_for"]:
+            left = f"waits for {series['waiting_for']}"
+        last = series["last"]
+        if last is None:
+            last_at, passed, outcome = "-", "-", "never ran"
+        else:
+            last_at, passed = _moment(last["at"], now), relative(last["at"], now)
+            outcome = "ok" if last["outcome"] == "ok" else f"failed: {last['error'] or '?'}"
+            if last["retried"]:
+                outcome += ", tried again"
+            if last["duration"] is not None:
+                outcome += f" ({format_duration(last['duration'])})"
+        notes = []
+        if series["failures_in_a_row"] > 1:
+            notes.append(f"{series['failures_in_a_row']} failures in a row")
+        if series["overdue"]:
+            notes.append("overdue")
+        if series["state"] == "paused":
+            notes.append("paused")
+        if series["state"] == "ended":
+            notes.append("ended (cancelled)")
+        rows.append((series["name"], series["lane"], series["schedule"], next_at, left,
+                     last_at, passed, outcome[:60], str(series["runs"]), ", ".join(notes)))
+    return rows
+
+
+def _moment(moment: float, now: float) -> str:
+    """`14:02` today, `Tue 09:00` within a week, else the date and time."""
+    here, today = time.localtime(moment), time.localtime(now)
+    if here[:3] == today[:3]:
+        return time.strftime("%H:%M", here)
+    if abs(moment - now) < 6 * 86400:
+        return time.strftime("%a %H:%M", here)
+    return time.strftime("%Y-%m-%d %H:%M", here)

@@ -258,6 +258,10 @@ class Engine:
     def run_now(self, job_id: str) -> None:
         self._act(lambda queue: queue.run_now(job_id))
 
+    def pause_series(self, key: str, paused: bool) -> None:
+        """Hold one series (Schedule.key), or let it go, kept in the file."""
+        self._act(lambda queue: queue.set_series_key_paused(key, paused))
+
     def _act(self, change: Callable[[Queue], object]) -> None:
         def act() -> None:
             try:

@@ -113,6 +113,22 @@ class Lane:
 
 
 @dataclass(frozen=True)
+class Schedule:
+    """One series as the tray's Schedules submenu shows it (store/schedules.read)."""
+
+    key: str  # what ties its runs together: its spooled script, else its name
+    name: str
+    schedule: str  # as its header wrote it: `every 2m`, `mon-fri@09:00`
+    next_id: str | None  # its waiting or running run (Run now, Cancel schedule)
+    next: float | None  # when that run is due; None while it runs
+    last_id: str | None = None  # its last run that ended (Show last log)
+    last_at: float | None = None
+    last_ok: bool | None = None  # None: it never ran
+    paused: bool = False  # on its own (pause --series)
+    overdue: bool = False
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """What the engine looks like right now. Listeners may keep it: it never changes."""
 
@@ -132,6 +148,7 @@ class Snapshot:
     stopped: bool = False
     overdue: tuple[OverdueJob, ...] = ()  # recurring series with no success for too long
     lanes: tuple[Lane, ...] = ()  # main first, then by name; each with its running job
+    schedules: tuple[Schedule, ...] = ()  # every live series, soonest next run first
 
     @property
     def paused_lanes(self) -> tuple[str, ...]:
@@ -157,6 +174,7 @@ def read(queue: Queue, running: Iterable[RunningJob], unmet: frozenset[str], *,
         verdict = queue.overdue(paused=paused)
         runs = tuple(_in_its_step(queue, run) for run in in_lane_order(running))
         next_wakeup = queue.next_due(unmet)
+        series = _schedules(queue)
     failing_series = {series: FailedSeries(series, j.name, failures, since)
                       for j, series, failures, since in failed_runs if series}
     return Snapshot(
@@ -165,8 +183,21 @@ def read(queue: Queue, running: Iterable[RunningJob], unmet: frozenset[str], *,
         lanes=_lanes(counts["lanes"], runs), failed_jobs=failed,
         failed_series=tuple(failing_series.values()), waiting=waiting,
         next_wakeup=next_wakeup, paused=paused, problem=problem, stopped=stopped,
-        overdue=verdict.overdue,
+        overdue=verdict.overdue, schedules=series,
     ), verdict.next_change
+
+
+def _schedules(queue: Queue) -> tuple[Schedule, ...]:
+    """Every live series, as the Schedules submenu shows it."""
+    found = []
+    for row in queue.schedules():
+        last = row["last"] or {}
+        found.append(Schedule(
+            row["series"], row["name"], row["schedule"], row["next_id"], row["next"],
+            last.get("id"), last.get("at"),
+            None if not last else last["outcome"] == "ok",
+            row["state"] == "paused", row["overdue"]))
+    return tuple(found)
 
 
 def without_queue(running: Iterable[RunningJob], *, paused: bool, problem: str,

@@ -30,7 +30,7 @@ from sloth_tray import limits
 from sloth_tray.errors import SlothError, UnknownJob
 from sloth_tray.jobs import overdue, schedule, series
 from sloth_tray.jobs.header import checked_options
-from sloth_tray.store import calendar, lanes, reads, rows, steps
+from sloth_tray.store import calendar, lanes, reads, rows, schedules, steps
 from sloth_tray.store.rows import JOB_COLUMNS, Event, Job
 from sloth_tray.store.rows import VALID_ID as VALID_ID
 from sloth_tray.store.rows import new_job_id as new_job_id
@@ -96,7 +96,8 @@ def claim_statements(lane: str | None = None, skip_lanes: Collection[str] = (),
 
     `due`, the usual claim: one statement leases the oldest due pending job of a lane
     that takes one (none of its jobs running, lease live or lapsed; the lane not
-    paused, by itself or with the whole queue, unless resumed by itself). Atomic on
+    paused, by itself or with the whole queue, unless resumed by itself), of a series
+    not paused on its own (schedules.NOT_HELD). Atomic on
     its own, so two claims, from any processes, never lease two jobs of one lane::
 
         UPDATE jobs SET state = 'running', lease_owner = :owner,
@@ -110,6 +111,7 @@ def claim_statements(lane: str | None = None, skip_lanes: Collection[str] = (),
             AND lane NOT IN (SELECT name FROM lanes WHERE paused = 1)
             AND (NOT EXISTS (SELECT 1 FROM flags WHERE name = 'paused' AND value)
                 OR lane IN (SELECT name FROM lanes WHERE paused = -1))
+            AND coalesce(script, name) NOT IN (SELECT series FROM paused_series)
             ORDER BY not_before, rowid LIMIT 1)
         RETURNING id, name, state, attempts, max_attempts, not_before, lease_owner,
             lease_until, last_error, result, script, options, created_at, updated_at,
@@ -130,6 +132,7 @@ def claim_statements(lane: str | None = None, skip_lanes: Collection[str] = (),
                 AND lane NOT IN (SELECT name FROM lanes WHERE paused = 1)
                 AND (NOT EXISTS (SELECT 1 FROM flags WHERE name = 'paused' AND value)
                     OR lane IN (SELECT name FROM lanes WHERE paused = -1))
+                AND coalesce(script, name) NOT IN (SELECT series FROM paused_series)
                 ORDER BY not_before, rowid LIMIT 1), lease_until)
         ORDER BY lease_until, rowid LIMIT 1
 
@@ -154,9 +157,10 @@ def claim_statements(lane: str | None = None, skip_lanes: Collection[str] = (),
     :lane` for one lane (`lane`), and `AND lane NOT IN (:skip0, ...)` for the lanes
     skipped (`skip_lanes`). `params` binds them.
     """
-    # Glued from the conditions others share: lanes.CLAIMABLE and lanes.NOT_PAUSED
-    # (next_wakeup's too), reads.not_waiting (status's too). No clause for a condition
-    # met or a lane not named: the usual claim is the same statement every time.
+    # Glued from the conditions others share: lanes.CLAIMABLE, lanes.NOT_PAUSED and
+    # schedules.NOT_HELD (next_wakeup's too), reads.not_waiting (status's too). No
+    # clause for a condition met or a lane not named: the usual claim is the same
+    # statement every time.
     waits, params = reads.not_waiting(unmet)
     in_lane = ""
     if lane is not None:
@@ -166,7 +170,8 @@ def claim_statements(lane: str | None = None, skip_lanes: Collection[str] = (),
         in_lane += f" AND lane NOT IN ({', '.join(':' + key for key in skipped)})"
         params |= skipped
     oldest_due = (f"FROM jobs WHERE state = 'pending' AND not_before <= :now{waits}{in_lane} "
-                  f"AND {lanes.CLAIMABLE} ORDER BY not_before, rowid LIMIT 1")
+                  f"AND {lanes.CLAIMABLE} AND {schedules.NOT_HELD} "
+                  "ORDER BY not_before, rowid LIMIT 1")
     # The lease, given to :owner at :now for the job's own lease= or :lease seconds;
     # the run's token (:child) is kept from the claim on. Its expressions read the row
     # as it was: `attempts + 1` is the attempt this claim starts.
@@ -1070,6 +1075,76 @@ class Queue:
         with self._autocommit() as db:
             return [overdue.Series(*row) for row in reads.recurring_series(db)]
 
+    # -- series as schedules (store/schedules.py) -------------------------------
+
+    def schedules(self, lane: str | None = None, ended: bool = False) -> list[dict[str, Any]]:
+        """One dict per series, soonest next run first (schedules.read)."""
+        with self._autocommit() as db:
+            return schedules.read(db, self.clock(), self._tz, lane=lane, ended=ended)
+
+    def jobs_folded(self, state: State | str | None = None, limit: int | None = None,
+                    reason: Reason | str | None = None, lane: str | None = None
+                    ) -> list[tuple[Job, int]]:
+        """As jobs(), but of a series' done runs only the newest, each with how many
+        older done runs of its series it stands for."""
+        where, params = "", []
+        if state is not None:
+            where += f" AND jobs.state = '{State(state).value}'"  # a literal: State() vetted it
+        if reason is not None:
+            where += " AND jobs.reason = ?"
+            params.append(Reason(reason).value)
+        if lane is not None:
+            where += " AND jobs.lane = ?"
+            params.append(lane)
+        sql = schedules.FOLDED_JOBS.format(
+            columns=", ".join(f"jobs.{name}" for name in JOB_COLUMNS.split(", ")), where=where)
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        with self._autocommit() as db:
+            found = rows.named_rows(db, sql, params)
+        return [(rows.job(row), row["earlier"]) for row in found]
+
+    def jobs_named(self, name: str, states: Collection[State]) -> list[Job]:
+        """The jobs called `name` exactly, in these states, newest first (names have
+        no index: one walk of the table)."""
+        marks = ", ".join("?" for _ in states)
+        with self._autocommit() as db:
+            return rows.jobs(db, f"SELECT {JOB_COLUMNS} FROM jobs WHERE name = ? "
+                                 f"AND state IN ({marks}) ORDER BY rowid DESC",
+                             (name, *(State(state).value for state in states)))
+
+    def names(self) -> list[str]:
+        """Every job name the queue holds (for the nearest name to a typo)."""
+        with self._autocommit() as db:
+            return [row[0] for row in db.execute("SELECT DISTINCT name FROM jobs")]
+
+    def set_series_paused(self, name: str, paused: bool) -> int:
+        """Hold every live series called `name` (or let it go): its runs claim nothing
+        until resumed, in this and every later start. How many series it names (0:
+        none goes on by that name)."""
+        with self._transaction() as db:
+            keys = schedules.live_keys_named(db, name)
+            if not paused:  # an ended series' word on the pause goes too
+                keys += [key for key in schedules.paused_keys(db) if key not in keys
+                         and db.execute(f"SELECT 1 FROM jobs WHERE {schedules.SERIES_KEY} = ? "
+                                        "AND name = ? LIMIT 1", (key, name)).fetchone()]
+            schedules.set_paused(db, keys, paused)
+            return len(keys)
+
+    def series_paused(self, key: str) -> bool:
+        with self._autocommit() as db:
+            return key in schedules.paused_keys(db)
+
+    def series_names(self) -> list[str]:
+        with self._autocommit() as db:
+            return schedules.series_names(db)
+
+    def set_series_key_paused(self, key: str, paused: bool) -> None:
+        """The tray's Pause this schedule / Resume: one series, by its key."""
+        with self._transaction() as db:
+            schedules.set_paused(db, [key], paused)
+
     # -- the pause -------------------------------------------------------------
 
     def set_paused(self, paused: bool, lane: str | None = None) -> None:
@@ -1161,7 +1236,7 @@ class Queue:
             return db.execute(
                 "SELECT min(t) FROM ("
                 f" SELECT min(not_before) AS t FROM jobs WHERE state = 'pending'{waits}"
-                f" AND {lanes.CLAIMABLE}"
+                f" AND {lanes.CLAIMABLE} AND {schedules.NOT_HELD}"
                 " UNION ALL SELECT min(lease_until) FROM jobs WHERE state = 'running'"
                 f" AND id NOT IN ({', '.join(':renewed' + str(i) for i in range(len(ids)))})"
                 f" AND {lanes.NOT_PAUSED})",  # as claim: a paused lane's lease is not taken back

@@ -22,7 +22,7 @@ from pathlib import Path
 from sloth_tray import safety
 from sloth_tray.errors import DatabaseProblem, SlothError
 from sloth_tray.paths import DB_SIDES
-from sloth_tray.store import lanes, steps
+from sloth_tray.store import lanes, schedules, steps
 
 # Marks the file as ours (PRAGMA application_id): "SLTH".
 APPLICATION_ID = 0x534C5448
@@ -188,6 +188,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # or an agent's name as its MCP client gave it. NULL: before this version.
         "ALTER TABLE jobs ADD COLUMN source TEXT",
     ),
+    # Series paused on their own (store/schedules.py).
+    schedules.SCHEMA,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

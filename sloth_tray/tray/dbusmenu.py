@@ -22,6 +22,7 @@ rules here (each seen with the real host):
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
@@ -46,6 +47,7 @@ from dbus_fast.service import (
 )
 
 from sloth_tray.desktop.bus import guarded
+from sloth_tray.tray.icons import Look, badge
 from sloth_tray.tray.presenter import REFRESH_SECONDS, SEPARATOR, Item, default_action
 from sloth_tray.tray.surface import MenuBuilder
 
@@ -123,10 +125,22 @@ def properties(item: Item) -> Props:
     }
     if item.submenu:
         props["children-display"] = ("s", "submenu")
+    if item.icon is not None:  # the badge's drawing, as PNG bytes (icon-data)
+        props["icon-data"] = ("ay", badge_png(item.icon))
     if item.checked is not None:
         props["toggle-type"] = ("s", "checkmark")
         props["toggle-state"] = ("i", 1 if item.checked else 0)
     return tuple(sorted((name, sig, value) for name, (sig, value) in props.items()))
+
+
+@functools.lru_cache(maxsize=8)
+def badge_png(look: Look, size: int = 16) -> bytes:
+    """The icon drawn for `look` at a menu row's size, as PNG bytes."""
+    import io
+
+    out = io.BytesIO()
+    badge(look, size).save(out, format="PNG")
+    return out.getvalue()
 
 
 def kind(props: Props) -> str:

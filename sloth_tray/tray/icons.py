@@ -80,6 +80,16 @@ def render(look: Look, size: int = 64, *, template: bool = False) -> Image.Image
     return _as_template(image) if template else image
 
 
+@lru_cache(maxsize=16)
+def badge(state: Look, size: int = 16) -> Image.Image:
+    """One state's badge alone, filling `size` px: what a menu row carries beside its
+    label (an overdue series' row, the amber clock)."""
+    big = size * SUPERSAMPLE
+    image = Image.new("RGBA", (big, big), (0, 0, 0, 0))
+    _badge(ImageDraw.Draw(image), big, state, (0, 0, 64 / 30))
+    return image.resize((size, size), Image.LANCZOS)
+
+
 def _as_template(image: Image.Image) -> Image.Image:
     """Black, with the light parts (mask, eyes, glyphs) cut out: the dark parts
     carry the shape, as a template image must."""

@@ -25,6 +25,7 @@ from sloth_tray.daemon.snapshot import (
     FailedSeries,
     Lane,
     RunningJob,
+    Schedule,
     Snapshot,
     StepProgress,
     WaitingJob,
@@ -59,6 +60,7 @@ class Controls(Protocol):
     def stop(self, job_id: str) -> None: ...  # the running job
     def run_now(self, job_id: str) -> None: ...
     def show_log(self, job_id: str) -> None: ...
+    def pause_series(self, key: str, paused: bool) -> None: ...  # one series, by its key
     def toggle_pause(self) -> None: ...
     def pause(self, lane: str | None = None) -> None: ...  # None: every lane
     def resume(self, lane: str | None = None) -> None: ...  # None: every lane
@@ -83,6 +85,7 @@ class Item:
     # ("failed-none" -> "failed"): a host may keep a row's kind with its id. Left out
     # of ==, so `item == SEPARATOR` tells a separator whatever its key.
     key: str = field(default="", compare=False)
+    icon: Look | None = None  # a badge drawn beside the label (the overdue clock)
 
 
 SEPARATOR = Item("-")
@@ -546,6 +549,7 @@ def menu(snapshot: Snapshot, controls: Controls, now: float, *,
         Item("Retry all failed", controls.retry_all_failed, enabled=retryable,
              default=retryable and has_default_action, key="retry-all"),
         *overdue_section(snapshot, now),
+        *schedules_section(snapshot, controls, now, tz),
         Item(f"Waiting ({snapshot.pending})", enabled=bool(waiting), submenu=waiting,
              key="waiting" if waiting else "waiting-none"),
         separator("sep-2"),
@@ -573,6 +577,59 @@ def overdue_section(snapshot: Snapshot, now: float) -> tuple[Item, ...]:
         key = printable(job.name) + (f"#{nth}" if nth > 1 else "")
         rows.append(Item(overdue_label(job, now), enabled=False, key=f"overdue:{key}"))
     return (Item(f"Overdue ({len(snapshot.overdue)})", submenu=tuple(rows), key="overdue"),)
+
+
+# -- Schedules: a row per series -------------------------------------------------------
+
+
+def schedule_label(series: Schedule, now: float, tz: tzinfo | None) -> str:
+    """`check_inbox — every 2m · next 14:02 · last ok 14:00`."""
+    parts = [f"{printable(series.name)} — {printable(series.schedule)}"]
+    if series.paused:
+        parts.append("paused")
+    elif series.next is None:
+        parts.append("running")
+    else:
+        parts.append("next " + (f"{datetime.fromtimestamp(series.next, tz):%H:%M}"
+                                if day_of(series.next, now, tz) == "today"
+                                else when(series.next, now, tz)))
+    if series.last_at is not None:
+        moment = datetime.fromtimestamp(series.last_at, tz)
+        day = day_of(series.last_at, now, tz)
+        parts.append(f"last {'ok' if series.last_ok else 'failed'} "
+                     + (f"{moment:%H:%M}" if day == "today" else when(series.last_at, now, tz)))
+    return " · ".join(parts)
+
+
+def schedule_row(series: Schedule, controls: Controls, now: float,
+                 tz: tzinfo | None) -> Item:
+    """A series' row, keyed by the series (its runs come and go; the row stays).
+    Run now and Cancel schedule act on its waiting run; an overdue series carries
+    the icon's clock."""
+    waiting = series.next_id if series.next is not None else None
+    toggle = (Item("Resume", lambda: controls.pause_series(series.key, False), key="resume")
+              if series.paused else
+              Item("Pause this schedule", lambda: controls.pause_series(series.key, True),
+                   key="pause"))
+    return Item(schedule_label(series, now, tz), key=f"schedule:{printable(series.key)}",
+                icon=Look.OVERDUE if series.overdue else None, submenu=(
+                    Item("Run now", lambda: controls.run_now(waiting or ""),
+                         enabled=waiting is not None, key="run-now"),
+                    toggle,
+                    Item("Show last log", lambda: controls.show_log(series.last_id or ""),
+                         enabled=series.last_id is not None, key="show-last-log"),
+                    Item("Cancel schedule", lambda: controls.cancel(series.next_id or ""),
+                         enabled=series.next_id is not None, key="cancel-schedule")))
+
+
+def schedules_section(snapshot: Snapshot, controls: Controls, now: float,
+                      tz: tzinfo | None) -> tuple[Item, ...]:
+    """`Schedules (N)`, a row per live series, only while there is one."""
+    if not snapshot.schedules:
+        return ()
+    return (Item(f"Schedules ({len(snapshot.schedules)})", key="schedules",
+                 submenu=tuple(schedule_row(series, controls, now, tz)
+                               for series in snapshot.schedules)),)
 
 
 def tilde(path: str, home: str) -> str:

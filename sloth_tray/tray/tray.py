@@ -261,6 +261,10 @@ class Tray:
     def run_now(self, job_id: str) -> None:
         self.engine.run_now(job_id)
 
+    def pause_series(self, key: str, paused: bool) -> None:
+        """The Schedules submenu's Pause this schedule / Resume."""
+        self.engine.pause_series(key, paused)
+
     def show_log(self, job_id: str) -> None:
         """Its last run's log, opened; for a bad header, which stopped it before any
         run, its script shown in its folder (what there is to fix)."""
