@@ -177,6 +177,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     steps.SCHEMA,
     # Lanes (store/lanes.py): each job in one, each lane one job at a time.
     lanes.SCHEMA,
+    # Steps that wait and steps that retry (store/steps.py): a sleep's wake time, an
+    # ask's question and answer, a step's try.
+    steps.WAITS,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
