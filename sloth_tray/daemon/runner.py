@@ -217,20 +217,15 @@ class Runner:
         return self._waits(job, token) or ending(child.returncode, out, err, run_log)
 
     def _waits(self, job: Job, token: str) -> Attempt | None:
-        """How the run ends if one of its steps recorded a wait (a sleep, an ask):
-        waiting, holding nothing; or failed, its ask unanswered past its timeout."""
+        """How the run ends if one of its steps recorded a wait (a sleep, an ask), or an
+        ask unanswered past its timeout: waiting (Queue.wait says which)."""
         try:
             step = self.queue.waited(job.id, token)
         except DatabaseProblem as exc:
             log.warning("could not read the steps of %s: %s", job.name, exc)
             return None
-        if step is None:
-            return None
-        if step.state == "unanswered":
-            from sloth_tray.store.steps import unanswered_sentence
-
-            return Attempt.failed(Reason.UNANSWERED, unanswered_sentence(job.id, step))
-        return Attempt(Ending.WAITING, token)
+        # An unanswered ask too: Queue.wait fails the job for it (reason unanswered).
+        return None if step is None else Attempt(Ending.WAITING, token)
 
     def _deadline(self, next_beat: float, *monotonic: float | None) -> float:
         """The wall time of the next thing to do: the heartbeat (wall time), or the
