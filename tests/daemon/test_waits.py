@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -20,18 +21,27 @@ from conftest import wait_for
 from test_steps import (  # the steps' own helpers: one way to start and read
     add,
     environment,
-    home,  # noqa: F401 - a fixture
     lines,
     quit_daemon,
     show,
     sloth,
     start_daemon,
-    tag,  # noqa: F401 - a fixture
+    sweep,
     work,
 )
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
 SLOTH = str(Path(sys.executable).with_name("sloth-tray"))
+
+
+@pytest.fixture
+def tag():
+    """As test_steps' tag: whatever still carries it at the end is killed by pid."""
+    tag = uuid.uuid4().hex
+    try:
+        yield tag
+    finally:
+        sweep(tag)
 
 
 def job_processes(job_id: str) -> list[int]:
