@@ -46,6 +46,7 @@ def test_status_json_on_a_brand_new_home_is_all_zero_and_makes_nothing(home, tmp
     assert json.loads(done.stdout) == {
         "pending": 0, "running": 0, "done": 0, "failed": 0, "cancelled": 0, "due_now": 0,
         "paused": False, "overdue": 0, "running_job": None, "next": None, "lanes": {},
+        "waiting": {},
         "app_running": False}
     assert done.stderr == f"sloth-tray: there is no queue in {home} yet: no job was ever " \
         "added there\n"
@@ -121,7 +122,7 @@ def test_status_brings_a_queue_of_an_older_schema_up_to_date_and_counts_its_jobs
         "paused": False, "overdue": 0, "running_job": None,
         "next": {"id": "0123456789ab", "name": "old", "due": 0},
         "lanes": {"main": {"pending": 1, "running": 0, "done": 0, "failed": 0, "cancelled": 0,
-                           "due_now": 1, "paused": False}},
+                           "due_now": 1, "paused": False}}, "waiting": {},
         "app_running": False}
     with sqlite3.connect(home / "queue.db") as raw:
         assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

@@ -445,3 +445,22 @@ def _say_if_held(home: Home, lane: str) -> None:
         print(f"sloth-tray: lane {printable(lane)} is paused: the job starts after "
               f"`sloth-tray resume {_quoted(lane)}`", file=sys.stderr)
 
+
+
+# -- a person's answer to a job that asks ---------------------------------------------
+
+@command
+def cmd_answer(args: argparse.Namespace, home: Home) -> int:
+    from sloth_tray.store.steps import NotAsking
+
+    with open_queue(home) as queue:
+        job_id = find_job(queue, args.id)
+        try:
+            step = queue.answer(job_id, args.choice)
+        except NotAsking as exc:
+            print(f"sloth-tray: {printable(exc)}", file=sys.stderr)
+            return 2
+    home.ring_doorbell()
+    print(f"answered {printable(args.choice)} to {printable(step.question or '')!r}; "
+          f"{job_id} runs again now")
+    return 0

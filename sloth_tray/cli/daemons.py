@@ -75,7 +75,7 @@ def print_result(job: Job, result: Recorded) -> None:
     from sloth_tray.daemon.outcome import Effect
 
     label = {Effect.DONE: "ok", Effect.RELEASED: "stop", Effect.LOST: "lost",
-             Effect.LATER: "later"}.get(result.effect, "fail")
+             Effect.LATER: "later", Effect.WAITING: "wait"}.get(result.effect, "fail")
     where = f"-> {result.effect.value.replace('retrying', 'pending')}: " if label == "fail" else ""
     print(f"{label:<5} {printable(job.name)} ({job.id}) {where}{printable(result.detail)}"
           .rstrip(), flush=True)

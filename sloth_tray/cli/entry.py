@@ -76,6 +76,13 @@ def _main(argv: Sequence[str] | None) -> int:
             ask, command = True, command[1:]
         return step.main(args.name, command[1:] if command[:1] == ["--"] else command,
                          ask=ask)
+    if args.command in ("sleep", "ask"):  # inside a job, as `step`: the run names its queue
+        from sloth_tray.cli import wait
+
+        if args.command == "sleep":
+            return wait.main_sleep(args.duration, args.until, args.name)
+        return wait.main_ask(args.question, args.choices, args.default, args.timeout,
+                             args.name)
     try:
         args.settings = load_settings(args)
         home = locate(getattr(args, "home", None), args.settings["jobs_dir"],

@@ -240,6 +240,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="if the run ends while it runs, ask before running it again")
     p.add_argument("step_command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG...]",
                    help="the command (after --)")
+    _add_waits(add)
     p = add("run", "the daemon: run due jobs as they come", daemon_options)
     p.add_argument("--headless", action="store_true", help="no tray icon")
     p.add_argument("--no-notifications", action="store_true",
@@ -259,3 +260,25 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="age such as 7d, 12h, 30m (default 7d)")
     return parser
 
+
+
+def _add_waits(add: Callable[..., Any]) -> None:
+    """Steps that wait, inside a job (`sleep`, `ask`), and a person's `answer`."""
+    p = add("sleep", "inside a job: sleep durably (the job runs again, from the top, at its "
+                     "wake time, its done steps skipped); outside one, like sleep(1)")
+    p.add_argument("duration", nargs="?", metavar="DURATION",
+                   help="how long: 90, 90s, 10m, 2h, 1d")
+    p.add_argument("--until", metavar="TIME",
+                   help="until this local time: 14:00 (the next one), or 2026-03-02 14:00")
+    p.add_argument("--name", default="sleep", help="the step's name (default: sleep)")
+    p = add("ask", "inside a job: ask the person at the tray, durably; prints the answer")
+    p.add_argument("question", metavar="QUESTION")
+    p.add_argument("--choices", default="yes,no", help="the answers, comma-separated "
+                                                      "(default: yes,no)")
+    p.add_argument("--default", help="the answer once --timeout has passed")
+    p.add_argument("--timeout", type=limits.TIMEOUT.argument, metavar="D",
+                   help="how long to wait for an answer (90s, 10m, 2h, 1d)")
+    p.add_argument("--name", help="the step's name (default: ask: QUESTION)")
+    p = add("answer", "answer the question a job asks (`sloth-tray list` shows them)")
+    p.add_argument("id", metavar="ID", help=ID_HELP)
+    p.add_argument("choice", metavar="CHOICE")

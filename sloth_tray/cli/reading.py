@@ -63,6 +63,7 @@ def cmd_status(args: argparse.Namespace, home: Home) -> int:
     now = time.time()
     waiting_on = counts.pop("waiting_on", {})  # jobs due that wait for a condition
     running, next_job = counts.pop("running_job"), counts.pop("next")
+    waiting = counts.pop("waiting", {})
     per_lane, running_by_lane = counts.pop("lanes", {}), counts.pop("running_by_lane", {})
     app_pid = instance.pid_in(home.lock) if app_running else None
     rows = ([(key, str(value) + (f" ({instance.ONCE_STARTED})" if key == "due_now" and value
@@ -82,6 +83,7 @@ def cmd_status(args: argparse.Namespace, home: Home) -> int:
                          {"attempts": 1, "max_attempts": 1})
             rows.append(("cut short", f"{since}: the app stopped while it ran; the next start "
                          + instance.after_a_crash(tries["attempts"], tries["max_attempts"])))
+    rows.extend(_waiting_rows(waiting))
     if next_job is not None:
         due = "due now" if next_job["due"] <= now else f"due {relative(next_job['due'], now)}"
         rows.append(("next", f"{next_job['name']} ({next_job['id']}), {due}"
@@ -95,6 +97,12 @@ def cmd_status(args: argparse.Namespace, home: Home) -> int:
             print(f"  {printable(name)}: "
                   f"{_lane_doing(lane, running_by_lane.get(name), now, cut=not app_running)}")
     return 0
+
+
+def _waiting_rows(waiting: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    """`digest — sleeping until 14:00`: a row for each job that waits in a step."""
+    return [("waiting", f"{printable(wait['name'])} ({job_id}) — {printable(wait['words'])}")
+            for job_id, wait in waiting.items()]
 
 
 def _lanes_worth_showing(per_lane: dict[str, dict[str, Any]], whole_queue_paused: bool) -> bool:
@@ -138,8 +146,9 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
         more = limit is not None and len(jobs) > limit
         jobs = jobs[:limit]
         if args.json:
-            emit_json([job.as_dict() | ({} if args.all_runs else
-                                        {"earlier_runs": earlier.get(job.id, 0)})
+            waiting = queue.waiting_for([job.id for job in jobs if job.state == State.PENDING])
+            emit_json([job.as_dict() | {"waiting_for": _wait_json(waiting.get(job.id))}
+                       | ({} if args.all_runs else {"earlier_runs": earlier.get(job.id, 0)})
                        for job in jobs])
             return 0
         if not jobs:
@@ -157,8 +166,10 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
         with_lane = args.lane is None and len({job.lane for job in jobs} | set(queue.lanes())) > 1
         rows = [("ID", *(("LANE",) if with_lane else ()), "NAME", "STATE", "TRIES", "WHEN",
                  "NOTE")]
+        waiting = queue.waiting_for([job.id for job in jobs if job.state == State.PENDING])
         for job in jobs:
             note = job.last_error if job.state in (State.FAILED, State.PENDING) else job.result
+            wait = waiting.get(job.id)
             if job.state == State.PENDING and job.not_before <= now:
                 note = _waiting_note(job, unmet) or _behind_note(job, running) or note
             if job.state == State.RUNNING and cut:
@@ -168,8 +179,8 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
             rows.append((queue.shortest_unique_prefix(job.id),
                          *((job.lane,) if with_lane else ()), job.name, job.state.value,
                          f"{job.attempts}/{job.max_attempts}",
-                         when(job, now, job.lane in paused_lanes),
-                         (note or "").replace("\n", " ")[:80]))
+                         wait["words"] if wait else when(job, now, job.lane in paused_lanes),
+                         _wait_note(wait) if wait else (note or "").replace("\n", " ")[:80]))
     print(table(rows))
     if more:
         print(f"(the newest {limit}; --limit 0 shows all)")
@@ -242,13 +253,17 @@ def cmd_show(args: argparse.Namespace, home: Home) -> int:
         unmet = queue.unmet()
         paused = queue.paused(job.lane)
         running = _running_by_lane(queue)
+        wait = queue.waiting_for([job.id]).get(job.id)
     logs = home.job_logs(job.id, job.name)
     if args.json:
         emit_json(job.as_dict() | {"history": [event.as_dict() for event in history],
-                                   "steps": steps, "logs": str(logs)})
+                                   "steps": steps, "logs": str(logs),
+                                   "waiting_for": _wait_json(wait)})
         return 0
     state = job.state.value
-    if job.state in (State.PENDING, State.RUNNING):
+    if wait is not None:
+        state += f" ({wait['words']}{'; ' + _wait_note(wait) if wait['choices'] else ''})"
+    elif job.state in (State.PENDING, State.RUNNING):
         state += f" ({when(job, now, paused)})"
     waits = _waiting_note(job, unmet) or _behind_note(job, running) \
         if job.state == State.PENDING else None
@@ -284,6 +299,24 @@ def added_by(source: str | None) -> str:
             None: "-"}.get(source) or f"by {source} (MCP)"
 
 
+def _wait_json(wait: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What a waiting job waits for, as --json says it (None: it waits for nothing)."""
+    if wait is None:
+        return None
+    return {key: wait[key] for key in ("kind", "until", "question", "choices", "default")}
+
+
+def _wait_note(wait: dict[str, Any]) -> str:
+    """`answer: yes, no (sloth-tray answer ID CHOICE)`, `until 14:00`."""
+    if wait["kind"] == "time":
+        return f"until {clock_time(wait['until'])}"
+    note = f"answer: {', '.join(wait['choices'] or [])}"
+    if wait["until"] is not None:
+        note += f"; until {clock_time(wait['until'])}" + (
+            f", then {wait['default']}" if wait["default"] else "")
+    return printable(note)
+
+
 def _step_row(step: dict[str, Any], now: float) -> tuple[str, ...]:
     """name, state, run, when, how long, output: one row of `show`'s steps."""
     name = step["name"] + (f" #{step['occurrence']}" if step["occurrence"] > 1 else "")
@@ -294,6 +327,14 @@ def _step_row(step: dict[str, Any], now: float) -> tuple[str, ...]:
         state += " (asks: did it happen?)"
     elif step["state"] == "failed" and step["exit_code"] is not None:
         state += f" (exit {step['exit_code']})"
+    elif step["state"] == "waiting" and step["kind"] == "sleep":
+        state += f" (until {clock_time(step['wake_at'] or 0)})"
+    elif step["state"] == "waiting" and step["kind"] == "ask":
+        state += " (answered: " + step["answer"] + ")" if step["answer"] else " (asks)"
+    elif step["state"] == "done" and step["kind"] == "ask" and step["answer"] is not None:
+        state += f" (answered {step['answer']})"
+    if step.get("tries") and step["tries"] > 1:
+        state += f" (try {step['tries']})"
     ended = step["ended_at"] if step["ended_at"] is not None else now
     took = format_duration(max(ended - step["started_at"], 0.0))
     output = "-" if step["output_size"] is None else \

@@ -118,10 +118,12 @@ class Daemon:
                                  conditions=self.conditions)
             self._watch_the_queue_file()
             self.engine.recover()
+            # The doorbell even for `work --once`: a step that records a wait rings it,
+            # and its run is ended at once.
+            self.observer = make_observer()
+            watch_doorbell(self.observer, self.home.doorbell, self.engine.wake)
+            self.observer.start()
             if self.watch:
-                self.observer = make_observer()
-                watch_doorbell(self.observer, self.home.doorbell, self.engine.wake)
-                self.observer.start()
                 # The engine's own connection: the inbox's pushes and the engine's
                 # writes take turns on the queue's lock, which hands over at once;
                 # two connections met in SQLite's busy handler, which sleeps 1, 2,

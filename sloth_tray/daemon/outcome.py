@@ -28,6 +28,7 @@ class Ending(StrEnum):
     LEASE_LOST = "lease_lost"  # cancelled, or another worker holds it: nothing to record
     STOPPED = "stopped"  # the app is quitting: the lease goes back, the attempt uncounted
     INTERRUPTED = "interrupted"  # a condition it requires was lost: back, uncounted
+    WAITING = "waiting"  # a step recorded a wait (sleep, ask): the job waits; detail: token
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Effect(StrEnum):
     LOST = "lost"  # no longer ours (cancelled, taken over, removed): we recorded nothing
     RELEASED = "released"  # stopped for a clean quit; due again at the next start
     LATER = "later"  # the script asked to be run later; due again after a backoff
+    WAITING = "waiting"  # a step waits (a sleep, an ask): no lease, no process, no attempt
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,14 @@ def record(queue: Queue, owner: str, job: Job, attempt: Attempt) -> Recorded:
         if state == State.FAILED:
             return Recorded(Effect.FAILED, queue.get(job.id).last_error or attempt.detail)
         return Recorded(Effect.LATER, attempt.detail)
+    if attempt.ending == Ending.WAITING:
+        state = queue.wait(job.id, owner, attempt.detail)
+        if state is None:
+            return lost(queue, job)
+        if state == State.FAILED:
+            return Recorded(Effect.FAILED, queue.get(job.id).last_error or "")
+        history = queue.history(job.id)
+        return Recorded(Effect.WAITING, history[-1].detail if history else "waiting")
     if attempt.ending == Ending.LEASE_LOST:
         return lost(queue, job)
     reason = attempt.reason or Reason.INTERNAL_ERROR

@@ -204,13 +204,28 @@ class Runner:
             if nudges == seen_nudges and self.queue.clock() < next_beat:
                 continue  # woken early by a ring meant for an earlier run: nothing to do
             seen_nudges = nudges
+            waits = self._waits(job, token)  # a step recorded a wait and rang: end it
+            if waits is not None:
+                self._end(child, readers, token)
+                return waits
             lease_until = self._beat(job, lease, lease_until, sleep_watch)
             if lease_until is None:
                 self._reap_group(child, readers, token)  # strays that left the group too
                 return Attempt(Ending.LEASE_LOST, TAKEN)
             next_beat = self.queue.clock() + beat_every
         self._reap_group(child, readers, token)
-        return ending(child.returncode, out, err, run_log)
+        return self._waits(job, token) or ending(child.returncode, out, err, run_log)
+
+    def _waits(self, job: Job, token: str) -> Attempt | None:
+        """How the run ends if one of its steps recorded a wait (a sleep, an ask), or an
+        ask unanswered past its timeout: waiting (Queue.wait says which)."""
+        try:
+            step = self.queue.waited(job.id, token)
+        except DatabaseProblem as exc:
+            log.warning("could not read the steps of %s: %s", job.name, exc)
+            return None
+        # An unanswered ask too: Queue.wait fails the job for it (reason unanswered).
+        return None if step is None else Attempt(Ending.WAITING, token)
 
     def _deadline(self, next_beat: float, *monotonic: float | None) -> float:
         """The wall time of the next thing to do: the heartbeat (wall time), or the

@@ -447,6 +447,10 @@ class Queue:
             "FROM jobs WHERE id = ?",
             (job_id,),
         ).fetchone()
+        waited = steps.run_wait(db, job_id, json.loads(child or "{}").get("token"))
+        if waited is not None:  # its run recorded a wait, then its app went: it waits
+            self._wait_or_unanswered(db, job_id, now, waited)
+            return None
         if _never_started(child):
             given_back, params = rows.history(("released", f"its run never started: the lease "
                                                        f"of {owner} ran out before its script "
@@ -525,6 +529,71 @@ class Queue:
         """The run ended in a step that asks: failed for good, for a person's word."""
         return self._finish(db, job_id, now, State.FAILED, ("failed", error),
                             last_error=error, reason=Reason.STEP_UNSURE.value, **columns)
+
+    # -- runs that end waiting (store/steps.py: a sleep, an ask) ------------------------
+
+    def waited(self, job_id: str, token: str | None) -> steps.Step | None:
+        """The step the run under `token` recorded a wait in, if it did (the runner
+        then ends the run: Queue.wait)."""
+        with self._autocommit() as db:
+            return steps.run_wait(db, job_id, token)
+
+    def wait(self, job_id: str, owner: str, token: str | None) -> State | None:
+        """The run ended in a step that waits: the job waits, pending, holding no lease,
+        due at the step's wake time (a sleep's end; an ask's timeout, or at once if it
+        was answered meanwhile); the attempt does not count. Failed (unanswered), when
+        its ask timed out with no default. None when `owner` does not hold the job, or
+        its run recorded no wait."""
+        with self._transaction() as db:
+            now = self.clock()
+            if not self._holds(db, job_id, owner):
+                return None
+            waited = steps.run_wait(db, job_id, token)
+            if waited is None:
+                return None
+            return self._wait_or_unanswered(db, job_id, now, waited, owner=owner)
+
+    def _wait_or_unanswered(self, db: sqlite3.Connection, job_id: str, now: float,
+                            waited: steps.Step, owner: str | None = None) -> State | None:
+        attempts = db.execute("SELECT attempts FROM jobs WHERE id = ?",
+                              (job_id,)).fetchone()[0]
+        if waited.state == "unanswered":
+            error = steps.unanswered_sentence(job_id, waited)
+            return self._finish(db, job_id, now, State.FAILED, ("failed", error),
+                                owner=owner, last_error=error,
+                                reason=Reason.UNANSWERED.value,
+                                attempts=max(attempts - 1, 0))
+        return self._finish(db, job_id, now, State.PENDING,
+                            ("waiting", steps.wait_words(waited)), owner=owner,
+                            not_before=steps.due_at(waited, now),
+                            attempts=max(attempts - 1, 0))
+
+    def answer(self, job_id: str, choice: str) -> steps.Step:
+        """A person's answer to the question job `job_id` asks: the job runs again at
+        once (its ask then returns `choice`). steps.NotAsking when it asks nothing, or
+        `choice` is not among its choices: then nothing changes."""
+        now = self.clock()
+        with self._transaction() as db:
+            row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise UnknownJob(job_id)
+            step = steps.answer(db, job_id, row[0], choice, now)
+            history, params = rows.history(
+                ("answered", f"{choice} (to {json.dumps(step.question, ensure_ascii=False)})"))
+            db.execute("UPDATE jobs SET not_before = CASE WHEN state = 'pending' THEN :now "
+                       f"ELSE not_before END, updated_at = :now, {history} WHERE id = :id",
+                       {"now": now, "id": job_id, **params})
+        return step
+
+    def asking(self) -> list[tuple[str, steps.Step]]:
+        """Every job waiting for an answer, with its question, oldest first."""
+        with self._autocommit() as db:
+            return steps.asking(db)
+
+    def waiting_for(self, job_ids: list[str]) -> dict[str, dict]:
+        """What each of these waiting jobs waits for (steps.waiting_for)."""
+        with self._autocommit() as db:
+            return steps.waiting_for(db, job_ids)
 
     def heartbeat(self, job_id: str, owner: str, lease: float | None = None) -> bool:
         """Extend the lease; False means `owner` no longer holds it (stop the work).
@@ -1236,6 +1305,7 @@ class Queue:
             return db.execute(
                 "SELECT min(t) FROM ("
                 f" SELECT min(not_before) AS t FROM jobs WHERE state = 'pending'{waits}"
+                f" AND not_before < {steps.NEVER!r}"  # an ask with no timeout: its answer
                 f" AND {lanes.CLAIMABLE} AND {schedules.NOT_HELD}"
                 " UNION ALL SELECT min(lease_until) FROM jobs WHERE state = 'running'"
                 f" AND id NOT IN ({', '.join(':renewed' + str(i) for i in range(len(ids)))})"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sloth_tray.errors import SlothError, UnknownJob
 from sloth_tray.paths import Home
-from sloth_tray.store import lanes
+from sloth_tray.store import lanes, steps
 from sloth_tray.store.schema import connect, translated_errors
 from sloth_tray.store.states import State
 
@@ -215,6 +215,7 @@ def next_job(db: sqlite3.Connection, unmet: frozenset[str] = frozenset()) -> dic
     waits, params = not_waiting(unmet)
     row = db.execute("SELECT id, name, not_before FROM jobs INDEXED BY jobs_due "
                      f"WHERE state = 'pending'{waits} AND {lanes.NOT_PAUSED_ON_ITS_OWN} "
+                     f"AND not_before < {steps.NEVER!r} "  # an ask: due once answered
                      "ORDER BY not_before, rowid LIMIT 1", params).fetchone()
     return None if row is None else {"id": row[0], "name": row[1], "due": row[2]}
 
@@ -274,7 +275,7 @@ def empty() -> dict[str, Any]:
     """What `status` says of a home with no queue in it: nothing anywhere."""
     return {state.value: 0 for state in State} | {
         "due_now": 0, "paused": False, "overdue": 0, "running_job": None, "next": None,
-        "lanes": {}}
+        "lanes": {}, "waiting": {}}
 
 
 def read(home: Home, clock: Callable[[], float] = time.time, *,
@@ -297,6 +298,7 @@ def read(home: Home, clock: Callable[[], float] = time.time, *,
             found["overdue"] = overdue_count(db, now, is_paused=found["paused"])
             found["running_job"] = running_job(db)
             found["next"] = next_job(db, unmet(db))
+            found["waiting"] = steps.waiting_for(db)  # asleep, or asking
             if per_lane:
                 found["running_by_lane"] = running_by_lane(db)
             db.execute("COMMIT")

@@ -190,6 +190,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     # Series paused on their own (store/schedules.py).
     schedules.SCHEMA,
+    # Steps that wait and steps that retry (store/steps.py): a sleep's wake time, an
+    # ask's question and answer, a step's try.
+    steps.WAITS,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

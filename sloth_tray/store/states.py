@@ -32,11 +32,12 @@ class Reason(StrEnum):
     INTERNAL_ERROR = "internal_error"  # sloth-tray itself failed while running it
     LATER_TOO_LONG = "later_too_long"  # it asked to run later (exit 75) for a day straight
     STEP_UNSURE = "step_unsure"  # a step that asks (--ask) was cut short: did it happen?
+    UNANSWERED = "unanswered"  # its question (`ask`) timed out with no answer and no default
 
 
 # Reasons that no number of tries can change: the job fails for good at once.
 PERMANENT = frozenset({Reason.COULD_NOT_START, Reason.UNRUNNABLE, Reason.BAD_HEADER,
-                       Reason.REFUSED, Reason.SCRIPT_GONE})
+                       Reason.REFUSED, Reason.SCRIPT_GONE, Reason.UNANSWERED})
 
 # Failed jobs that no Retry all retries: a refused drop never runs, and a step that
 # asks was cut short, so it may have happened: only a person's word on that job

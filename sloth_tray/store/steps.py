@@ -51,6 +51,22 @@ SCHEMA = (
 )
 
 
+# Steps that wait (a sleep, an ask) and a step's tries: one of schema.py's migrations,
+# shipped, so its text never changes either. The job waits pending, its not_before the
+# step's wake time (`wake_at`: a sleep's end, an ask's timeout) or NEVER (an ask with no
+# timeout): holding no lease and no process, due only when it is to run.
+WAITS = (
+    "ALTER TABLE steps ADD COLUMN wake_at REAL",  # a sleep's end, an ask's timeout
+    "ALTER TABLE steps ADD COLUMN question TEXT",
+    "ALTER TABLE steps ADD COLUMN choices TEXT",  # an ask's choices, a JSON list
+    "ALTER TABLE steps ADD COLUMN default_choice TEXT",
+    "ALTER TABLE steps ADD COLUMN answer TEXT",
+    "ALTER TABLE steps ADD COLUMN answered_at REAL",
+    "ALTER TABLE steps ADD COLUMN tries INTEGER",  # the try a step with retries is on
+)
+NEVER = 253402300799.0  # 9999-12-31: an ask with no timeout is due only once answered
+
+
 class UnknownStep(SlothError):
     """A step named that the job never started."""
 
@@ -61,7 +77,8 @@ class NotCutShort(UnknownStep):
 
 
 _FIELDS = ("name", "occurrence", "state", "ask", "run", "started_at", "ended_at",
-           "exit_code", "output_size", "kind", "marked_at", "output")
+           "exit_code", "output_size", "kind", "marked_at", "wake_at", "question", "choices",
+           "default_choice", "answer", "tries", "output")
 _COLUMNS = ", ".join(_FIELDS)
 _LISTED = ", ".join(field for field in _FIELDS if field != "output")  # all but the output
 
@@ -117,6 +134,116 @@ def unsure_sentence(job: str, step: Step) -> str:
             f"it did, `sloth-tray retry {job}` to run it again")
 
 
+# -- a run that ends waiting --------------------------------------------------------
+
+def run_wait(db: sqlite3.Connection, job: str, token: str | None) -> Step | None:
+    """The step that the run under `token` recorded waiting (or unanswered) in, if it
+    did: its run is over, and the job waits (or fails, unanswered)."""
+    if not token:
+        return None
+    found = db.execute(f"SELECT {_COLUMNS} FROM steps WHERE job = ? AND token = ? "
+                       "AND state IN ('waiting', 'unanswered') ORDER BY rowid DESC LIMIT 1",
+                       (job, token)).fetchone()
+    return None if found is None else Step(*found)
+
+
+def due_at(step: Step, now: float) -> float:
+    """When a job waiting in `step` is to run again: a sleep at its wake time, an ask
+    at once when answered, else at its timeout (NEVER without one)."""
+    if step.kind == "ask" and step.answer is not None:
+        return now
+    return step.wake_at if step.wake_at is not None else NEVER
+
+
+def wait_words(step: Step) -> str:
+    """`sleeping until 14:00`, `asking "Send it?"`: what a waiting job waits for."""
+    return words_for(step.kind, step.wake_at, step.question)
+
+
+def words_for(kind: str, wake_at: float | None, question: str | None) -> str:
+    if kind == "sleep":
+        return f"sleeping until {short_time(wake_at or 0)}"
+    return f"asking {json.dumps(question, ensure_ascii=False)}"
+
+
+def waiting_for(db: sqlite3.Connection, jobs: list[str] | None = None) -> dict[str, dict]:
+    """For each pending job (of `jobs`; None: all) that waits in a step: what for, as
+    `show --json` says it: {"kind": "time"|"answer", "until", "question", "choices",
+    "default", "step", "name", "words"}, in the order they began to wait."""
+    found = {}
+    which = "" if jobs is None else "steps.job IN (SELECT value FROM json_each(:jobs)) AND "
+    for job, job_name, name, kind, wake_at, question, choices, default in db.execute(
+            "SELECT steps.job, jobs.name, steps.name, steps.kind, steps.wake_at, "
+            "steps.question, steps.choices, steps.default_choice FROM steps JOIN jobs "
+            f"ON jobs.id = steps.job WHERE {which}jobs.state = 'pending' "
+            "AND steps.state = 'waiting' AND steps.answer IS NULL ORDER BY steps.rowid",
+            {"jobs": json.dumps(jobs or [])}):
+        found[job] = {"kind": "time" if kind == "sleep" else "answer", "until": wake_at,
+                      "question": question, "choices": json.loads(choices) if choices else None,
+                      "default": default, "step": name, "name": job_name,
+                      "words": words_for(kind, wake_at, question)}
+    return found
+
+
+def asking(db: sqlite3.Connection) -> list[tuple[str, Step]]:
+    """Every pending job waiting for an answer, with its question, oldest first."""
+    return [(row[0], Step(*row[1:])) for row in db.execute(
+        f"SELECT steps.job, {', '.join('steps.' + f for f in _FIELDS)} FROM steps "
+        "JOIN jobs ON jobs.id = steps.job WHERE jobs.state = 'pending' "
+        "AND steps.state = 'waiting' AND steps.kind = 'ask' AND steps.answer IS NULL "
+        "ORDER BY steps.started_at, steps.rowid")]
+
+
+class NotAsking(SlothError):
+    """An answer to a job that is not asking, or not among its choices."""
+
+
+def answer(db: sqlite3.Connection, job: str, state: str, choice: str, now: float) -> Step:
+    """A person's answer to the question job `job` (in `state`) waits on: recorded, the
+    step it answers returned. NotAsking, and nothing changes, when the job asks nothing
+    or `choice` is not one of its choices."""
+    found = db.execute(
+        f"SELECT {_COLUMNS} FROM steps WHERE job = ? AND state = 'waiting' AND kind = 'ask' "
+        "AND answer IS NULL ORDER BY rowid DESC LIMIT 1", (job,)).fetchone()
+    if found is None or state not in ("pending", "running"):
+        raise NotAsking(f"job {job} is not asking anything (it is {state}), so there is "
+                        "nothing to answer")
+    step = Step(*found)
+    choices = json.loads(step.choices or "[]")
+    if choice not in choices:
+        raise NotAsking(f"{choice!r} is not an answer to {step.question!r}: the choices are "
+                        f"{', '.join(choices)}")
+    db.execute("UPDATE steps SET answer = :choice, answered_at = :now WHERE job = :job "
+               "AND name = :name AND occurrence = :occurrence AND state = 'waiting' "
+               "AND answer IS NULL",
+               {"choice": choice, "now": now, "job": job, "name": step.name,
+                "occurrence": step.occurrence})
+    return step
+
+
+def ask_again(db: sqlite3.Connection, job: str) -> list[str]:
+    """A retry of a job whose ask went unanswered: the question is asked anew."""
+    again = [row[0] for row in db.execute(
+        "SELECT name FROM steps WHERE job = ? AND state = 'unanswered'", (job,))]
+    db.execute("DELETE FROM steps WHERE job = ? AND state = 'unanswered'", (job,))
+    return again
+
+
+def unanswered_sentence(job: str, step: Step) -> str:
+    """Why the job failed (sloth_step's unanswered_sentence, in the same words)."""
+    return (f"nobody answered {step.question!r} by {_when_text(step.wake_at or 0)}, and it "
+            f"has no default: `sloth-tray retry {job}` asks again")
+
+
+def short_time(moment: float) -> str:
+    """14:00 today (14:00:05 when not on the minute), else with its date."""
+    local = time.localtime(moment)
+    clock = "%H:%M" if local.tm_sec == 0 else "%H:%M:%S"
+    if time.strftime("%Y-%m-%d", local) == time.strftime("%Y-%m-%d"):
+        return time.strftime(clock, local)
+    return time.strftime(f"%Y-%m-%d {clock}", local)
+
+
 # -- a person's word: retry ----------------------------------------------------------
 
 def on_retry(db: sqlite3.Connection, job: str, now: float, step_done: str | None,
@@ -144,6 +271,7 @@ def on_retry(db: sqlite3.Connection, job: str, now: float, step_done: str | None
         forgotten = forget_step_and_later(db, job, forget_from)
         said.append(f'forgot step "{forget_from}" and the {forgotten - 1} after it')
     said.extend(f'step "{name}" to run again' for name in run_again(db, job))
+    said.extend(f'"{name}" to be asked again' for name in ask_again(db, job))
     return said
 
 

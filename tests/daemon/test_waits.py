@@ -1,0 +1,252 @@
+"""Steps that wait with no process, end to end: `sloth-tray sleep`, `sloth-tray ask`,
+sloth_step.sleep/ask under a real daemon (`sloth-tray run --headless`) or `work
+--once`, answered with `sloth-tray answer`, across a kill -9 and a restart of the app.
+
+Side effects are lines appended to files: counting them says how often each part of
+a job really ran. Every process is known by pid or by the tag in its environment.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import wait_for
+from test_steps import (  # the steps' own helpers: one way to start and read
+    add,
+    environment,
+    lines,
+    quit_daemon,
+    show,
+    sloth,
+    start_daemon,
+    sweep,
+    work,
+)
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
+SLOTH = str(Path(sys.executable).with_name("sloth-tray"))
+
+
+@pytest.fixture
+def tag():
+    """As test_steps' tag: whatever still carries it at the end is killed by pid."""
+    tag = uuid.uuid4().hex
+    try:
+        yield tag
+    finally:
+        sweep(tag)
+
+
+def job_processes(job_id: str) -> list[int]:
+    """The processes of a job's runs (they carry its id; the daemon does not)."""
+    needle = f"SLOTH_JOB_ID={job_id}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if needle in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def lease(home, job_id: str) -> tuple[str, str | None]:
+    with sqlite3.connect(home.db) as db:
+        return db.execute("SELECT state, lease_owner FROM jobs WHERE id = ?",
+                          (job_id,)).fetchone()
+
+
+def test_a_sleep_ends_the_run_holds_nothing_and_the_daemon_wakes_it_once(home, tmp_path,
+                                                                          pids, tag):
+    effects = tmp_path / "effects"
+    job_id = add(home, "digest.sh", f"""#!/bin/sh
+sloth-tray step fetch -- sh -c 'echo fetched >> {effects}'
+echo before >> {effects}
+sloth-tray sleep 2s
+echo after >> {effects}
+echo digested
+""", tag=tag)
+    log = tmp_path / "daemon.log"
+    daemon = start_daemon(pids, home, log, env=environment(tag))
+    try:
+        wait_for(lambda: show(home, job_id)["waiting_for"] is not None, timeout=20,
+                 what="the job to sleep")
+        waiting = show(home, job_id)
+        assert waiting["state"] == "pending" and waiting["attempts"] == 0
+        assert waiting["waiting_for"]["kind"] == "time"
+        assert lease(home, job_id) == ("pending", None)
+        # No process of the job is left: the step's and the script's are gone.
+        wait_for(lambda: not job_processes(job_id), timeout=10, what="the job's processes")
+        status = sloth(home, "status").stdout
+        assert f"digest ({job_id}) — sleeping until " in status, status
+        assert "sleeping until" in sloth(home, "list").stdout
+        # Retried early, it sleeps on: a sleep never ends early.
+        assert time.time() < waiting["waiting_for"]["until"]
+        wait_for(lambda: show(home, job_id)["state"] == "done", timeout=20,
+                 what="the daemon to wake the job")
+        done = show(home, job_id)
+        assert time.time() >= waiting["waiting_for"]["until"]
+    finally:
+        quit_daemon(daemon, log)
+    assert lines(effects) == ["fetched", "before", "before", "after"]  # fetch once
+    assert done["result"] == "digested" and done["runs"] == 2
+    kinds = [event["kind"] for event in done["history"]]
+    assert kinds.count("waiting") == 1 and "failed" not in kinds and "backoff" not in kinds
+    assert done["waiting_for"] is None
+
+
+def test_a_python_sleep_across_a_kill_9_and_a_restart_resumes_once_at_its_time(
+        home, tmp_path, pids, tag):
+    effects = tmp_path / "effects"
+    job_id = add(home, "feed.py", f"""#!{sys.executable}
+import sloth_step
+sloth_step.step("fetch", lambda: open({str(effects)!r}, "a").write("fetched\\n"))
+sloth_step.sleep(3)
+open({str(effects)!r}, "a").write("posted\\n")
+print("posted")
+""", tag=tag)
+    log = tmp_path / "daemon.log"
+    daemon = start_daemon(pids, home, log, env=environment(tag))
+    wait_for(lambda: show(home, job_id)["waiting_for"] is not None, timeout=20,
+             what="the job to sleep")
+    until = show(home, job_id)["waiting_for"]["until"]
+    daemon.kill()  # kill -9 of the app while the job sleeps
+    daemon.wait(timeout=10)
+    assert show(home, job_id)["state"] == "pending"
+    log2 = tmp_path / "daemon2.log"
+    daemon = start_daemon(pids, home, log2, env=environment(tag))  # the restart
+    try:
+        assert show(home, job_id)["state"] == "pending"  # not run at the start: not due
+        wait_for(lambda: show(home, job_id)["state"] == "done", timeout=20,
+                 what="the job to wake after the restart")
+        assert time.time() >= until
+    finally:
+        quit_daemon(daemon, log2)
+    assert lines(effects) == ["fetched", "posted"]
+    assert show(home, job_id)["runs"] == 2
+
+
+def test_an_app_killed_right_after_the_sleep_was_recorded_leaves_it_waiting(home, tmp_path,
+                                                                             pids, tag):
+    """The run recorded its wait, and the app went before it ended the run: the next
+    start finds the lease and takes it back as the wait it was, not as a lost attempt."""
+    from sloth_tray.store.queue import Queue
+
+    job_id = add(home, "nap.sh", "#!/bin/sh\nsloth-tray sleep 1h\necho woke\n", tag=tag)
+    queue = Queue(home.db)
+    try:
+        job = queue.claim("gone:1", token="t" * 32)
+        assert job is not None and job.id == job_id
+        env = environment(tag) | {"SLOTH_QUEUE": str(home.db), "SLOTH_JOB_ID": job_id,
+                                  "SLOTH_RUN_TOKEN": "t" * 32, "SLOTH_LEASE_OWNER": "gone:1"}
+        sleeper = pids.popen([SLOTH, "sleep", "1h"], env=env, stderr=subprocess.PIPE)
+        wait_for(lambda: queue.waited(job_id, "t" * 32) is not None, what="the wait")
+        assert sleeper.poll() is None  # it holds on until the app ends the run
+        sleeper.kill()
+        sleeper.wait()
+        queue.expire_leases()
+        assert queue.claim("next:2") is None  # taken back as a wait: not due for an hour
+        again = queue.get(job_id)
+        assert again.state == "pending" and again.attempts == 0
+        assert again.not_before > time.time() + 3000
+    finally:
+        queue.close()
+
+
+def test_an_ask_answered_from_the_cli_runs_the_job_on_with_the_answer(home, tmp_path,
+                                                                     pids, tag):
+    effects = tmp_path / "effects"
+    job_id = add(home, "mail.sh", f"""#!/bin/sh
+sloth-tray step draft -- sh -c 'echo drafted >> {effects}'
+if [ "$(sloth-tray ask "Send the summary to Bob?" --choices yes,no)" = yes ]; then
+    echo sent >> {effects}
+fi
+echo finished
+""", tag=tag)
+    other = add(home, "other.py", f"""#!{sys.executable}
+import sloth_step
+print(sloth_step.ask("Pay for the model call?", choices=["go", "stop"]))
+""", tag=tag)
+    log = tmp_path / "daemon.log"
+    daemon = start_daemon(pids, home, log, env=environment(tag))
+    try:
+        wait_for(lambda: all(show(home, job)["waiting_for"] for job in (job_id, other)),
+                 timeout=20, what="both jobs to ask")
+        wait_for(lambda: not job_processes(job_id) and not job_processes(other), timeout=10,
+                 what="no process left")
+        asks = show(home, job_id)["waiting_for"]
+        assert asks == {"kind": "answer", "until": None, "question": "Send the summary to Bob?",
+                        "choices": ["yes", "no"], "default": None}
+        # Not a choice, or a job that asks nothing: one sentence, exit 2, nothing changes.
+        wrong = sloth(home, "answer", job_id, "maybe", check=False)
+        assert wrong.returncode == 2 and "not an answer" in wrong.stderr
+        assert "Traceback" not in wrong.stderr and show(home, job_id)["waiting_for"]
+        sloth(home, "answer", job_id, "yes")
+        sloth(home, "answer", other, "stop")
+        wait_for(lambda: {show(home, job)["state"] for job in (job_id, other)} == {"done"},
+                 timeout=20, what="both jobs to run on")
+        again = sloth(home, "answer", job_id, "yes", check=False)
+        assert again.returncode == 2 and "not asking" in again.stderr
+    finally:
+        quit_daemon(daemon, log)
+    assert lines(effects) == ["drafted", "sent"]
+    assert show(home, other)["result"] == "stop"
+
+
+def test_an_ask_times_out_to_its_default_or_fails_unanswered(home, tmp_path, tag):
+    with_default = add(home, "d.sh", "#!/bin/sh\nsloth-tray ask 'go?' --default no "
+                                     "--timeout 1s\n", tag=tag)
+    without = add(home, "n.sh", "#!/bin/sh\nsloth-tray ask 'go?' --timeout 1s\n"
+                                "echo went\n", tag=tag)
+    assert "asking" in work(home, tag)
+    time.sleep(1.1)  # the timeout on the wall clock: the next work runs both
+    said = work(home, tag)
+    assert show(home, with_default)["state"] == "done", said
+    assert show(home, with_default)["result"] == "no"
+    failed = show(home, without)
+    assert failed["state"] == "failed" and failed["reason"] == "unanswered"
+    assert "nobody answered 'go?'" in failed["last_error"]
+    assert failed["attempts"] == 0
+
+
+def test_a_job_cancelled_while_it_asks_asks_no_more(home, tmp_path, tag):
+    job_id = add(home, "c.sh", "#!/bin/sh\nsloth-tray ask 'really?'\n", tag=tag)
+    work(home, tag)
+    assert show(home, job_id)["waiting_for"] is not None
+    sloth(home, "cancel", job_id)
+    assert show(home, job_id)["waiting_for"] is None
+    assert "really?" not in sloth(home, "status").stdout
+    refused = sloth(home, "answer", job_id, "yes", check=False)
+    assert refused.returncode == 2 and "not asking" in refused.stderr
+
+
+def test_outside_a_job_sleep_sleeps_and_ask_takes_its_default(tmp_path):
+    env = environment()
+    started = time.monotonic()
+    done = subprocess.run([SLOTH, "sleep", "0.3"], env=env, capture_output=True, timeout=10)
+    assert done.returncode == 0 and time.monotonic() - started >= 0.3
+    asked = subprocess.run([SLOTH, "ask", "go?", "--default", "yes"], env=env,
+                           capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=10)
+    assert asked.returncode == 0 and asked.stdout == "yes\n"
+    bad = subprocess.run([SLOTH, "sleep", "soon"], env=env, capture_output=True, text=True,
+                         timeout=10)
+    assert bad.returncode == 2 and "is not a duration" in bad.stderr
+
+
+def test_a_sleep_called_from_a_run_that_is_over_records_nothing(home, tmp_path, tag):
+    job_id = add(home, "late.sh", "#!/bin/sh\ntrue\n", tag=tag)
+    env = environment(tag) | {"SLOTH_QUEUE": str(home.db), "SLOTH_JOB_ID": job_id,
+                              "SLOTH_RUN_TOKEN": "x" * 32, "SLOTH_LEASE_OWNER": "nobody"}
+    done = subprocess.run([SLOTH, "sleep", "1h"], env=env, capture_output=True, text=True,
+                          timeout=10, stdin=subprocess.DEVNULL)
+    assert done.returncode == 125 and "records nothing" in done.stderr
+    with sqlite3.connect(home.db) as db:
+        assert db.execute("SELECT count(*) FROM steps").fetchone()[0] == 0
