@@ -18,7 +18,7 @@ from typing import Any
 
 from sloth_tray.errors import SlothError
 from sloth_tray.jobs import schedule, series
-from sloth_tray.store import rows
+from sloth_tray.store import rows, schedules
 from sloth_tray.timefmt import format_duration
 
 Zone = Callable[[], tzinfo]  # this machine's zone (or the injected one), read when needed
@@ -64,10 +64,12 @@ def missed_head(db: sqlite3.Connection, now: float, waits: str,
                 waits_params: dict[str, str]) -> str | None:
     """The job next in line, when it is a calendar run whose time was missed and
     that was not judged yet (nor made due by hand: run-now, retry, which give it a
-    not_before other than its scheduled time). `waits`: reads.not_waiting's clause."""
+    not_before other than its scheduled time). `waits`: reads.not_waiting's clause.
+    A series paused on its own is not in line at all: its missed run is judged
+    once it is resumed, never while it is held."""
     row = db.execute(
         "SELECT id FROM jobs WHERE id = (SELECT id FROM jobs "
-        f"WHERE state = 'pending' AND not_before <= :now{waits} "
+        f"WHERE state = 'pending' AND not_before <= :now{waits} AND {schedules.NOT_HELD} "
         "ORDER BY not_before, rowid LIMIT 1) "
         "AND not_before < :late AND json_extract(options, '$.scheduled') = not_before "
         "AND (json_type(options, '$.at') IS NOT NULL "
@@ -80,9 +82,11 @@ def missed_head(db: sqlite3.Connection, now: float, waits: str,
 def settle_missed_run(db: sqlite3.Connection, job_id: str, now: float, local: Zone) -> bool:
     """One late calendar run: it runs now for the times it stands for, or it
     moves to its next calendar time; every dropped time is told in a
-    `skipped` event. False when there was nothing to do after all."""
+    `skipped` event. False when there was nothing to do after all (it ran, was
+    cancelled, or its series was paused since missed_head found it)."""
     row = db.execute("SELECT not_before, options FROM jobs "
-                     "WHERE id = ? AND state = 'pending'", (job_id,)).fetchone()
+                     f"WHERE id = ? AND state = 'pending' AND {schedules.NOT_HELD}",
+                     (job_id,)).fetchone()
     if row is None:
         return False
     not_before, options = row[0], json.loads(row[1])

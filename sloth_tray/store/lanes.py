@@ -177,7 +177,8 @@ def rename(db: sqlite3.Connection, old: str, new: str) -> int:
 def counts(db: sqlite3.Connection, now: float, whole_queue_paused: bool,
            not_waiting: tuple[str, dict[str, str]] = ("", {})) -> dict[str, dict[str, Any]]:
     """Per lane: jobs in each state, how many are due now (`not_waiting`: the clause
-    that leaves out jobs held back by an unmet condition), and whether it is paused.
+    that leaves out pending jobs held back otherwise, reads.not_held_back: an unmet
+    condition, a series paused on its own), and whether it is paused.
     A paused lane has nothing due now: nothing of it will start."""
     states = ("pending", "running", "done", "failed", "cancelled")
     words = _words(db)

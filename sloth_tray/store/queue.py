@@ -1280,7 +1280,7 @@ class Queue:
         """Per lane, as `status --json` has them (reads.summary's "lanes")."""
         with self._autocommit() as db:
             return lanes.counts(db, self.clock(), reads.paused(db),
-                                reads.not_waiting(reads.unmet(db)))
+                                reads.not_held_back(reads.unmet(db)))
 
     def next_wakeup(self, unmet: frozenset[str] = frozenset(),
                     renewed: Collection[str] = ()) -> float | None:

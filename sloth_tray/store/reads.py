@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sloth_tray.errors import SlothError, UnknownJob
 from sloth_tray.paths import Home
-from sloth_tray.store import lanes, steps
+from sloth_tray.store import lanes, schedules, steps
 from sloth_tray.store.schema import connect, translated_errors
 from sloth_tray.store.states import State
 
@@ -88,14 +88,24 @@ def not_waiting(unmet: frozenset[str] | set[str]) -> tuple[str, dict[str, str]]:
             {f"unmet{i}": f",{name}," for i, name in enumerate(names)})
 
 
+def not_held_back(unmet: frozenset[str] | set[str]) -> tuple[str, dict[str, str]]:
+    """not_waiting(), and the claim's other word on a pending job itself: its series
+    is not paused on its own (schedules.NOT_HELD). What a glance leaves out of "due
+    now", so that it counts what a claim would take."""
+    waits, params = not_waiting(unmet)
+    return f"{waits} AND {schedules.NOT_HELD}", params
+
+
 def waiting_on(db: sqlite3.Connection, now: float, unmet: frozenset[str]) -> dict[str, int]:
     """Due jobs that wait, per unmet condition (only those some job waits on). Empty
-    when every condition holds."""
+    when every condition holds. A run of a series paused on its own waits for that
+    pause first (as `schedules` says): it is left out."""
     found: dict[str, int] = {}
     for name in sorted(unmet):
         n = db.execute(
             "SELECT count(*) FROM jobs WHERE state = 'pending' AND not_before <= :now "
-            "AND instr(',' || json_extract(options, '$.require') || ',', :name)",
+            "AND instr(',' || json_extract(options, '$.require') || ',', :name) "
+            f"AND {schedules.NOT_HELD}",
             {"now": now, "name": f",{name},"}).fetchone()[0]
         if n:
             found[name] = n
@@ -106,14 +116,15 @@ def summary(db: sqlite3.Connection, now: float) -> dict[str, Any]:
     """counts(), whether the queue is paused, and the same per lane ("lanes": see
     lanes.counts). While the queue is paused, nothing is due now,
     whatever the clock says: nothing will start. Jobs waiting for a condition are
-    not due either; "waiting_on" says how many wait for which."""
+    not due either ("waiting_on" says how many wait for which), nor are the runs of a
+    series paused on its own: what is due is what a claim would take."""
     found: dict[str, Any] = state_counts(db)
     is_paused = paused(db)
     held_back = unmet(db)
     waits = waiting_on(db, now, held_back)
-    per_lane = lanes.counts(db, now, is_paused, not_waiting(held_back))
+    per_lane = lanes.counts(db, now, is_paused, not_held_back(held_back))
     # Due now: what a lane that starts jobs now would start (a paused lane's are not;
-    # nor are jobs held back by an unmet condition).
+    # nor are jobs held back by an unmet condition or a series' own pause).
     found["due_now"] = sum(lane["due_now"] for lane in per_lane.values())
     found["lanes"] = per_lane
     return found | {"paused": is_paused} | ({"waiting_on": waits} if waits else {})
@@ -209,12 +220,13 @@ def running_by_lane(db: sqlite3.Connection) -> dict[str, dict[str, Any]]:
 
 def next_job(db: sqlite3.Connection, unmet: frozenset[str] = frozenset()) -> dict[str, Any] | None:
     """The waiting job a claim takes next (the soonest due, a job that waits for an
-    unmet condition or in a lane paused on its own left out; while the whole queue is
-    paused, the one that starts first after `resume`): its id, name and due time; None
-    when none waits."""
+    unmet condition, in a lane paused on its own or of a series paused on its own left
+    out; while the whole queue is paused, the one that starts first after `resume`):
+    its id, name and due time; None when none waits."""
     waits, params = not_waiting(unmet)
     row = db.execute("SELECT id, name, not_before FROM jobs INDEXED BY jobs_due "
                      f"WHERE state = 'pending'{waits} AND {lanes.NOT_PAUSED_ON_ITS_OWN} "
+                     f"AND {schedules.NOT_HELD} "
                      f"AND not_before < {steps.NEVER!r} "  # an ask: due once answered
                      "ORDER BY not_before, rowid LIMIT 1", params).fetchone()
     return None if row is None else {"id": row[0], "name": row[1], "due": row[2]}

@@ -3,7 +3,7 @@ last run at each point of its life, on the injected clock."""
 
 from __future__ import annotations
 
-from conftest import FakeClock, run_once
+from conftest import FakeClock, berlin, run_once
 
 from sloth_tray.cli.reading import schedule_rows
 from sloth_tray.store.queue import Queue
@@ -102,3 +102,62 @@ def test_overdue_and_lane(tmp_path):
     assert "overdue" in row(queue, "feed")["NOTE"]
     assert queue.schedules(lane="main") == [] and only(queue, lane="net")["lane"] == "net"
     queue.close()
+
+
+def test_a_paused_series_is_neither_next_nor_due_in_status_and_the_snapshot(home):
+    """What the claim passes over, every glance passes over too: status's next and
+    due counts (per lane and in all), the snapshot's, the waits on a condition."""
+    from sloth_tray.daemon import snapshot
+    from sloth_tray.store import reads
+
+    clock = FakeClock()
+    with Queue(home.db, clock=clock) as queue:
+        queue.push("check_inbox", script="/spool/a/check_inbox.sh", options={"every": PERIOD})
+        queue.push("feed", script="/spool/b/feed.sh",
+                   options={"every": PERIOD, "require": "network"})
+        later = queue.push("tidy", delay=600)
+        assert queue.set_series_paused("check_inbox", True) == 1
+        assert queue.set_series_paused("feed", True) == 1
+        queue.set_unmet({"network"})
+        assert queue.claim("w", unmet=frozenset({"network"})) is None  # the claim's word
+        assert queue.next_due(frozenset({"network"})) == clock.now + 600
+        shot, _ = snapshot.read(queue, (), frozenset({"network"}))
+        lane_counts = queue.lane_counts()
+        held = {found["name"]: found["waiting_for"] for found in queue.schedules()}
+    found = reads.read(home, clock, per_lane=True)
+    assert found["next"]["id"] == later  # not check_inbox, due now but held
+    assert (found["due_now"], found["lanes"]["main"]["due_now"]) == (0, 0)
+    assert "waiting_on" not in found  # feed waits for its pause, not the network
+    assert (shot.due_now, shot.lanes[0].due_now) == (0, 0)
+    assert lane_counts["main"]["due_now"] == 0
+    assert held == {"check_inbox": "this schedule's pause", "feed": "this schedule's pause"}
+
+
+def test_a_paused_calendar_series_is_not_caught_up_by_a_claim(berlin_queue):
+    """A missed calendar run of a series paused on its own is left as it was: no
+    catch-up, no skip, no move, until the series is resumed."""
+    clock = berlin_queue.clock_
+    berlin_queue.push("report", script="/spool/r/report.sh", options={"at": "08:35"})
+    other = berlin_queue.push("digest", script="/spool/d/digest.sh", options={"at": "08:40"})
+    clock.now = berlin(2026, 3, 2, 8, 35)
+    assert run_once(berlin_queue)
+    clock.now = berlin(2026, 3, 2, 8, 40)
+    assert run_once(berlin_queue) == other
+    assert berlin_queue.set_series_paused("report", True) == 1
+    [held] = berlin_queue.jobs_named("report", ["pending"])
+    assert held.not_before == berlin(2026, 3, 3, 8, 35)
+    before = berlin_queue.history(held.id)
+
+    clock.now = berlin(2026, 3, 6, 12, 0)  # four days off: both series missed runs
+    caught_up = berlin_queue.claim("w")
+    assert caught_up is not None and caught_up.name == "digest"  # not held up behind it
+    kept = berlin_queue.get(held.id)
+    assert (kept.not_before, kept.options, kept.updated_at) == \
+        (held.not_before, held.options, held.updated_at)
+    assert berlin_queue.history(held.id) == before
+
+    assert berlin_queue.set_series_paused("report", False) == 1
+    berlin_queue.complete(caught_up.id, "w")
+    resumed = berlin_queue.claim("w")
+    assert resumed.id == held.id
+    assert "caught_up" in [event.kind for event in berlin_queue.history(held.id)]
