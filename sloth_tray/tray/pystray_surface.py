@@ -40,6 +40,10 @@ PLAIN_X11_REFUSED = (
     "its plain X11 icon, which can freeze the app; install PyGObject into this "
     "environment for the GTK icon and menu")
 BACKEND_VARIABLE = "PYSTRAY_BACKEND"  # pystray reads it once, when first imported
+# pystray's menu items carry no icon: the badge a row has elsewhere (the overdue clock
+# on a Schedules row) is said in its label instead, in words every menu font draws.
+OVERDUE_MARK = "overdue"
+ICON_WORDS = {Look.OVERDUE: OVERDUE_MARK}
 
 
 def backend_to_ask(environ: Mapping[str, str], platform: str = sys.platform) -> str | None:
@@ -113,6 +117,12 @@ def guarded(action: Callable[[], None], label: str) -> Callable[[object, object]
             log.exception("the menu item %r failed", label)
 
     return call
+
+
+def labelled(item: Item) -> str:
+    """The row's label, with its badge in words (ICON_WORDS) when it has one."""
+    word = ICON_WORDS.get(item.icon) if item.icon is not None else None
+    return f"{item.label} · {word}" if word else item.label
 
 
 class PystraySurface:
@@ -246,5 +256,5 @@ class PystraySurface:
         else:
             action = None
         checked = None if item.checked is None else (lambda _, value=item.checked: value)
-        return self.pystray.MenuItem(item.label, action, enabled=item.enabled,
+        return self.pystray.MenuItem(labelled(item), action, enabled=item.enabled,
                                      checked=checked, default=item.default)

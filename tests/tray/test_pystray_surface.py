@@ -92,6 +92,33 @@ def test_an_item_that_raises_is_logged_and_the_menu_goes_on(dummy_pystray, caplo
     assert f"the menu item {str(quit_entry.text)!r} failed" in caplog.text
 
 
+def test_an_overdue_schedules_row_says_so_in_its_label_where_pystray_draws_no_icon(
+        dummy_pystray):
+    """pystray's menu items carry no icon: the amber clock an overdue series' row has
+    in a StatusNotifier menu is a word in its label here, on that row alone."""
+    from sloth_tray.daemon.snapshot import Schedule
+    from sloth_tray.tray.pystray_surface import OVERDUE_MARK, PystraySurface
+
+    assert "icon" not in dummy_pystray.MenuItem.__init__.__code__.co_varnames
+    shot = replace(BUSY, schedules=(
+        Schedule("/spool/a/feed.sh", "feed", "every 10m", "s1", NOW - 900, overdue=True),
+        Schedule("/spool/b/inbox.sh", "inbox", "every 2m", "s2", NOW + 60)))
+    surface = PystraySurface()
+    surface.set_menu(lambda: presenter.menu(shot, Recorder(), NOW))
+    model = presenter.menu(shot, Recorder(), NOW)
+    [section] = [item for item in model if item.key == "schedules"]
+    [entry] = [entry for entry in surface.icon.menu.items
+               if str(entry.text) == section.label]
+    feed, inbox = section.submenu
+    shown_feed, shown_inbox = entry.submenu.items
+    assert feed.icon is not None and inbox.icon is None
+    assert str(shown_feed.text) == f"{feed.label} · {OVERDUE_MARK}"
+    assert str(shown_inbox.text) == inbox.label
+    # Its own submenu's rows are as the model has them.
+    assert [str(sub.text) for sub in shown_feed.submenu.items] == \
+        [sub.label for sub in feed.submenu]
+
+
 # -- which backend pystray is asked for ------------------------------------------------
 
 @pytest.mark.parametrize(("platform", "environ", "asked"), [
