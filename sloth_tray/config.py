@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sloth_tray import limits
 from sloth_tray.errors import SlothError
-from sloth_tray.paths import APP_NAME, JOBS_ENV
+from sloth_tray.paths import JOBS_ENV, user_dir
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
@@ -25,9 +25,7 @@ CONFIG_ENV = "SLOTH_TRAY_CONFIG"
 
 
 def default_path() -> Path:
-    import platformdirs  # here: not needed when the file is named (--config, the env)
-
-    return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)) / "config.toml"
+    return user_dir("config") / "config.toml"
 
 
 def _flag(value: Any) -> bool:

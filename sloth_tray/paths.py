@@ -8,6 +8,7 @@ nothing (`Home.readable`).
 from __future__ import annotations
 
 import os
+import sys
 from collections import namedtuple
 from collections.abc import Mapping
 from pathlib import Path
@@ -161,6 +162,27 @@ def log_folder_name(job_id: str, name: str) -> str:
     return f"{safe}-{job_id}"
 
 
+# Linux's user folders, as the XDG base directory rules (and platformdirs) say them:
+# an absolute $XDG_..._HOME, else the default under ~.
+XDG_USER_DIRS = {"data": ("XDG_DATA_HOME", "~/.local/share"),
+                 "config": ("XDG_CONFIG_HOME", "~/.config")}
+
+
+def user_dir(kind: str, env: Mapping[str, str] = os.environ) -> Path:
+    """platformdirs' user_data_dir or user_config_dir ("data", "config") of the app.
+    On Linux worked out here, the same folder without importing platformdirs, which
+    brings tempfile, shutil and the compression modules into every command that reads."""
+    if sys.platform.startswith("linux") and "ANDROID_DATA" not in env:
+        variable, default = XDG_USER_DIRS[kind]
+        base = env.get(variable, "")
+        return Path(base if os.path.isabs(base) else os.path.expanduser(default)) / APP_NAME
+    import platformdirs  # elsewhere: its rules, not copied here
+
+    if kind == "data":
+        return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+    return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False))
+
+
 def locate(
     home: str | os.PathLike[str] | None = None,
     jobs: str | os.PathLike[str] | None = None,
@@ -182,11 +204,9 @@ def locate(
         if not root.parent.is_dir():
             raise SlothError(f"no such folder: {root.parent} (the parent of home {root})")
     else:
-        import platformdirs  # here: not needed when the home is named (--home, the env)
-
         # Its parent is made by Home.ensure, when something is to be written: a
         # command that only reads makes nothing.
-        root = Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+        root = user_dir("data", env)
     if root.exists() and not root.is_dir():
         raise SlothError(f"the home folder {root} is not a folder")
     jobs_dir = jobs or env.get(JOBS_ENV)

@@ -144,3 +144,17 @@ def test_the_queue_runs_none_of_what_a_job_runs():
     assert "sloth_tray.store.steps" in loaded(code="import sloth_tray.store.queue")
     for code in ("import sloth_tray.store.queue", "import sloth_tray.store.reads"):
         assert sorted(m for m in loaded(code=code) if m.startswith("sloth_tray.for_jobs")) == []
+
+
+def test_a_glance_without_a_home_named_loads_no_platformdirs(tmp_path, monkeypatch):
+    """The default home and config.toml are found as platformdirs finds them, without it
+    (and the tempfile, shutil and compression modules it brings) on Linux."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the XDG folders are worked out here on Linux only")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("SLOTH_TRAY_HOME", "SLOTH_TRAY_CONFIG", "XDG_DATA_HOME", "XDG_CONFIG_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    for command in (["status", "--json"], ["status"], ["schedules"]):
+        modules = loaded(*command)
+        assert sorted(m for m in ("platformdirs", "tempfile", "shutil", "bz2", "lzma")
+                      if m in modules) == [], command

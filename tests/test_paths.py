@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+import pytest
+
 from sloth_tray.paths import LOG_NAME_CHARACTERS, Home, log_folder_name
 
 ID = "0123456789ab"
@@ -33,3 +38,23 @@ def test_a_jobs_folder_is_found_by_its_id_and_an_old_one_is_kept(tmp_path):
     (tmp_path / "logs" / "sloth-tray.log").write_text("")  # the app's own log: no job's
     assert home.log_folders() == {ID: made, other: tmp_path / "logs" / other}
     assert home.log_folders(other) == {other: tmp_path / "logs" / other}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the XDG folders: Linux")
+@pytest.mark.parametrize("xdg", [None, "", "relative/dir", "/abs/xdg", "~/tilde"])
+def test_the_default_home_and_config_are_where_platformdirs_puts_them(tmp_path, monkeypatch,
+                                                                     xdg):
+    import platformdirs
+
+    from sloth_tray import config
+    from sloth_tray.paths import APP_NAME, locate
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("SLOTH_TRAY_HOME", "SLOTH_TRAY_JOBS", "XDG_DATA_HOME", "XDG_CONFIG_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    if xdg is not None:
+        monkeypatch.setenv("XDG_DATA_HOME", xdg)
+        monkeypatch.setenv("XDG_CONFIG_HOME", xdg + "/conf" if xdg else xdg)
+    assert locate().root == Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+    assert config.default_path() == Path(
+        platformdirs.user_config_dir(APP_NAME, appauthor=False)) / "config.toml"

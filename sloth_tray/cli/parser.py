@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import sys
 from collections.abc import Callable
 
 from sloth_tray import __version__, limits
@@ -30,6 +32,11 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {printable(message)}\n")
+
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        """argparse's formatter, given its width: left to itself it imports shutil (and
+        with it zlib, bz2 and lzma) in every add_argument, for the terminal's width."""
+        return self.formatter_class(prog=self.prog, width=terminal_columns() - 2)
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         """A choice mistyped (a command, a --state) gets the nearest one: `did you mean
@@ -64,6 +71,21 @@ class _NotBuilt:
 
     def add_mutually_exclusive_group(self) -> _NotBuilt:
         return self
+
+
+def terminal_columns() -> int:
+    """shutil.get_terminal_size().columns, as argparse asks it: $COLUMNS, else the
+    terminal's, else 80."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
+    except (AttributeError, ValueError, OSError):
+        return 80
 
 
 def add_common(parser: argparse.ArgumentParser) -> None:

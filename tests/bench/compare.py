@@ -17,6 +17,10 @@ apt-get, otherwise the script says what to run), then run it from the repository
     python tests/bench/compare.py --out DIR    # where results.json and chart.png go
                                                # (default tests/bench/results/, git-ignored)
     python tests/bench/compare.py --json       # the results as JSON on stdout, not the table
+    python tests/bench/compare.py --only burst,cli   # just these sections, at full size (or
+                                               # with --quick/--smoke, at theirs): one row
+                                               # measured again without the whole run
+    python tests/bench/compare.py --only burst --burst-rounds 5   # sloth's burst 5 times
     python tests/bench/compare.py --smoke      # CI (.ci/run): every section with tiny counts,
                                                # about 15 s, quiet; writes nothing unless --out
 
@@ -121,10 +125,10 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, redirect_stderr
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from statistics import median
+from statistics import median, quantiles
 from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -175,6 +179,11 @@ class Mode:
     repeats: int = 3  # drops per idle length and system
     cli_runs: int = 21  # whole-process runs per command, interleaved; the figure is the median
     step_calls: int = 500  # sloth_step.step() calls in one process, each kind; median
+    burst_rounds: int = 1  # sloth bursts, each on a daemon of its own; the figure is the median
+    only: tuple[str, ...] = ()  # the sections to run (empty: every one)
+
+    def runs(self, section: str) -> bool:
+        return not self.only or section in self.only
 
     @property
     def quick(self) -> bool:
@@ -346,7 +355,8 @@ def idle_summary(readings: list[Usage]) -> dict[str, Any]:
         "wakeups_per_min": median(wakeups),
         "cpu_ms_per_min": median(cpu),
         "rss_mib": median(r.rss_kib for r in readings) / 1024,
-        "sub_windows": {"wakeups_per_min": wakeups, "cpu_ms_per_min": cpu},
+        "sub_windows": {"wakeups_per_min": wakeups, "cpu_ms_per_min": cpu,
+                        "rss_mib": [r.rss_kib / 1024 for r in readings]},
         "window_s": last.at - first.at,
         "window_wakeups": last.switches - first.switches,
         "window_cpu_ms": 1000 * (last.cpu_s - first.cpu_s),
@@ -1145,8 +1155,13 @@ def measure_burst(mode: Mode, root: Path, reaper: Reaper, tsp: str | None,
     results: dict[str, Any] = {"jobs": count, "script": BURST_SCRIPT}
     floors = [floor_burst(count, root / "burst-floor-1")]
     log(f"  floor {floors[0]['jobs_per_s']:8.0f} jobs/s")
-    results["sloth"] = sloth_burst(count, root, reaper)
-    log(f"  sloth {results['sloth']['jobs_per_s']:8.0f} jobs/s")
+    bursts = []
+    for round_no in range(mode.burst_rounds):
+        bursts.append(sloth_burst(count, root / f"round-{round_no + 1}", reaper))
+        log(f"  sloth {bursts[-1]['jobs_per_s']:8.0f} jobs/s")
+    # The median round stands for sloth (its stages and CPU with it); every round is kept.
+    results["sloth"] = {**sorted(bursts, key=lambda b: b["jobs_per_s"])[len(bursts) // 2],
+                        "runs": bursts}
     if "huey" in peers:
         results["huey"] = huey_burst(count, root, reaper)
         log(f"  huey  {results['huey']['jobs_per_s']:8.0f} jobs/s")
@@ -1337,6 +1352,16 @@ class Row:
     better: str = ""  # "lower" or "higher"; empty: nothing to compare with
     note: str = ""
     skip: str = ""  # why this machine cannot have the figures (a peer not installed, ...)
+    runs: list[float] | None = None  # every figure the sloth value is the median (or one) of
+    peer_runs: list[float] | None = None  # the same for the peer's value
+
+    @property
+    def spread(self) -> dict[str, float] | None:
+        return spread(self.runs)
+
+    @property
+    def peer_spread(self) -> dict[str, float] | None:
+        return spread(self.peer_runs)
 
     @property
     def ratio(self) -> float | None:
@@ -1354,7 +1379,34 @@ class Row:
         return "yes" if lower == (self.better == "lower") else "NO"
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "ratio_peer_over_sloth": self.ratio, "sloth_ahead": self.ahead}
+        fields = {k: v for k, v in asdict(self).items() if k not in ("runs", "peer_runs")}
+        return {**fields, "sloth_spread": self.spread, "peer_spread": self.peer_spread,
+                "ratio_peer_over_sloth": self.ratio, "sloth_ahead": self.ahead}
+
+
+IQR_FROM = 8  # from this many figures on, the table's spread is the IQR, not min-max
+
+
+def spread(values: list[float] | None) -> dict[str, float] | None:
+    """How far a figure's runs ranged: n, min, quartiles, max (None: no runs kept)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    q1, _, q3 = (quantiles(ordered, n=4, method="inclusive") if len(ordered) > 1
+                 else [ordered[0]] * 3)
+    return {"n": len(ordered), "min": ordered[0], "q1": q1, "median": median(ordered), "q3": q3,
+            "max": ordered[-1]}
+
+
+def spread_text(found: dict[str, float] | None, unit: str) -> str:
+    """`min-max (n)`, or `IQR q1-q3 (n)` once there are IQR_FROM figures or more."""
+    if found is None:
+        return "-"
+    if found["n"] == 1:
+        return "one run"
+    low, high, kind = ((found["q1"], found["q3"], "IQR ") if found["n"] >= IQR_FROM
+                       else (found["min"], found["max"], ""))
+    return f"{kind}{number(low, unit)}-{number(high, unit)} (n={found['n']})"
 
 
 def number(value: float | None, unit: str) -> str:
@@ -1380,13 +1432,15 @@ def skipped(reason: str) -> str:
 
 
 def peer_row(row: Row, section: dict[str, Any], name: str, absent: dict[str, str],
-             value: Any) -> Row:
-    """`row` with the peer's value, or, for a peer this machine lacks, the reason why not."""
+             value: Any, runs: Any = None) -> Row:
+    """`row` with the peer's value (and `runs(peer)`, the figures it is the median of), or,
+    for a peer this machine lacks, the reason why not."""
     if name in absent:
         row.skip = absent[name]
         row.note = skipped(absent[name])
     elif name in section:
         row.peer_value = value(section[name])
+        row.peer_runs = runs(section[name]) if runs else [row.peer_value]
     return row
 
 
@@ -1397,18 +1451,24 @@ def idle_rows(idle: dict[str, Any], absent: dict[str, str]) -> list[Row]:
         for subject, when in (("sloth", "empty queue"), ("sloth_job_1h", "job 1h ahead")):
             for peer, peer_label in IDLE_PEERS.items():
                 rows.append(peer_row(Row("idle", f"{label}, {when}", unit, idle[subject][key],
-                                         peer_label, better="lower"),
-                                     idle, peer, absent, lambda p, k=key: p[k]))
+                                         peer_label, better="lower",
+                                         runs=idle[subject]["sub_windows"][key]),
+                                     idle, peer, absent, lambda p, k=key: p[k],
+                                     lambda p, k=key: p["sub_windows"][k]))
     later, empty = idle["sloth_job_1h"], idle["sloth"]
     polls = later["wakeups_per_min"] > empty["wakeups_per_min"] + 1
     rows.append(Row("idle", "job 1h ahead vs empty", "/min", later["wakeups_per_min"],
                     "sloth, empty", empty["wakeups_per_min"], "",
-                    "starts polling!" if polls else "no polling"))
+                    "starts polling!" if polls else "no polling",
+                    runs=later["sub_windows"]["wakeups_per_min"],
+                    peer_runs=empty["sub_windows"]["wakeups_per_min"]))
     stepped = idle["sloth_after_steps"]
     polls = stepped["wakeups_per_min"] > empty["wakeups_per_min"] + 1
     rows.append(Row("idle", MEASURE_IDLE_STEPS, "/min", stepped["wakeups_per_min"],
                     "sloth, empty", empty["wakeups_per_min"], "",
-                    "starts polling!" if polls else "no polling"))
+                    "starts polling!" if polls else "no polling",
+                    runs=stepped["sub_windows"]["wakeups_per_min"],
+                    peer_runs=empty["sub_windows"]["wakeups_per_min"]))
     return rows
 
 
@@ -1418,19 +1478,22 @@ def latency_measure(idle: float) -> str:
 
 def latency_rows(latency: dict[str, Any], absent: dict[str, str]) -> list[Row]:
     return [peer_row(Row("latency", latency_measure(float(idle)), "ms", s["median_ms"], peer,
-                         better="lower"),
-                     latency, peer, absent, lambda p, i=idle: p[i]["median_ms"])
+                         better="lower", runs=s["runs_ms"]),
+                     latency, peer, absent, lambda p, i=idle: p[i]["median_ms"],
+                     lambda p, i=idle: p[i]["runs_ms"])
             for idle, s in latency["sloth"].items() for peer in ("huey", "tsp")]
 
 
 def cli_rows(cli: dict[str, Any], absent: dict[str, str]) -> list[Row]:
-    medians = cli["median_ms"]
+    medians, runs = cli["median_ms"], cli["runs_ms"]
     verdict = "met" if cli["goal_met"] else "NOT met"
     return [Row("cli", MEASURE_CLI, "ms", medians["sloth"], "bare interpreter", medians["bare"],
                 "lower", f"sloth/bare {cli['sloth_over_bare']:.2f}x "
-                f"(goal <= {cli['goal_sloth_over_bare']:g}x: {verdict})"),
-            peer_row(Row("cli", MEASURE_CLI, "ms", medians["sloth"], "tsp -l", better="lower"),
-                     medians, "tsp", absent, lambda p: p)]
+                f"(goal <= {cli['goal_sloth_over_bare']:g}x: {verdict})",
+                runs=runs["sloth"], peer_runs=runs["bare"]),
+            peer_row(Row("cli", MEASURE_CLI, "ms", medians["sloth"], "tsp -l", better="lower",
+                         runs=runs["sloth"]),
+                     medians, "tsp", absent, lambda p: p, lambda p: runs["tsp"])]
 
 
 def burst_measure(count: int) -> str:
@@ -1441,10 +1504,12 @@ def burst_rows(burst: dict[str, Any], absent: dict[str, str]) -> list[Row]:
     measure = burst_measure(burst["jobs"])
     sloth = burst["sloth"]["jobs_per_s"]
     verdict = "met" if burst["goal_met"] else "NOT met"
+    runs = [r["jobs_per_s"] for r in burst["sloth"].get("runs", [burst["sloth"]])]
     rows = [Row("burst", measure, "jobs/s", sloth, "spawn floor", burst["floor"]["jobs_per_s"],
                 "higher", f"sloth/floor {burst['sloth_over_floor']:.2f} "
-                f"(goal >= {burst['goal_sloth_over_floor']:g}: {verdict})")]
-    rows += [peer_row(Row("burst", measure, "jobs/s", sloth, peer, better="higher"),
+                f"(goal >= {burst['goal_sloth_over_floor']:g}: {verdict})", runs=runs,
+                peer_runs=[r["jobs_per_s"] for r in burst["floor"]["runs"]])]
+    rows += [peer_row(Row("burst", measure, "jobs/s", sloth, peer, better="higher", runs=runs),
                       burst, peer, absent, lambda p: p["jobs_per_s"]) for peer in ("huey", "tsp")]
     return rows
 
@@ -1456,13 +1521,15 @@ def cycle_measure(label: str) -> str:
 def cycle_rows(cycles: dict[str, Any], absent: dict[str, str]) -> list[Row]:
     """Each sloth row (the API cycle, the engine loop) against every peer; then the two
     sloth rows against each other."""
-    medians = cycles["median"]
+    medians, runs = cycles["median"], cycles["runs"]
     rows = [peer_row(Row("queue", cycle_measure(label), "cycles/s", medians[sloth], name,
-                         better="higher"), medians, name, absent, lambda p: p)
+                         better="higher", runs=runs[sloth]), medians, name, absent,
+                     lambda p: p, lambda p, n=name: runs[n])
             for sloth, label in SLOTH_CYCLES.items() for name in CYCLE_PEERS]
     rows.append(Row("queue", cycle_measure("engine loop"), "cycles/s",
                     medians["sloth engine loop"], "sloth, API", medians["sloth"], "",
-                    "+ the runner's `started` note"))
+                    "+ the runner's `started` note", runs=runs["sloth engine loop"],
+                    peer_runs=runs["sloth"]))
     return rows
 
 
@@ -1477,10 +1544,11 @@ def scale_rows(scale: list[dict[str, Any]]) -> list[Row]:
         claim, status = scale_measures(s["done"])
         growth = s["claim_us"][SYNCHRONOUS] / base["claim_us"][SYNCHRONOUS]
         rows.append(Row("scale", claim, "us", s["claim_us"][SYNCHRONOUS],
-                        note=f"x{growth:.2f} vs {base['done']:,}"))
+                        note=f"x{growth:.2f} vs {base['done']:,}",
+                        runs=s["claim_runs_us"][SYNCHRONOUS]))
         growth = s["status_us"] / base["status_us"]
         rows.append(Row("scale", status, "us", s["status_us"],
-                        note=f"x{growth:.2f} vs {base['done']:,}"))
+                        note=f"x{growth:.2f} vs {base['done']:,}", runs=s["status_runs_us"]))
     return rows
 
 
@@ -1492,19 +1560,23 @@ def step_rows(steps: dict[str, Any]) -> list[Row]:
     """A step against what it is held to: a skipped one against `status --json` (both whole
     processes), a first one against its command alone, Python's against a millisecond."""
     medians, met, python = steps["median_ms"], steps["goal_met"], steps["python"]
+    runs, python_runs = steps["runs_ms"], python["runs_us"]
     (skipped, status), (first, bare), (py_skipped, _), (py_first, _) = STEP_ROWS
     return [
         Row("steps", skipped, "ms", medians["skipped"], status, medians["status"], "",
             f"skipped/status {steps['skipped_over_status']:.2f}x (goal <= "
-            f"{steps['goal_skipped_over_status']:g}x: {verdict(met['skipped'])})"),
+            f"{steps['goal_skipped_over_status']:g}x: {verdict(met['skipped'])})",
+            runs=runs["skipped"], peer_runs=runs["status"]),
         Row("steps", first, "ms", medians["first"], bare, medians["bare"], "",
             f"adds {steps['first_added_ms']:.1f} ms, {steps['first_added_over_status']:.2f} "
             f"of a status --json (goal <= about {steps['goal_first_added_over_status']:g}: "
-            f"{verdict(met['first'])})"),
+            f"{verdict(met['first'])})", runs=runs["first"], peer_runs=runs["bare"]),
         Row("steps", py_skipped, "us", python["skipped_us"],
-            note=f"goal <= {steps['goal_python_skipped_us']:,.0f} us: {verdict(met['python'])}"),
+            note=f"goal <= {steps['goal_python_skipped_us']:,.0f} us: {verdict(met['python'])}",
+            runs=python_runs["skipped"]),
         Row("steps", py_first, "us", python["first_us"],
-            note="its start and its end, each committed with an fsync"),
+            note="its start and its end, each committed with an fsync",
+            runs=python_runs["first"]),
     ]
 
 
@@ -1535,29 +1607,36 @@ def measure_lanes(mode: Mode, root: Path, reaper: Reaper) -> dict[str, Any]:
 def lane_rows(lanes: dict[str, Any]) -> list[Row]:
     (second, one), (wakeups, _), (rss, one_lane) = LANE_ROWS
     latency, idle = lanes["latency"], lanes["idle"]
+    trials, apps = latency["trials"], idle["summaries"]
+    three, one_app = apps["3 lanes"]["sub_windows"], apps["1 lane"]["sub_windows"]
     return [
         Row("lanes", second, "ms", latency["second_lane_ms"], one, latency["one_lane_ms"], "",
             f"second/one {latency['ratio']:.2f}x (goal <= {latency['goal']:g}x: "
-            f"{verdict(latency['met'])})"),
+            f"{verdict(latency['met'])})", runs=trials["second_lane_ms"],
+            peer_runs=trials["one_lane_ms"]),
         Row("lanes", wakeups, "/min", idle["wakeups_per_min"],
-            note=f"goal 0: {verdict(idle['met']['wakeups'])}"),
+            note=f"goal 0: {verdict(idle['met']['wakeups'])}", runs=three["wakeups_per_min"]),
         Row("lanes", rss, "MiB", idle["rss_3_mib"], one_lane, idle["rss_1_mib"], "",
             f"{idle['rss_more_mib']:+.2f} MiB (goal <= +{idle['goal_rss_mib']:g} MiB: "
-            f"{verdict(idle['met']['rss'])})"),
+            f"{verdict(idle['met']['rss'])})", runs=three["rss_mib"],
+            peer_runs=one_app["rss_mib"]),
     ]
 
 
-def memory_rows(idle: dict[str, Any], tray: dict[str, Any] | None, tray_skipped: str,
-                absent: dict[str, str]) -> list[Row]:
+def memory_rows(idle: dict[str, Any], absent: dict[str, str]) -> list[Row]:
     rows = [peer_row(Row("memory", MEASURE_RSS, "MiB", idle["sloth"]["rss_mib"], label,
-                         better="lower"), idle, name, absent, lambda p: p["rss_mib"])
+                         better="lower", runs=idle["sloth"]["sub_windows"]["rss_mib"]),
+                     idle, name, absent, lambda p: p["rss_mib"],
+                     lambda p: p["sub_windows"]["rss_mib"])
             for name, label in IDLE_PEERS.items()]
-    if tray is None:
-        rows.append(Row("memory", MEASURE_TRAY, "MiB", None, note=skipped(tray_skipped),
-                        skip=tray_skipped))
-    else:
-        rows.append(Row("memory", MEASURE_TRAY, "MiB", tray["rss_mib"]))
     return rows
+
+
+def tray_row(tray: dict[str, Any] | None, tray_skipped: str) -> Row:
+    if tray is None:
+        return Row("memory", MEASURE_TRAY, "MiB", None, note=skipped(tray_skipped),
+                   skip=tray_skipped)
+    return Row("memory", MEASURE_TRAY, "MiB", tray["rss_mib"], runs=tray["samples_mib"])
 
 
 MCP_ROWS = ("start -> initialize reply", "add_job round trip, p50", "add_job round trip, p99",
@@ -1590,12 +1669,16 @@ def mcp_rows(found: dict[str, Any]) -> list[Row]:
     goals, met, idle = found["goals"], found["met"], found["idle"]
     return [
         Row("mcp", start, "ms", found["start_ms"],
-            note=f"goal <= {goals['start_ms']:,.0f} ms: {verdict(met['start'])}"),
+            note=f"goal <= {goals['start_ms']:,.0f} ms: {verdict(met['start'])}",
+            runs=found["start_runs"]),
         Row("mcp", p50, "ms", found["add_p50_ms"],
-            note=f"goal <= {goals['add_p50_ms']:g} ms: {verdict(met['add_p50'])}"),
-        Row("mcp", p99, "ms", found["add_p99_ms"], note=f"of {found['adds']} calls"),
-        Row("mcp", rss, "MiB", idle["rss_mib"]),
+            note=f"goal <= {goals['add_p50_ms']:g} ms: {verdict(met['add_p50'])}",
+            runs=found["add_runs_ms"]),
+        Row("mcp", p99, "ms", found["add_p99_ms"], note=f"of {found['adds']} calls",
+            runs=found["add_runs_ms"]),
+        Row("mcp", rss, "MiB", idle["rss_mib"], runs=idle["sub_windows"]["rss_mib"]),
         Row("mcp", wakeups, "/min", idle["wakeups_per_min"],
+            runs=idle["sub_windows"]["wakeups_per_min"],
             note=f"{idle['window_wakeups']} in {idle['window_s']:.0f} s "
                  f"(goal 0: {verdict(met['wakeups'])})"),
     ]
@@ -1617,15 +1700,26 @@ def table_rows(results: dict[str, Any]) -> list[Row]:
     }
     rows = [row for key, build in builders.items() if key in results
             for row in build(results[key])]
-    if "idle" in results and "tray" in results:
-        rows += memory_rows(results["idle"], results["tray"], results.get("tray_skipped", ""),
-                            absent)
+    if "idle" in results:
+        rows += memory_rows(results["idle"], absent)
+    if "tray" in results:
+        rows.append(tray_row(results["tray"], results.get("tray_skipped", "")))
     return rows
+
+
+# The section measured (SECTIONS) each table section's rows come from, where not its own.
+ROW_SOURCE = {"queue": "cycles", "memory": "idle"}
 
 
 def expected_rows(mode: Mode) -> list[tuple[str, str, str]]:
     """(section, measure, peer) of every row a run in `mode` must produce, from the mode
-    alone: a section that failed, or a row a change forgot, shows up missing."""
+    alone (its --only sections): a section that failed, or a row a change forgot, shows up
+    missing."""
+    return [row for row in every_row(mode)
+            if mode.runs("tray" if row[1] == MEASURE_TRAY else ROW_SOURCE.get(row[0], row[0]))]
+
+
+def every_row(mode: Mode) -> list[tuple[str, str, str]]:
     rows = [("idle", f"{label}, {when}", peer)
             for label in ("wake-ups", "CPU") for when in ("empty queue", "job 1h ahead")
             for peer in IDLE_PEERS.values()]
@@ -1673,13 +1767,13 @@ def ratio_text(row: Row) -> str:
 
 
 def render(rows: list[Row]) -> str:
-    header = ["section", "measure", "unit", "sloth-tray", "peer", "peer value", "peer/sloth",
-              "sloth ahead", "note"]
-    cells = [[r.section, r.measure, r.unit, number(r.sloth, r.unit), r.peer,
-              number(r.peer_value, r.unit), ratio_text(r),
-              r.ahead, r.note] for r in rows]
+    header = ["section", "measure", "unit", "sloth-tray", "spread", "peer", "peer value",
+              "peer spread", "peer/sloth", "sloth ahead", "note"]
+    cells = [[r.section, r.measure, r.unit, number(r.sloth, r.unit),
+              spread_text(r.spread, r.unit), r.peer, number(r.peer_value, r.unit),
+              spread_text(r.peer_spread, r.unit), ratio_text(r), r.ahead, r.note] for r in rows]
     widths = [max(len(row[i]) for row in [header, *cells]) for i in range(len(header))]
-    right = {3, 5, 6}
+    right = {3, 6, 8}
 
     def line(row: list[str]) -> str:
         parts = [c.rjust(w) if i in right else c.ljust(w)
@@ -1958,7 +2052,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "with --smoke, nowhere unless given)")
     parser.add_argument("--json", action="store_true",
                         help="print the results as JSON (the table among them), not the table")
+    parser.add_argument("--only", metavar="SECTION[,SECTION]", type=sections_given,
+                        default=(), help="run just these sections, at the size the mode says "
+                        f"(full without --quick/--smoke): {', '.join(SECTIONS)}")
+    parser.add_argument("--burst-rounds", type=int, default=1, metavar="N",
+                        help="sloth bursts, each on a fresh daemon; the figure is the median "
+                             "(default 1)")
     args = parser.parse_args(argv)
+    if args.burst_rounds < 1:
+        parser.error("--burst-rounds takes a whole number of at least 1")
     if args.out is None and not args.smoke:
         args.out = BENCH_DIR / "results"
     return args
@@ -1966,6 +2068,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 SECTIONS = ("idle", "latency", "cycles", "cli", "burst", "scale", "tray", "steps", "lanes",
             "mcp")
+
+
+def sections_given(text: str) -> tuple[str, ...]:
+    """--only's value: known section names, comma-separated, each once, in SECTIONS order."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in SECTIONS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(unknown) or 'nothing'} is not a section; the sections are "
+            f"{', '.join(SECTIONS)}")
+    return tuple(name for name in SECTIONS if name in names)
 
 
 def run_all(mode: Mode, root: Path, reaper: Reaper, results: dict[str, Any]) -> None:
@@ -1993,6 +2106,8 @@ def run_all(mode: Mode, root: Path, reaper: Reaper, results: dict[str, Any]) -> 
         "mcp": lambda: measure_mcp(mode, root, reaper),
     }
     for name, measure in sections.items():
+        if not mode.runs(name):
+            continue
         try:
             results[name] = measure()
         except Exception as exc:  # the section's rows go missing, and the run says why
@@ -2026,8 +2141,14 @@ def incomplete(mode: Mode, rows: list[Row], failed: dict[str, str]) -> str | Non
         return None
     why = "; ".join(f"the {name} section failed ({reason})" for name, reason in failed.items())
     some = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-    return (f"compare.py --{mode.name}: {len(missing)} of {len(expected_rows(mode))} rows "
+    only = f" --only {','.join(mode.only)}" if mode.only else ""
+    return (f"compare.py --{mode.name}{only}: {len(missing)} of {len(expected_rows(mode))} rows "
             f"were not produced ({some})" + (f": {why}." if why else "."))
+
+
+def charted(results: dict[str, Any]) -> bool:
+    """The chart is drawn from idle, latency and burst: when all three ran, and none failed."""
+    return not results["failed"] and all(k in results for k in ("idle", "latency", "burst"))
 
 
 def measure(mode: Mode, results: dict[str, Any], out: Path | None) -> list[Row]:
@@ -2047,7 +2168,7 @@ def measure(mode: Mode, results: dict[str, Any], out: Path | None) -> list[Row]:
         target = out or root / "results"
         target.mkdir(parents=True, exist_ok=True)
         (target / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-        if not results["failed"]:
+        if charted(results):
             draw_chart(results, target / "chart.png")
     finally:
         reaper.stop_all(root)
@@ -2059,7 +2180,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if not sys.platform.startswith("linux"):
         sys.exit("compare.py reads /proc: Linux only")
-    mode = mode_for("smoke" if args.smoke else "quick" if args.quick else "full")
+    mode = replace(mode_for("smoke" if args.smoke else "quick" if args.quick else "full"),
+                   only=args.only, burst_rounds=args.burst_rounds)
     results: dict[str, Any] = {"peers": peer_versions(mode), "notes": [], "absent": {},
                                "failed": {}, "mode": {**asdict(mode), "queue": asdict(mode.queue)}}
     signal.signal(signal.SIGTERM, on_sigterm)
@@ -2075,7 +2197,7 @@ def main(argv: list[str] | None = None) -> None:
         text = json.dumps(results, indent=2) if args.json else report(results, rows)
     print(text)
     if args.out is not None and not args.json:
-        chart = "" if results["failed"] else f"\nChart: {args.out / 'chart.png'}"
+        chart = f"\nChart: {args.out / 'chart.png'}" if charted(results) else ""
         print(f"\nJSON: {args.out / 'results.json'}{chart}")
     problem = incomplete(mode, rows, results["failed"])
     if problem:

@@ -307,7 +307,8 @@ def measure_scale(done: int, settings: Settings, base: str | None) -> dict[str, 
         fill_seconds = time.perf_counter() - start
         log(f"  scale {done:>9,} done jobs: filled in {fill_seconds:.1f} s")
 
-        result: dict[str, Any] = {"done": done, "fill_seconds": fill_seconds, "claim_us": {}}
+        result: dict[str, Any] = {"done": done, "fill_seconds": fill_seconds, "claim_us": {},
+                                  "claim_runs_us": {}}
         expected = done
         for synchronous in SYNCHRONOUS:
             with Queue(path, synchronous=synchronous) as queue:
@@ -319,10 +320,12 @@ def measure_scale(done: int, settings: Settings, base: str | None) -> dict[str, 
                 expected += settings.claims
                 check_done(queue, expected)
             result["claim_us"][synchronous] = median(claims)
+            result["claim_runs_us"][synchronous] = claims
             log(f"  scale {done:>9,} claim at {synchronous}: {median(claims):.0f} us")
 
         with Queue(path) as queue:
-            result["status_us"] = median(call_latencies(queue.status, settings.reads))
+            result["status_runs_us"] = call_latencies(queue.status, settings.reads)
+            result["status_us"] = median(result["status_runs_us"])
             result["next_wakeup_us"] = median(call_latencies(queue.next_wakeup, settings.reads))
         return result
 
