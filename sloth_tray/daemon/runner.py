@@ -163,6 +163,9 @@ class Runner:
     def _supervise(self, job: Job, child: subprocess.Popen, run_log: CappedLog, token: str,
                    sleep_watch: SleepWatch, readers: list[threading.Thread],
                    running_for: tuple[float, Callable[[], None]] | None) -> Attempt:
+        # Counted before `started`, the owner check that covers every nudge so far: one
+        # that lands after it (a cancel just then) is news to the first wait, not lost.
+        seen_nudges = self._nudges
         if not self.queue.started(job.id, self.owner, procs.describe(child, token)):
             self._reap_group(child, readers, token)
             return Attempt(Ending.LEASE_LOST, TAKEN)
@@ -175,7 +178,6 @@ class Runner:
         started = self.monotonic()  # the timeout counts time awake, not time asleep
         lease_until = job.lease_until  # as claimed; tracked to notice a lapse
         next_beat = self.queue.clock() + beat_every
-        seen_nudges = self._nudges
         # When to call running_for's call: monotonic, like the timeout.
         show_at, show = (None, None) if running_for is None else \
             (started + running_for[0], running_for[1])
