@@ -8,13 +8,72 @@ import sys
 import threading
 import time
 from datetime import datetime
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import settings
 
 from sloth_tray.daemon.snapshot import FailedJob, FailedSeries, RunningJob, Snapshot, WaitingJob
 from sloth_tray.paths import locate
 from sloth_tray.store.queue import Queue
+
+# -- how the suite runs: two workers side by side (pytest-xdist, `-n 2 --dist loadgroup`) --
+
+# Hypothesis: `ci` (CI sets CI=true) tries as many examples as each test asks for; `dev`
+# a fifth of them, for a quicker run at a desk. A test that asks for a count of its own
+# asks through examples(), so that it follows the profile. No deadline in either: on a
+# busy machine a slow example is the machine's doing, not the code's.
+settings.register_profile("ci", max_examples=100, deadline=None)  # Hypothesis' own count
+settings.register_profile("dev", max_examples=20, deadline=None)
+settings.load_profile("dev" if os.environ.get("CI", "").lower() in ("", "0", "false") else "ci")
+
+
+def examples(on_ci: int) -> int:
+    """How many examples a test that tries `on_ci` of them on CI tries under the loaded
+    profile (`ci`: that many; `dev`: a fifth)."""
+    return max(1, on_ci * settings.default.max_examples // 100)
+
+
+# What must not share the machine runs in one xdist group, one test after another: each
+# real desktop host's module (two different hosts may run side by side), and the tests
+# whose 1 s leases a busy neighbour could make lapse (marked `short_lease`). A module
+# whose tests share a module-scoped fixture (a daemon, a bus, a tmpfs) is a group too:
+# set up once, on one worker.
+DESKTOP_GROUPS = {"test_gnome.py": "gnome-shell", "test_kde.py": "plasma",
+                  "test_waybar.py": "waybar"}  # the others: xfce4-panel and trayer on Xvfb
+X11_PANELS = "xfce4-panel-and-trayer"
+SHORT_LEASES = "short-leases"
+
+
+def shares_a_module_fixture(item) -> bool:
+    return any(fixture.scope == "module"
+               for fixtures in item._fixtureinfo.name2fixturedefs.values()
+               for fixture in fixtures)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Marks by folder (`desktop`, `faults`), the xdist groups above, and the long tests
+    that run alone first: one left for the end would keep the run waiting on it."""
+    tests = Path(__file__).parent
+    for item in items:
+        path = Path(item.path)
+        group = None
+        if path.parent == tests / "desktop":
+            item.add_marker(pytest.mark.desktop)
+            group = DESKTOP_GROUPS.get(path.name, X11_PANELS)
+        elif path.parent == tests / "faults":
+            item.add_marker(pytest.mark.faults)
+        if item.get_closest_marker("short_lease"):
+            group = SHORT_LEASES
+        elif group is None and shares_a_module_fixture(item):
+            group = str(path.relative_to(tests))
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    first = [item for item in items
+             if item.get_closest_marker("slow") and not item.get_closest_marker("xdist_group")]
+    taken = set(map(id, first))
+    items[:] = first + [item for item in items if id(item) not in taken]
 
 
 class FakeClock:

@@ -19,7 +19,7 @@ import sys
 import tempfile
 
 import pytest
-from conftest import wait_for
+from conftest import examples, wait_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
@@ -33,7 +33,7 @@ from sloth_tray.store.queue import Queue, State
 
 # Hypothesis keeps its caches out of the source tree, and no example database.
 set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), "sloth-tray-hypothesis"))
-FUZZ = settings(max_examples=300, deadline=None, database=None)
+FUZZ = settings(max_examples=examples(300), deadline=None, database=None)
 
 # -- the ranges themselves ----------------------------------------------------------
 

@@ -115,6 +115,7 @@ def test_unrunnable_scripts_fail_at_once_with_a_sentence(home, name, text, error
     assert queue.get(job.id).state == State.FAILED
 
 
+@pytest.mark.short_lease
 def test_a_lost_lease_kills_the_child_at_once(home, tmp_path, pids):
     # Beats a second apart: A's lease lapses (and A notes its renewal, maybe after B's
     # claim) only if A's thread is held up for two seconds.
@@ -379,6 +380,7 @@ def test_python_jobs_in_a_frozen_app_use_the_systems_python(monkeypatch, tmp_pat
     assert argv[0] == str(system)
 
 
+@pytest.mark.short_lease
 def test_a_database_locked_past_the_busy_timeout_loses_neither_the_child_nor_the_outcome(
         home, tmp_path):
     queue = Queue(home.db, busy_timeout=0.05, lease_seconds=1.2)
@@ -456,6 +458,7 @@ class QueueThatCannotNote(Queue):
         raise DatabaseProblem("the queue is locked by another program")
 
 
+@pytest.mark.short_lease
 def test_a_nap_that_cannot_be_noted_does_not_cost_the_running_job(home, tmp_path):
     wall = {"offset": 0.0}
     queue = QueueThatCannotNote(home.db, clock=lambda: time.time() + wall["offset"],

@@ -36,7 +36,9 @@ from faultkit import (
 from sloth_tray.paths import locate
 from sloth_tray.store.queue import Queue, State
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
+# 1 s leases: a busy neighbour would make them lapse (tests/conftest.py)
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc"),
+              pytest.mark.short_lease]
 
 BUSY_TIMEOUT = 5.0  # the daemon's (Queue's default)
 PROBLEM_RETRY = 30.0  # the engine's own retry after a database problem, unless woken
