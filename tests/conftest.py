@@ -52,6 +52,7 @@ def shares_a_module_fixture(item) -> bool:
                for fixture in fixtures)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the items
 def pytest_collection_modifyitems(config, items):
     """Marks by folder (`desktop`, `faults`), the xdist groups above, and the long tests
     that run alone first: one left for the end would keep the run waiting on it."""
@@ -74,6 +75,29 @@ def pytest_collection_modifyitems(config, items):
              if item.get_closest_marker("slow") and not item.get_closest_marker("xdist_group")]
     taken = set(map(id, first))
     items[:] = first + [item for item in items if id(item) not in taken]
+
+
+UNGROUPED = pytest.StashKey[str]()
+
+
+def pytest_collection_finish(session):
+    """On a worker of `--dist loadgroup`, xdist tells the groups by a suffix of the node
+    id (`...@gnome-shell`). A test it could not give one would be dealt out alone, a
+    host's tests side by side: each such test fails instead, saying why."""
+    if "PYTEST_XDIST_WORKER" not in os.environ or not session.config.getvalue("loadgroup"):
+        return
+    for item in session.items:
+        if item.get_closest_marker("xdist_group") and \
+                item.nodeid.rfind("@") < item.nodeid.rfind("]"):
+            item.stash[UNGROUPED] = (
+                "pytest-xdist could not put this test in its xdist group (--dist "
+                "loadgroup): this pytest and pytest-xdist do not work together (see the "
+                "pins in pyproject.toml)")
+
+
+def pytest_runtest_setup(item):
+    if UNGROUPED in item.stash:
+        pytest.fail(item.stash[UNGROUPED], pytrace=False)
 
 
 class FakeClock:
