@@ -354,12 +354,22 @@ class Recorder:
         return control
 
 
+def blocks(pid: int, tid: int, sig: int) -> bool:
+    """Whether thread `tid` of `pid` blocks `sig` (its SigBlk mask)."""
+    with open(f"/proc/{pid}/task/{tid}/status") as status:
+        mask = next(line for line in status if line.startswith("SigBlk:")).split()[1]
+    return bool(int(mask, 16) >> (sig - 1) & 1)
+
+
 def to_other_thread(pid: int, sig: int) -> None:
-    """Deliver `sig` to the newest thread of `pid` that is not its main thread: the
-    kernel may hand a signal sent to a process to any of its threads."""
+    """Deliver `sig` to the newest thread of `pid` that is not its main thread and does
+    not block it: the kernel may hand a signal sent to a process to any such thread
+    (never to one that blocks it, as GLib's own threads do: sent there, it would wait
+    for good)."""
     import ctypes
 
-    tid = max(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
+    tid = max(int(t) for t in os.listdir(f"/proc/{pid}/task")
+              if int(t) != pid and not blocks(pid, int(t), sig))
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.tgkill(pid, tid, sig) != 0:
         raise OSError(ctypes.get_errno(), f"tgkill({pid}, {tid}, {sig}) failed")
