@@ -8,9 +8,11 @@ import sys
 import threading
 import time
 from datetime import datetime
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import settings
 
 from sloth_tray.daemon.snapshot import (
     FailedJob,
@@ -23,6 +25,87 @@ from sloth_tray.daemon.snapshot import (
 from sloth_tray.paths import locate
 from sloth_tray.store.queue import Queue
 from sloth_tray.store.states import Reason
+
+# -- how the suite runs: two workers side by side (pytest-xdist, `-n 2 --dist loadgroup`) --
+
+# Hypothesis: `ci` (CI sets CI=true) tries as many examples as each test asks for; `dev`
+# a fifth of them, for a quicker run at a desk. A test that asks for a count of its own
+# asks through examples(), so that it follows the profile. No deadline in either: on a
+# busy machine a slow example is the machine's doing, not the code's.
+settings.register_profile("ci", max_examples=100, deadline=None)  # Hypothesis' own count
+settings.register_profile("dev", max_examples=20, deadline=None)
+settings.load_profile("dev" if os.environ.get("CI", "").lower() in ("", "0", "false") else "ci")
+
+
+def examples(on_ci: int) -> int:
+    """How many examples a test that tries `on_ci` of them on CI tries under the loaded
+    profile (`ci`: that many; `dev`: a fifth)."""
+    return max(1, on_ci * settings.default.max_examples // 100)
+
+
+# What must not share the machine runs in one xdist group, one test after another: each
+# real desktop host's module (two different hosts may run side by side), and the tests
+# whose 1 s leases a busy neighbour could make lapse (marked `short_lease`). A module
+# whose tests share a module-scoped fixture (a daemon, a bus, a tmpfs) is a group too:
+# set up once, on one worker.
+DESKTOP_GROUPS = {"test_gnome.py": "gnome-shell", "test_kde.py": "plasma",
+                  "test_waybar.py": "waybar"}  # the others: xfce4-panel and trayer on Xvfb
+X11_PANELS = "xfce4-panel-and-trayer"
+SHORT_LEASES = "short-leases"
+
+
+def shares_a_module_fixture(item) -> bool:
+    return any(fixture.scope == "module"
+               for fixtures in item._fixtureinfo.name2fixturedefs.values()
+               for fixture in fixtures)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the items
+def pytest_collection_modifyitems(config, items):
+    """Marks by folder (`desktop`, `faults`), the xdist groups above, and the long tests
+    that run alone first: one left for the end would keep the run waiting on it."""
+    tests = Path(__file__).parent
+    for item in items:
+        path = Path(item.path)
+        group = None
+        if path.parent == tests / "desktop":
+            item.add_marker(pytest.mark.desktop)
+            group = DESKTOP_GROUPS.get(path.name, X11_PANELS)
+        elif path.parent == tests / "faults":
+            item.add_marker(pytest.mark.faults)
+        if item.get_closest_marker("short_lease"):
+            group = SHORT_LEASES
+        elif group is None and shares_a_module_fixture(item):
+            group = str(path.relative_to(tests))
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    first = [item for item in items
+             if item.get_closest_marker("slow") and not item.get_closest_marker("xdist_group")]
+    taken = set(map(id, first))
+    items[:] = first + [item for item in items if id(item) not in taken]
+
+
+UNGROUPED = pytest.StashKey[str]()
+
+
+def pytest_collection_finish(session):
+    """On a worker of `--dist loadgroup`, xdist tells the groups by a suffix of the node
+    id (`...@gnome-shell`). A test it could not give one would be dealt out alone, a
+    host's tests side by side: each such test fails instead, saying why."""
+    if "PYTEST_XDIST_WORKER" not in os.environ or not session.config.getvalue("loadgroup"):
+        return
+    for item in session.items:
+        if item.get_closest_marker("xdist_group") and \
+                item.nodeid.rfind("@") < item.nodeid.rfind("]"):
+            item.stash[UNGROUPED] = (
+                "pytest-xdist could not put this test in its xdist group (--dist "
+                "loadgroup): this pytest and pytest-xdist do not work together (see the "
+                "pins in pyproject.toml)")
+
+
+def pytest_runtest_setup(item):
+    if UNGROUPED in item.stash:
+        pytest.fail(item.stash[UNGROUPED], pytrace=False)
 
 
 class FakeClock:
@@ -280,12 +363,22 @@ class Recorder:
         return control
 
 
+def blocks(pid: int, tid: int, sig: int) -> bool:
+    """Whether thread `tid` of `pid` blocks `sig` (its SigBlk mask)."""
+    with open(f"/proc/{pid}/task/{tid}/status") as status:
+        mask = next(line for line in status if line.startswith("SigBlk:")).split()[1]
+    return bool(int(mask, 16) >> (sig - 1) & 1)
+
+
 def to_other_thread(pid: int, sig: int) -> None:
-    """Deliver `sig` to the newest thread of `pid` that is not its main thread: the
-    kernel may hand a signal sent to a process to any of its threads."""
+    """Deliver `sig` to the newest thread of `pid` that is not its main thread and does
+    not block it: the kernel may hand a signal sent to a process to any such thread
+    (never to one that blocks it, as GLib's own threads do: sent there, it would wait
+    for good)."""
     import ctypes
 
-    tid = max(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
+    tid = max(int(t) for t in os.listdir(f"/proc/{pid}/task")
+              if int(t) != pid and not blocks(pid, int(t), sig))
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.tgkill(pid, tid, sig) != 0:
         raise OSError(ctypes.get_errno(), f"tgkill({pid}, {tid}, {sig}) failed")

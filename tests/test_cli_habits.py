@@ -224,8 +224,16 @@ def test_wait_exits_1_and_says_which_failed(home, tmp_path):
 
 def test_ctrl_c_on_wait_exits_130(home, pids):
     job_id = add(home, "later.sh", "true\n", "--delay", "1h")
-    waiting = popen(pids, home, "wait", job_id)
-    wait_for(lambda: blocked_for_good(waiting.pid), what="wait to block")
+    # Started as a terminal's shell starts it, with Ctrl-C's signal at its default: a
+    # test run started in the background (`&`) hands its children SIGINT ignored, and
+    # Python leaves an ignored SIGINT ignored.
+    waiting = pids.popen(["env", "--default-signal=INT", sys.executable, "-m", "sloth_tray",
+                          "wait", "--home", str(home.root), job_id], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    # Its watch's thread first: before it, a start-up held up in a read() of a module
+    # on a busy machine looks the same as the wait.
+    wait_for(lambda: len(os.listdir(f"/proc/{waiting.pid}/task")) > 1
+             and blocked_for_good(waiting.pid), what="wait to block")
     waiting.send_signal(signal.SIGINT)
     assert waiting.wait(timeout=10) == 130
     assert "Traceback" not in waiting.stderr.read()

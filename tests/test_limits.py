@@ -20,7 +20,7 @@ import sys
 import tempfile
 
 import pytest
-from conftest import wait_for
+from conftest import examples, wait_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
@@ -35,7 +35,7 @@ from sloth_tray.timefmt import parse_duration
 
 # Hypothesis keeps its caches out of the source tree, and no example database.
 set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), "sloth-tray-hypothesis"))
-FUZZ = settings(max_examples=300, deadline=None, database=None)
+FUZZ = settings(max_examples=examples(300), deadline=None, database=None)
 
 # -- the ranges themselves ----------------------------------------------------------
 

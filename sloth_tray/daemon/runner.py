@@ -167,6 +167,9 @@ class Runner:
                    running_for: tuple[float, Callable[[], None]] | None) -> Attempt:
         """The spawned child until it ends, or the run is cut short: each wake-up looks
         at its end, the requests, the timeout, then (when due) the lease."""
+        # Counted before `started`, the owner check that covers every nudge so far: one
+        # that lands after it (a cancel just then) is news to the first wait, not lost.
+        seen_nudges = self._nudges
         if not self.queue.started(job.id, self.owner, procs.describe(child, token)):
             self._reap_group(child, readers, token)
             return Attempt(Ending.LEASE_LOST, TAKEN)
@@ -180,7 +183,6 @@ class Runner:
         timeout_at = None if timeout is None else started + timeout
         lease_until = job.lease_until  # as claimed; tracked to notice a lapse
         next_beat = self.queue.clock() + beat_every
-        seen_nudges = self._nudges
         # When to call running_for's call: monotonic, like the timeout.
         show_at, show = (None, None) if running_for is None else \
             (started + running_for[0], running_for[1])

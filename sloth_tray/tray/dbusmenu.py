@@ -24,8 +24,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
+import os
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any
 
@@ -47,6 +49,7 @@ from dbus_fast.service import (
 )
 
 from sloth_tray.desktop.bus import guarded
+from sloth_tray.text import printable
 from sloth_tray.tray.icons import Look, badge
 from sloth_tray.tray.presenter import REFRESH_SECONDS, SEPARATOR, Item, default_action
 from sloth_tray.tray.surface import MenuBuilder
@@ -65,7 +68,27 @@ BAD_ID = "org.freedesktop.DBus.Error.InvalidArgs"
 # say "opened" for the root menu, nor waybar "closed") gets ASKED_FOR seconds from its
 # last question: a menu nobody reads costs no more than that.
 OPEN_AT_MOST = 600.0
-ASKED_FOR = 30.0
+ASKED_FOR_ENV = "SLOTH_TRAY_MENU_ASKED_FOR"  # seconds: a knob for tests and diagnosis only
+
+
+def asked_for(environ: Mapping[str, str]) -> float:
+    """ASKED_FOR: 30 s, or the seconds $SLOTH_TRAY_MENU_ASKED_FOR says (the desktop tests,
+    which run the app as a child process, would otherwise wait the 30 s out)."""
+    given = environ.get(ASKED_FOR_ENV)
+    if given is None:
+        return 30.0
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= OPEN_AT_MOST:  # NaN too
+        log.warning("%s=%s is not a number of seconds from 0 to %g: the menu keeps to 30 s",
+                    ASKED_FOR_ENV, printable(given), OPEN_AT_MOST)
+        return 30.0
+    return seconds
+
+
+ASKED_FOR = asked_for(os.environ)
 
 # The D-Bus types of the methods below (dbus-fast reads them from the annotations).
 Ints = Annotated[list[int], DBusSignature("ai")]

@@ -48,6 +48,7 @@ echo finished
     assert not alive(orphan), "the orphan of the first attempt must be killed"
 
 
+@pytest.mark.short_lease
 def test_sigstop_past_the_lease_then_sigcont_finishes_once_without_reclaim(home, tmp_path, pids):
     effects, go = tmp_path / "effects", tmp_path / "go"
     job_id = add(home, "once.sh", f"""echo "side effect $SLOTH_ATTEMPT $$" >> {effects}
@@ -158,6 +159,7 @@ def test_the_daemon_refuses_to_start_on_a_damaged_database(home):
     assert home.db.read_bytes() == damaged
 
 
+@pytest.mark.slow
 def test_a_burst_of_drops_survives_kill_9_at_any_moment_exactly_once(home, pids):
     """Drop files while the daemon is killed at random moments; after a last
     restart every file is exactly one job and none is left in the inbox."""

@@ -157,6 +157,7 @@ def wakeups(pid: int) -> int:
     return total
 
 
+@pytest.mark.slow
 def test_an_idle_app_with_three_lanes_wakes_up_not_once(home, tmp_path, pids):
     """Every lane ran a job and has one due later (an hour off): nothing ticks."""
     effects, hold = tmp_path / "effects", tmp_path / "hold"

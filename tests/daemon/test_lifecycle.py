@@ -59,6 +59,7 @@ def settled(home) -> bool:
     return not status["running"] and not status["due_now"]
 
 
+@pytest.mark.slow
 def test_prune_then_restart_never_runs_a_finished_job_again(home, tmp_path, pids):
     runs = tmp_path / "runs"
     done = add(home, "once.sh", f"echo ran >> {runs}")

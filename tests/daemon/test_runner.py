@@ -117,8 +117,11 @@ def test_unrunnable_scripts_fail_at_once_with_a_sentence(home, name, text, error
     assert queue.get(job.id).state == State.FAILED
 
 
+@pytest.mark.short_lease
 def test_a_lost_lease_kills_the_child_at_once(home, tmp_path, pids):
-    queue = Queue(home.db, lease_seconds=1.0)
+    # Beats a second apart: A's lease lapses (and A notes its renewal, maybe after B's
+    # claim) only if A's thread is held up for two seconds.
+    queue = Queue(home.db, lease_seconds=3.0)
     pidfile = tmp_path / "pid"
     path = script(home, "hang.sh", f"echo $$ > {pidfile}; sleep 300; echo 'side effect'")
     job = start(queue, path, owner="A")
@@ -126,8 +129,9 @@ def test_a_lost_lease_kills_the_child_at_once(home, tmp_path, pids):
     thread, results = run_in_thread(runner, job)
     child = pids.add(int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(),
                                   what="the child to start")))
-    # Another worker whose clock says A's lease ran out takes the job over.
-    later = Queue(home.db, clock=lambda: time.time() + 1.0, lease_seconds=600)
+    # Another worker whose clock says A's lease ran out long ago takes the job over. (A
+    # clock only a lease ahead loses to a beat of A's that commits after B read it.)
+    later = Queue(home.db, clock=lambda: time.time() + 600, lease_seconds=600)
     assert later.claim("B").lease_owner == "B"
     thread.join(timeout=10)
     assert results and results[0].effect == Effect.LOST
@@ -151,6 +155,33 @@ def test_a_cancelled_running_job_is_stopped_at_the_next_nudge(home, tmp_path, pi
     assert results[0].effect == Effect.LOST
     assert results[0].detail == "it was cancelled while it ran"
     wait_for(lambda: not alive(child), timeout=2, what="the child to die")
+    assert queue.get(job.id).state == State.CANCELLED
+
+
+def test_a_cancel_and_its_nudge_just_after_the_start_is_written_stop_the_job(home, tmp_path,
+                                                                              pids):
+    """The cancel, and the nudge that says so, land between the runner's owner-checked
+    `started` (which found the job still ours) and its first wait: the nudge is still
+    taken as news, not as one seen already."""
+    queue = Queue(home.db, lease_seconds=600)  # heartbeats far apart: the nudge must do it
+    pidfile = tmp_path / "pid"
+    job = start(queue, script(home, "hang.sh", f"echo $$ > {pidfile}; sleep 300"))
+    runner = Runner(queue, home, "me")
+    written = queue.started
+
+    def started_then_cancelled(job_id, owner, child):
+        ours = written(job_id, owner, child)
+        if "pid" in child:  # the child runs: the cancel comes right now
+            pids.add(child["pid"])
+            assert queue.cancel(job_id)
+            runner.nudge()
+        return ours
+
+    queue.started = started_then_cancelled
+    thread, results = run_in_thread(runner, job)
+    thread.join(timeout=10)
+    assert results and results[0].effect == Effect.LOST
+    assert results[0].detail == "it was cancelled while it ran"
     assert queue.get(job.id).state == State.CANCELLED
 
 
@@ -351,6 +382,7 @@ def test_python_jobs_in_a_frozen_app_use_the_systems_python(monkeypatch, tmp_pat
     assert argv[0] == str(system)
 
 
+@pytest.mark.short_lease
 def test_a_database_locked_past_the_busy_timeout_loses_neither_the_child_nor_the_outcome(
         home, tmp_path):
     queue = Queue(home.db, busy_timeout=0.05, lease_seconds=1.2)
@@ -428,6 +460,7 @@ class QueueThatCannotNote(Queue):
         raise DatabaseProblem("the queue is locked by another program")
 
 
+@pytest.mark.short_lease
 def test_a_nap_that_cannot_be_noted_does_not_cost_the_running_job(home, tmp_path):
     wall = {"offset": 0.0}
     queue = QueueThatCannotNote(home.db, clock=lambda: time.time() + wall["offset"],

@@ -162,6 +162,7 @@ def step_rows(home, job_id: str) -> int:
 # -- a retry skips what happened ------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_automatic_retry_skips_done_steps_and_writes_their_output_again(home, tmp_path,
                                                                            pids, tag):
     effects, flag = tmp_path / "effects", tmp_path / "flag"
@@ -301,6 +302,7 @@ exit 0
     assert '"nope"' in unknown.stderr and '"header"' in unknown.stderr
 
 
+@pytest.mark.slow
 def test_retry_from_and_fresh_forget_steps_of_done_and_cancelled_jobs(home, tmp_path):
     effects = tmp_path / "effects"
     script = "#!/bin/sh\n# sloth: max_attempts=1\n" + "".join(

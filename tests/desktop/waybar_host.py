@@ -520,9 +520,15 @@ class Waybar:
     def log(self) -> str:
         return self.waybar_log.read_text(errors="replace")
 
-    def close(self) -> None:
+    def disconnect(self) -> None:
+        """The tests' own connection closed, before the bus goes (else its reader ends
+        on EOF, said on stderr whenever its future is collected)."""
         if self.bus is not None:
             self.bus.close()
+            self.bus = None
+
+    def close(self) -> None:
+        self.disconnect()
         shutil.rmtree(self.root, ignore_errors=True)
 
 

@@ -179,6 +179,7 @@ def locked(tmp_path_factory):
         pids.cleanup()
 
 
+@pytest.mark.short_lease  # the lock scenario\'s daemon has a 1 s lease
 def test_jobs_due_during_the_lock_wait_it_out_and_run_once_after(locked):
     jobs = locked["first_run"]
     assert locked["held_a"] > BUSY_TIMEOUT
@@ -199,6 +200,7 @@ def test_jobs_due_during_the_lock_wait_it_out_and_run_once_after(locked):
     assert locked["exit"] == 0
 
 
+@pytest.mark.short_lease  # the lock scenario\'s daemon has a 1 s lease
 def test_a_job_running_through_the_lock_finishes_once_without_reclaim(locked):
     job, kinds = locked["first_run"][locked["long"]]
     assert locked["held_b"] > BUSY_TIMEOUT
@@ -209,6 +211,7 @@ def test_a_job_running_through_the_lock_finishes_once_without_reclaim(locked):
                for line in locked["applog"].splitlines())
 
 
+@pytest.mark.short_lease  # the lock scenario\'s daemon has a 1 s lease
 def test_a_job_whose_heartbeat_waits_on_a_shorter_lock_finishes_once(locked):
     job, kinds = locked["first_run"][locked["brief"]]
     assert 1.0 < locked["held_c"] < BUSY_TIMEOUT
@@ -216,11 +219,13 @@ def test_a_job_whose_heartbeat_waits_on_a_shorter_lock_finishes_once(locked):
     assert kinds.count("completed") == 1 and "reclaimed" not in kinds, kinds
 
 
+@pytest.mark.short_lease  # the lock scenario\'s daemon has a 1 s lease
 def test_a_lease_that_lapsed_while_its_heartbeat_waited_is_recorded_as_renewed(locked):
     _, kinds = locked["first_run"][locked["brief"]]
     assert "renewed" in kinds, kinds
 
 
+@pytest.mark.short_lease  # the lock scenario\'s daemon has a 1 s lease
 def test_an_add_during_the_lock_fails_in_one_line(locked):
     code, out, err = locked["add"]
     assert (code, out) == (1, "")
@@ -228,16 +233,19 @@ def test_an_add_during_the_lock_fails_in_one_line(locked):
     assert "locked by another program" in err and "Traceback" not in err
 
 
+@pytest.mark.short_lease  # the lock scenario\'s daemon has a 1 s lease
 def test_an_add_that_failed_is_never_queued_later(locked):
     names = [job.name for job, _ in locked["after_restart"].values()]
     assert "refused" not in names and "refused 1" not in locked["effects"]
 
 
+@pytest.mark.short_lease  # the lock scenario\'s daemon has a 1 s lease
 def test_a_file_dropped_during_the_lock_is_queued_once_the_lock_goes(locked):
     dropped = [job for job, _ in locked["first_run"].values() if job.name == "dropped"]
     assert len(dropped) == 1 and dropped[0].state == State.DONE
 
 
+@pytest.mark.short_lease  # the lock scenario\'s daemon has a 1 s lease
 def test_the_lock_loses_nothing_in_the_end(locked):
     """After a restart every job the user was told about is done, exactly once."""
     jobs = locked["after_restart"]

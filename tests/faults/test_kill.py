@@ -33,7 +33,9 @@ from faultkit import (
 from sloth_tray.paths import locate
 from sloth_tray.store.queue import State
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
+# 1 s leases: a busy neighbour would make them lapse (tests/conftest.py)
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc"),
+              pytest.mark.short_lease]
 
 TRIALS = 30
 SEED = 20261130

@@ -21,7 +21,9 @@ from faultkit import jobs_with_history, new_tag, reap, start_daemon, sweep
 from sloth_tray.paths import locate
 from sloth_tray.store.queue import State
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
+# 1 s leases: a busy neighbour would make them lapse (tests/conftest.py)
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc"),
+              pytest.mark.short_lease]
 
 TRIALS = 12
 AT_ONCE = 4  # trials run side by side, each with a daemon and a home of its own

@@ -132,6 +132,7 @@ def test_kill_9_mid_step_then_restart_runs_only_that_step_again(setup, tmp_path,
     assert "Traceback" not in log_text(tmp_path / "d2.log")
 
 
+@pytest.mark.short_lease
 def test_sigstop_of_the_daemon_past_the_lease_completes_the_step_once(setup, tmp_path, pids):
     home, tag, effects, go = setup
     job_id = add(home, tag, "nap.sh", three_steps(effects, go, ask=True))

@@ -12,7 +12,7 @@ import tempfile
 from datetime import datetime
 
 import pytest
-from conftest import BERLIN, berlin, run_once
+from conftest import BERLIN, berlin, examples, run_once
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
@@ -24,7 +24,7 @@ from sloth_tray.store import spool
 from sloth_tray.store.queue import Queue, State
 
 set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), "sloth-tray-hypothesis"))
-FUZZ = settings(max_examples=300, deadline=None, database=None)
+FUZZ = settings(max_examples=examples(300), deadline=None, database=None)
 
 DAY = 86400.0
 
@@ -365,6 +365,7 @@ schedule_texts = st.one_of(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(key=st.sampled_from(WORD_KEYS), value=schedule_texts, quoted=st.booleans())
 def test_fuzz_a_calendar_header_value_is_kept_whole_or_one_sentence_naming_the_key(

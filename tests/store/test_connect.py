@@ -200,6 +200,7 @@ def _open_when_told(path, go, results) -> None:
         results.put(f"{type(exc).__name__}: {exc}")
 
 
+@pytest.mark.slow
 def test_processes_opening_a_new_queue_file_at_the_same_moment_all_get_it(tmp_path):
     """The daemon's first start and a command typed at the same moment (or two
     commands) meet on a file that does not exist yet. Each must get the queue: none may

@@ -20,7 +20,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from conftest import FakeClock
+import pytest
+from conftest import FakeClock, examples
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -227,6 +228,6 @@ class LaneMachine(RuleBasedStateMachine):
 
 
 LaneMachine.TestCase.settings = settings(
-    max_examples=100, stateful_step_count=40, deadline=None,
+    max_examples=examples(100), stateful_step_count=40, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
-TestLaneModel = LaneMachine.TestCase
+TestLaneModel = pytest.mark.slow(LaneMachine.TestCase)

@@ -45,7 +45,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from conftest import FakeClock
+from conftest import FakeClock, examples
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
@@ -1113,10 +1113,11 @@ class SpoolMachine(RuleBasedStateMachine):
 
 
 SpoolMachine.TestCase.settings = settings(
-    max_examples=150, stateful_step_count=80, deadline=None, database=None, print_blob=True,
+    max_examples=examples(150), stateful_step_count=80, deadline=None, database=None,
+    print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-TestSpoolModel = SpoolMachine.TestCase
+TestSpoolModel = pytest.mark.slow(SpoolMachine.TestCase)
 
 
 # -- known tricky sequences, replayed step by step ------------------------------------------
@@ -1971,10 +1972,11 @@ class StepMachine(RuleBasedStateMachine):
 
 
 StepMachine.TestCase.settings = settings(
-    max_examples=150, stateful_step_count=60, deadline=None, database=None, print_blob=True,
+    max_examples=examples(150), stateful_step_count=60, deadline=None, database=None,
+    print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-TestStepModel = StepMachine.TestCase
+TestStepModel = pytest.mark.slow(StepMachine.TestCase)
 
 
 def replay_steps(*steps: tuple[str, dict[str, Any]]) -> None:

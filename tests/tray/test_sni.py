@@ -42,6 +42,7 @@ from dbus_fast.service import (  # noqa: E402
 from sloth_tray.daemon.snapshot import Snapshot  # noqa: E402
 from sloth_tray.desktop import bus as busmod  # noqa: E402
 from sloth_tray.errors import SlothError  # noqa: E402
+from sloth_tray.text import printable  # noqa: E402
 from sloth_tray.tray import presenter  # noqa: E402
 from sloth_tray.tray.icons import Look, render  # noqa: E402
 from sloth_tray.tray.sni import (  # noqa: E402
@@ -781,7 +782,40 @@ def test_a_panel_asking_for_everything_at_once_never_costs_the_connection(tray):
     assert tray.prop("Id") == "sloth-tray"  # the item still answers
 
 
-def test_an_open_menus_times_move_once_a_second_and_a_closed_one_costs_nothing(tray, scene):
+def test_a_host_that_only_asks_is_given_30s_unless_the_test_knob_says_otherwise(caplog):
+    """$SLOTH_TRAY_MENU_ASKED_FOR: what the desktop tests shorten the window with; a value
+    that is not a number of seconds is one sentence in the log, and the 30 s stand."""
+    from sloth_tray.tray.dbusmenu import ASKED_FOR_ENV, OPEN_AT_MOST, asked_for
+
+    assert asked_for({}) == 30.0
+    assert asked_for({ASKED_FOR_ENV: "4.5"}) == 4.5
+    assert asked_for({ASKED_FOR_ENV: str(OPEN_AT_MOST)}) == OPEN_AT_MOST
+    assert caplog.records == []
+    for bad in ("", "soon", "5s", "0", "-1", "nan", "inf", "601", "4\x1b"):
+        caplog.clear()
+        assert asked_for({ASKED_FOR_ENV: bad}) == 30.0
+        assert [record.getMessage() for record in caplog.records] == [
+            f"SLOTH_TRAY_MENU_ASKED_FOR={printable(bad)} is not a number of seconds from 0 "
+            "to 600: the menu keeps to 30 s"]
+
+
+REFRESH = 0.4  # seconds: the open menu's refresh in the tests below (the app's: 1 s)
+
+
+@pytest.fixture
+def refresh(monkeypatch) -> float:
+    """An open menu refreshed every REFRESH seconds instead of every second. The tests'
+    waits and windows are counted in refresh periods, so they keep their proportions."""
+    from sloth_tray.tray import dbusmenu
+
+    monkeypatch.setattr(dbusmenu, "REFRESH_SECONDS", REFRESH)
+    monkeypatch.setattr(presenter, "REFRESH_SECONDS", REFRESH)
+    return REFRESH
+
+
+@pytest.mark.slow
+def test_an_open_menus_times_move_once_a_second_and_a_closed_one_costs_nothing(tray, scene,
+                                                                               refresh):
     def event(name: str) -> None:
         tray.panel.call(tray.name, "/MenuBar", MENU, "Event", "isvu",
                         [0, name, Variant("s", ""), 0])
@@ -810,14 +844,15 @@ def test_an_open_menus_times_move_once_a_second_and_a_closed_one_costs_nothing(t
     assert tray.panel.signals[closed:] == [], "a closed menu was rebuilt"
 
 
+@pytest.mark.slow
 def test_a_host_that_only_asks_gets_moving_times_for_a_bounded_while(tray, scene,
-                                                                     monkeypatch):
+                                                                     monkeypatch, refresh):
     """xfce4-panel and waybar open the root menu with AboutToShowGroup([0]) and never say
     "opened" (nor waybar "closed"): times move all the same, and stop ASKED_FOR seconds
     after the host last asked, the rows' ids unchanged."""
     from sloth_tray.tray import dbusmenu
 
-    monkeypatch.setattr(dbusmenu, "ASKED_FOR", 3.0)
+    monkeypatch.setattr(dbusmenu, "ASKED_FOR", 3 * refresh)
     _revision, (_root, _props, children) = tray.layout()
     running = children[0].value[0]
     tray.panel.call(tray.name, "/MenuBar", MENU, "AboutToShowGroup", "ai", [[0]])
@@ -840,16 +875,16 @@ def test_a_host_that_only_asks_gets_moving_times_for_a_bounded_while(tray, scene
             time.sleep(0.1)
         return True
 
-    wait_for(lambda: quiet_for(2.5 * presenter.REFRESH_SECONDS), timeout=15,
-             what="the updates to stop")
-    assert time.monotonic() - started < 3.0 + 2.5 * presenter.REFRESH_SECONDS + 2
+    wait_for(lambda: quiet_for(2.5 * refresh), timeout=15, what="the updates to stop")
+    assert time.monotonic() - started < 3 * refresh + 2.5 * refresh + 2
 
 
+@pytest.mark.slow
 def test_a_host_that_never_says_closed_is_believed_for_a_bounded_while(tray, scene,
-                                                                      monkeypatch):
+                                                                      monkeypatch, refresh):
     from sloth_tray.tray import dbusmenu
 
-    monkeypatch.setattr(dbusmenu, "OPEN_AT_MOST", 3.0)
+    monkeypatch.setattr(dbusmenu, "OPEN_AT_MOST", 3 * refresh)
     tray.panel.call(tray.name, "/MenuBar", MENU, "Event", "isvu",
                     [0, "opened", Variant("s", ""), 0])
     started = time.monotonic()
@@ -857,7 +892,7 @@ def test_a_host_that_never_says_closed_is_believed_for_a_bounded_while(tray, sce
     def ticking() -> bool:
         count = tray.members().count("ItemsPropertiesUpdated")
         scene.now += 1
-        deadline = time.monotonic() + 2.5 * presenter.REFRESH_SECONDS
+        deadline = time.monotonic() + 2.5 * refresh
         while time.monotonic() < deadline:
             if tray.members().count("ItemsPropertiesUpdated") != count:
                 return True
@@ -866,15 +901,16 @@ def test_a_host_that_never_says_closed_is_believed_for_a_bounded_while(tray, sce
 
     assert ticking()
     wait_for(lambda: not ticking(), timeout=15, what="the updates to stop")
-    assert time.monotonic() - started < 3.0 + 2 * 2.5 * presenter.REFRESH_SECONDS + 2
+    assert time.monotonic() - started < 3 * refresh + 2 * 2.5 * refresh + 2
 
 
+@pytest.mark.slow
 def test_a_submenu_left_open_keeps_its_times_moving_until_it_closes(tray, scene,
-                                                                   monkeypatch):
+                                                                   monkeypatch, refresh):
     """waybar says "opened"/"closed" for submenus only."""
     from sloth_tray.tray import dbusmenu
 
-    monkeypatch.setattr(dbusmenu, "ASKED_FOR", 1.0)
+    monkeypatch.setattr(dbusmenu, "ASKED_FOR", refresh)
     ids = ids_by_path(tray.layout()[1][2])
     items = scene.menu()
     waiting = ids[(next(i for i, item in enumerate(items) if item.key == "waiting"
