@@ -99,6 +99,9 @@ class _Up:
     jobs: dict[str, FailedJob] = field(default_factory=dict)  # by id, as they failed
     last_failure: float = 0.0
     said: Notice | None = None
+    # Failures it counts that no snapshot carried: more failed between two snapshots
+    # than one carries (its newest SHOWN_FAILED), so their ids were never seen.
+    unlisted: int = 0
 
 
 class Announcer:
@@ -116,19 +119,26 @@ class Announcer:
     def failures(self, before: Snapshot | None, after: Snapshot,
                  now: float) -> list[Notice | Withdraw]:
         self._follow(after)
-        for job in reversed(failures_to_announce(before, after, self._since)):  # oldest 1st
+        news = failures_to_announce(before, after, self._since)
+        for job in reversed(news):  # oldest 1st
             if not any(job.id in up.jobs for up in self._up):  # else followed just now
                 up = self._burst(now)
                 up.jobs[job.id] = job
                 up.last_failure = now
+        unseen = unlisted_failures(before, after, len(news))
+        if unseen:
+            up = self._burst(now)
+            up.unlisted += unseen
+            up.last_failure = now
         changes: list[Notice | Withdraw] = []
         for up in list(self._up):
-            if not up.jobs:
+            if not up.jobs and not up.unlisted:
                 self._up.remove(up)
                 if up.said is not None:
                     changes.append(Withdraw(up.key))
                 continue
-            notice = _notice(up.key, tuple(up.jobs.values()), first=up.said is None)
+            notice = _notice(up.key, tuple(up.jobs.values()), first=up.said is None,
+                             unlisted=up.unlisted)
             if up.said is None or _reads(notice) != _reads(up.said):
                 changes.append(notice)
             up.said = notice
@@ -147,6 +157,8 @@ class Announcer:
         failed = {job.id: job for job in after.failed_jobs}
         whole = len(after.failed_jobs) >= after.failed_count
         for up in self._up:
+            if whole:  # every failed job is carried now: none is left unseen
+                up.unlisted = 0
             for job_id in list(up.jobs):
                 current = failed.get(job_id)
                 if current is None and whole:
@@ -170,7 +182,11 @@ def _reads(notice: Notice) -> tuple:
     return notice.title, notice.body, notice.actions, tuple(job.id for job in notice.jobs)
 
 
-def _notice(key: str, jobs: tuple[FailedJob, ...], *, first: bool) -> Notice:
+def _notice(key: str, jobs: tuple[FailedJob, ...], *, first: bool,
+            unlisted: int = 0) -> Notice:
+    if unlisted:  # more than the jobs it can name: a burst, whatever they are
+        return Notice(key, f"sloth-tray: {len(jobs) + unlisted} jobs failed",
+                      names(jobs, unlisted=unlisted), (RETRY_ALL, SHOW_LOGS), jobs, first)
     if len(jobs) == 1 and asks(jobs[0]):
         [job] = jobs
         name = step_name(job.unsure_step or "")
@@ -204,7 +220,7 @@ def in_lane(job: FailedJob) -> str:
     return job.name if job.lane == MAIN else f"{job.name} (lane {job.lane})"
 
 
-def names(jobs: Iterable[FailedJob]) -> str:
+def names(jobs: Iterable[FailedJob], *, unlisted: int = 0) -> str:
     """`tidy, backup (3), sync and 57 more`: each name once, with its count when a
     job of that name (a recurring series, say) failed more than once; a lane other
     than main said with it (`fetch_mail (lane net)`, `fetch_mail (3, lane net)`)."""
@@ -214,7 +230,7 @@ def names(jobs: Iterable[FailedJob]) -> str:
         counts[key] = counts.get(key, 0) + 1
     shown = [counted(name, lane, count)
              for (name, lane), count in list(counts.items())[:NAMES_SHOWN]]
-    more = len(counts) - len(shown)
+    more = len(counts) - len(shown) + unlisted  # `unlisted`: failed jobs none names
     return ", ".join(shown) + (f" and {more} more" if more else "")
 
 
@@ -239,6 +255,16 @@ def failures_to_announce(before: Snapshot | None, after: Snapshot,
     newest = max((job.at for job in before.failed_jobs), default=float("-inf"))
     return [job for job in after.failed_jobs
             if (job.id, job.at) not in seen and not (partial and job.at <= newest)]
+
+
+def unlisted_failures(before: Snapshot | None, after: Snapshot, listed: int) -> int:
+    """How many jobs failed since `before` that `after` does not carry: the growth of
+    the failed count past the `listed` news, when `after` carries only some of its
+    failed jobs (a retried job failing again is news without growing the count, so
+    this never counts more than are missing)."""
+    if before is None or len(after.failed_jobs) >= after.failed_count:
+        return 0
+    return max(0, after.failed_count - before.failed_count - listed)
 
 
 def overdue_to_announce(before: Snapshot | None, after: Snapshot) -> list[OverdueJob]:

@@ -64,6 +64,25 @@ def test_a_burst_of_60_failures_is_one_notification_updated_in_place():
     assert len(last.jobs) == 60
 
 
+def test_more_failures_between_two_snapshots_than_one_carries_are_all_counted():
+    """60 jobs fail between two snapshots, and the second carries the newest 50: the
+    10 it leaves out failed all the same, and the notification counts them."""
+    newest = tuple(job(number) for number in range(10, 60))
+    [notice] = Announcer().failures(Snapshot(), failed(*newest, count=60), NOW)
+    assert notice.title == "sloth-tray: 60 jobs failed"
+    assert notice.body.endswith(" and 57 more")
+    assert len(notice.jobs) == 50  # what its buttons act on by id; Retry all takes all
+
+
+def test_unlisted_failures_leave_the_count_once_the_snapshot_is_whole_again():
+    announcer = Announcer()
+    newest = tuple(job(number) for number in range(10, 60))
+    announcer.failures(Snapshot(), failed(*newest, count=60), NOW)
+    # Every failure retried but two the snapshot carries: nothing unseen is left.
+    [notice] = announcer.failures(failed(*newest, count=60), failed(*newest[:2]), NOW + 1)
+    assert notice.title == "sloth-tray: 2 jobs failed"
+
+
 def test_a_burst_past_what_a_snapshot_carries_keeps_the_jobs_it_no_longer_sees():
     """A snapshot carries the newest 50 failed jobs: the 10 older ones pushed out of
     it are still failed, and still in the count."""
