@@ -232,6 +232,21 @@ class Engine:
 
         self._act(retry_all)
 
+    def answer(self, job_id: str, choice: str, question: str | None = None) -> None:
+        """A person's answer to the question job `job_id` asks (Queue.answer, as
+        `sloth-tray answer`): it runs again at once. `question` (AskingJob.key): only
+        while the job still asks that one; a menu or a notification read before it
+        was answered elsewhere must not answer the job's next question unseen."""
+        def answer(queue: Queue) -> None:
+            if question is not None and question not in {
+                    snapshots.question_key(asking, step.name, step.occurrence)
+                    for asking, step in queue.asking()}:
+                log.info("%s no longer asks that question: not answered", job_id)
+                return
+            queue.answer(job_id, choice)
+
+        self._act(answer)
+
     def cancel(self, job_id: str) -> None:
         self._act(lambda queue: queue.cancel(job_id))
 

@@ -13,6 +13,7 @@ is read. Reading it writes nothing: the re-anchoring look before a sleep
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 SHOWN_FAILED = 50  # failed jobs carried in a snapshot (the tray lists them)
 SHOWN_RUNS_PER_SERIES = 10  # of them, the newest failed runs of one series at most
 SHOWN_WAITING = 10  # next pending jobs carried in a snapshot
+SHOWN_ASKING = 10  # questions carried in a snapshot, oldest first (the tray's rows)
 
 
 def agent_of(source: str | None) -> str | None:
@@ -100,6 +102,33 @@ class WaitingJob:
 
 
 @dataclass(frozen=True)
+class AskingJob:
+    """A job waiting for a person's answer (`sloth-tray ask`): its question, by the
+    step that asks it. A job asks one question at a time; its next is another step."""
+
+    id: str
+    name: str
+    step: str  # the asking step's name and occurrence: which question this is
+    occurrence: int
+    question: str
+    choices: tuple[str, ...]
+    asked_at: float
+    default: str | None = None  # the answer once `until` has passed
+    until: float | None = None  # its timeout: then the default, or failed unanswered
+    lane: str = "main"
+    by: str | None = None  # the agent that added it (agent_of)
+
+    @property
+    def key(self) -> str:
+        return question_key(self.id, self.step, self.occurrence)
+
+
+def question_key(job_id: str, step: str, occurrence: int) -> str:
+    """What tells a question apart from every other, the same job's later ones too."""
+    return f"{job_id}:{step}:{occurrence}"
+
+
+@dataclass(frozen=True)
 class Lane:
     """One lane as the tray shows it: its job running, if any, and its counts. Every
     lane the queue knows is one (main always); each runs one job at a time."""
@@ -149,6 +178,9 @@ class Snapshot:
     overdue: tuple[OverdueJob, ...] = ()  # recurring series with no success for too long
     lanes: tuple[Lane, ...] = ()  # main first, then by name; each with its running job
     schedules: tuple[Schedule, ...] = ()  # every live series, soonest next run first
+    # The oldest SHOWN_ASKING of the asking_count jobs waiting for an answer
+    asking: tuple[AskingJob, ...] = ()
+    asking_count: int = 0
 
     @property
     def paused_lanes(self) -> tuple[str, ...]:
@@ -175,6 +207,9 @@ def read(queue: Queue, running: Iterable[RunningJob], unmet: frozenset[str], *,
         runs = tuple(_in_its_step(queue, run) for run in in_lane_order(running))
         next_wakeup = queue.next_due(unmet)
         series = _schedules(queue)
+        asks = queue.asking()
+        asking = tuple(_asking(queue.get(job_id), step) for job_id, step in
+                       asks[:SHOWN_ASKING])
     failing_series = {series: FailedSeries(series, j.name, failures, since)
                       for j, series, failures, since in failed_runs if series}
     return Snapshot(
@@ -183,8 +218,16 @@ def read(queue: Queue, running: Iterable[RunningJob], unmet: frozenset[str], *,
         lanes=_lanes(counts["lanes"], runs), failed_jobs=failed,
         failed_series=tuple(failing_series.values()), waiting=waiting,
         next_wakeup=next_wakeup, paused=paused, problem=problem, stopped=stopped,
-        overdue=verdict.overdue, schedules=series,
+        overdue=verdict.overdue, schedules=series, asking=asking, asking_count=len(asks),
     ), verdict.next_change
+
+
+def _asking(job: Job, step: Step) -> AskingJob:
+    choices = json.loads(step.choices) if step.choices else []
+    return AskingJob(job.id, job.name, step.name, step.occurrence, step.question or "",
+                     tuple(str(choice) for choice in choices), step.started_at,
+                     default=step.default_choice, until=step.wake_at, lane=job.lane,
+                     by=agent_of(job.source))
 
 
 def _schedules(queue: Queue) -> tuple[Schedule, ...]:

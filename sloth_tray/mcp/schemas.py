@@ -75,7 +75,9 @@ TOOLS: dict[str, dict[str, Any]] = {
     "get_job": _tool(
         "One job as it is now: its state (pending, running, done, failed, cancelled), "
         "attempts, why it failed (`reason`, `last_error`), its steps and how far they got, "
-        "its last run's timings, and the end of its log (at most 64 KiB).",
+        "what a waiting job waits for (`waiting_for`: a time, or an answer to its "
+        "`question` from `choices`, for answer_step), its last run's timings, and the end "
+        "of its log (at most 64 KiB).",
         {"id": _ID, "log_tail_bytes": {"type": "integer", "minimum": 0,
                                        "maximum": LOG_TAIL_MAX,
                                        "description": "bytes of the log's end (default "
@@ -124,13 +126,19 @@ TOOLS: dict[str, dict[str, Any]] = {
         "app runs on this computer to run them (`app_running`).",
         {}, read_only=True),
     "answer_step": _tool(
-        "Answer a job that stopped in a step that asks (its reason is step_unsure): the "
-        "run ended while the step ran, so nobody knows whether it happened. `happened: "
-        "true` marks the step done and the job goes on after it; `false` runs it again.",
-        {"id": _ID, "happened": {"type": "boolean"},
+        "Answer a job that waits for a person's word. A job asking a question (`sloth-tray "
+        "ask`; get_job's `waiting_for` has its `question` and `choices`): give `choice`, "
+        "one of its choices, and it runs on at once with that answer. A job that stopped "
+        "in a step that asks (its reason is step_unsure: the run ended while the step "
+        "ran, so nobody knows whether it happened): give `happened`; true marks the step "
+        "done and the job goes on after it, false runs it again.",
+        {"id": _ID, "choice": {"type": "string", "minLength": 1,
+                               "description": "one of the question's choices"},
+         "happened": {"type": "boolean"},
          "step": {"type": "string", "minLength": 1,
-                  "description": "the step's name (default: the one the job stopped in)"}},
-        ("id", "happened")),
+                  "description": "with `happened`: the step's name (default: the one the "
+                                 "job stopped in)"}},
+        ("id",)),
 }
 
 _TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool,

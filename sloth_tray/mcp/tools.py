@@ -184,6 +184,7 @@ def get_job(home: Home, args: dict[str, Any]) -> dict[str, Any]:
     with queue:
         history = queue.history(job.id)
         steps = queue.steps(job.id)
+        wait = queue.waiting_for([job.id]).get(job.id)
     log = home.job_logs(job.id, job.name) / f"{job.runs}.log"
     text, size = _tail(log, args.get("log_tail_bytes", GET_TAIL_DEFAULT)) if job.runs else ("", 0)
     return _brief(job) | {
@@ -192,6 +193,8 @@ def get_job(home: Home, args: dict[str, Any]) -> dict[str, Any]:
                    "state": step["state"], "asks": bool(step["ask"]), "run": step["run"],
                    "started_at": step["started_at"], "ended_at": step["ended_at"]}
                   for step in steps],
+        "waiting_for": None if wait is None else {
+            key: wait[key] for key in ("kind", "until", "question", "choices", "default")},
         "run": _run_times(history, job), "log_tail": text, "log_size": size,
         "log_truncated": size > len(text.encode("utf-8", "replace"))}
 
@@ -327,6 +330,13 @@ def cancel_job(home: Home, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def answer_step(home: Home, args: dict[str, Any]) -> dict[str, Any]:
+    """A job's question (`sloth-tray ask`) answered with `choice`, as `sloth-tray
+    answer` does; or, with `happened`, a step cut short that asks (step_unsure)."""
+    if ("choice" in args) == ("happened" in args):
+        raise SlothError("answer_step takes `choice` (for a job that asks a question) or "
+                         "`happened` (for a step cut short that asks), one of the two")
+    if "choice" in args:
+        return _answer(home, args["id"], args["choice"])
     queue, job = _job(home, args["id"])
     with queue:
         steps = queue.steps(job.id)
@@ -344,6 +354,18 @@ def answer_step(home: Home, args: dict[str, Any]) -> dict[str, Any]:
             if args["happened"] else
             f"{job.name} ({job.id}) retried: step {name!r} runs again")
     return {"id": job.id, "step": name, "happened": args["happened"], "said": printable(said)}
+
+
+def _answer(home: Home, given: str, choice: str) -> dict[str, Any]:
+    """Queue.answer, as the command line's `answer`: the job runs again at once, and
+    its ask returns `choice`. Not asking, or not a choice: steps.NotAsking's sentence."""
+    with open_queue(home) as queue:
+        job_id = find_job(queue, given)
+        step = queue.answer(job_id, choice)
+    home.ring_doorbell()
+    said = f"answered {choice!r} to {step.question!r}: {job_id} runs again now"
+    return {"id": job_id, "step": step.name, "question": step.question, "choice": choice,
+            "said": printable(said)}
 
 
 # -- resources ---------------------------------------------------------------------------

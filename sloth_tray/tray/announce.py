@@ -15,6 +15,10 @@ A failure at this start (a run cut short by a crash, its lease taken back as the
 starts) is news, though it is in the first snapshot. A failure in a lane other than
 main names its lane ("fetch_mail failed (lane net)").
 
+A job that asks the user a question (`sloth-tray ask`) is a notification of its own
+with the choices as buttons, shown once while the question is open and withdrawn
+once it is answered (anywhere), cancelled or timed out (Questions).
+
 With `notify_lane_emptied` on, a lane that ran a burst of jobs (two or more since it
 was last quiet) says once that it is done (LaneBursts).
 
@@ -28,12 +32,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from sloth_tray.daemon.snapshot import FailedJob, Lane, Snapshot
+from sloth_tray.daemon.snapshot import AskingJob, FailedJob, Lane, Snapshot
 from sloth_tray.jobs.overdue import OverdueJob
 from sloth_tray.store.lanes import MAIN
 from sloth_tray.store.states import PERMANENT, Reason, in_retry_all
 from sloth_tray.text import printable
-from sloth_tray.tray.presenter import has_lanes, lanes_of, short, step_name
+from sloth_tray.tray.presenter import (
+    CHOICE_CHARS,
+    has_lanes,
+    lanes_of,
+    question_label,
+    short,
+    step_name,
+)
 
 # A failure this soon after the last one a notification told of joins it. Long
 # enough for a queue of failing jobs to fail one after another (a Retry all), short
@@ -275,6 +286,62 @@ def overdue_to_announce(before: Snapshot | None, after: Snapshot) -> list[Overdu
         return []
     seen = {(job.name, job.since) for job in before.overdue}
     return [job for job in after.overdue if (job.name, job.since) not in seen]
+
+
+# -- a question for the user -------------------------------------------------------------
+
+CHOICE = "choice-"  # a button's key: CHOICE + the choice's index (a choice is any text,
+# "default" too, which the notification spec keeps for a click on the body)
+
+
+@dataclass(frozen=True)
+class Question:
+    """A job's question as a notification, its choices as buttons."""
+
+    key: str
+    title: str
+    body: str
+    actions: Actions
+    job: AskingJob
+
+    def choice(self, action: str) -> str | None:
+        """The choice a button's key stands for; None for any other key."""
+        index = action[len(CHOICE):] if action.startswith(CHOICE) else ""
+        return self.job.choices[int(index)] if index.isdigit() and \
+            int(index) < len(self.job.choices) else None
+
+
+class Questions:
+    """Snapshots -> Questions and Withdraws: each question shown once while it is
+    asked, open ones at start-up too (they wait for the user whenever they began);
+    withdrawn once the job no longer asks it. One object, touched on one thread."""
+
+    def __init__(self) -> None:
+        self._up: set[str] = set()  # notification keys of the questions shown
+
+    def update(self, snapshot: Snapshot) -> list[Question | Withdraw]:
+        if snapshot.problem:  # the queue unread: nothing is known to be answered
+            return []
+        asked = {f"ask:{job.key}": job for job in snapshot.asking}
+        # A snapshot carrying only some of the questions may leave out an open one.
+        whole = len(snapshot.asking) >= snapshot.asking_count
+        changes: list[Question | Withdraw] = []
+        for key in sorted(self._up - asked.keys() if whole else ()):
+            self._up.discard(key)
+            changes.append(Withdraw(key))
+        for key, job in asked.items():
+            if key not in self._up:
+                self._up.add(key)
+                changes.append(question(key, job))
+        return changes
+
+
+def question(key: str, job: AskingJob) -> Question:
+    actions = tuple((f"{CHOICE}{index}", short(choice, CHOICE_CHARS))
+                    for index, choice in enumerate(job.choices))
+    who = question_label(job) if job.lane == MAIN else \
+        f"{question_label(job)} (lane {printable(job.lane)})"
+    return Question(key, "sloth-tray: a job asks you", short(who, BODY_CHARS), actions, job)
 
 
 # -- a lane done with its burst ----------------------------------------------------------

@@ -3,7 +3,8 @@
 macOS draws menu-bar icons as one-colour templates, so colour alone cannot
 carry the meaning: idle has no badge, running a ring with a notch (a spinner),
 failed a triangle with a bar (a warning), paused two bars, overdue a clock face
-(a recurring job has not succeeded for too long). One icon for every lane: states
+(a recurring job has not succeeded for too long), asking a question mark (a job
+waits for the user's answer). One icon for every lane: states
 that hold together each show their badge, the first in BADGE_ORDER (the state that
 most needs the user) bottom-right, as it would alone, the others smaller, in the
 corners where the face has least to lose. Each size is drawn four times larger and
@@ -34,13 +35,15 @@ class Look(Flag):
     FAILED = 2
     PAUSED = 4
     OVERDUE = 8
+    ASKING = 16
 
 
 # Which badge takes the bottom-right corner when several show, whichever lanes they
-# hold in: the state that most needs the user first. Failed needs the user now;
+# hold in: the state that most needs the user first. A question holds its job until
+# the user answers (and its timeout may answer for them); failed needs the user now;
 # overdue needs a look soon; running says what the machine is busy with; a pause is
 # the user's own doing.
-BADGE_ORDER = (Look.FAILED, Look.OVERDUE, Look.RUNNING, Look.PAUSED)
+BADGE_ORDER = (Look.ASKING, Look.FAILED, Look.OVERDUE, Look.RUNNING, Look.PAUSED)
 # Every look there is, IDLE first: what a cache of drawn icons holds at most.
 EVERY_LOOK = tuple(reduce(lambda a, b: a | b, badges, Look.IDLE)
                    for n in range(len(BADGE_ORDER) + 1)
@@ -57,13 +60,15 @@ BADGE_COLOURS = {
     Look.FAILED: (214, 48, 49, 255),
     Look.PAUSED: (120, 120, 120, 255),
     Look.OVERDUE: (232, 150, 20, 255),  # amber: late, not broken
+    Look.ASKING: (128, 64, 200, 255),  # violet: a word wanted, nothing broken
 }
 
 
 # Where the badges go, on the 64-unit grid: (left, top, scale of a 30-unit badge).
 # The first is where a state alone puts its badge; the second and third keep the
-# eyes clear.
-CORNERS = ((34, 34, 1.0), (0, 38, 26 / 30), (38, 0, 26 / 30), (0, 0, 26 / 30))
+# eyes clear; the fifth, all five at once, is the smallest, on top of the head.
+CORNERS = ((34, 34, 1.0), (0, 38, 26 / 30), (38, 0, 26 / 30), (0, 0, 26 / 30),
+           (22, 0, 20 / 30))
 
 
 @lru_cache(maxsize=128)
@@ -138,6 +143,11 @@ def _badge(draw: ImageDraw.ImageDraw, s: int, state: Look,
     if state == Look.PAUSED:
         draw.rectangle(at(8, 7, 12.5, 23), fill=EYE)
         draw.rectangle(at(17.5, 7, 22, 23), fill=EYE)
+    elif state == Look.ASKING:  # a question mark: a hook, its stem, its dot
+        width = int(4 * scale * u)
+        draw.arc(at(9, 5, 21, 16), 180, 90, fill=EYE, width=width)
+        draw.rectangle(at(13, 15, 17, 20), fill=EYE)
+        draw.rectangle(at(13, 22.5, 17, 26), fill=EYE)
     elif state == Look.OVERDUE:  # a clock: a white face, hands at ten past twelve
         draw.ellipse(at(4, 4, 26, 26), fill=EYE)
         hand = int(3 * scale * u)

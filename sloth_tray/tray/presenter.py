@@ -21,6 +21,7 @@ from operator import or_
 from typing import Protocol
 
 from sloth_tray.daemon.snapshot import (
+    AskingJob,
     FailedJob,
     FailedSeries,
     Lane,
@@ -43,6 +44,8 @@ FAILED_LABEL_CHARS = 48
 ERROR_CHARS_AT_LEAST = 16
 ERROR_ROW_CHARS = 120  # the error's own row, first in the job's submenu
 STEP_NAME_CHARS = 40  # a step's name in a row (a name may have 200)
+QUESTION_CHARS = 80  # a question in its row (a job may ask at length)
+CHOICE_CHARS = 40  # a choice as its item
 REFRESH_SECONDS = 1.0  # how often an open menu's times move (a running job's)
 WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")  # English, as every label is
 MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
@@ -55,6 +58,9 @@ class Controls(Protocol):
     # such a step runs again
     def retry(self, job_id: str, step_done: str | None = None) -> None: ...
     def retry_all_failed(self, lane: str | None = None) -> None: ...  # None: every lane
+    # A person's answer to one question (AskingJob.key says which: a click on a menu
+    # read before the job asked its next question answers nothing)
+    def answer(self, job_id: str, choice: str, question: str) -> None: ...
     def cancel(self, job_id: str) -> None: ...
     def cancel_failed_runs(self, series: str) -> None: ...  # every failed run of a series
     def stop(self, job_id: str) -> None: ...  # the running job
@@ -141,9 +147,10 @@ def held_lanes(snapshot: Snapshot) -> tuple[Lane, ...]:
 def look(snapshot: Snapshot) -> Look:
     """Every state that holds in any lane, each a badge: a paused queue with a failure
     shows both. The one leading (icons.leading) is the state that most needs the user:
-    failed, overdue, running, paused. Paused: the whole queue, or a lane paused while
-    it has work waiting (held_lanes)."""
+    asking, failed, overdue, running, paused. Paused: the whole queue, or a lane paused
+    while it has work waiting (held_lanes)."""
     holds = {
+        Look.ASKING: bool(snapshot.asking_count),
         Look.FAILED: bool(snapshot.failed_count or snapshot.problem),  # (every lane's)
         Look.RUNNING: bool(running_jobs(snapshot)),
         Look.OVERDUE: bool(snapshot.overdue),
@@ -179,6 +186,8 @@ def title(snapshot: Snapshot, now: float) -> str:
         parts.append(f"{snapshot.failed_count} failed")
     if snapshot.overdue:
         parts.append(f"{len(snapshot.overdue)} overdue")
+    if snapshot.asking_count:
+        parts.append(f"{snapshot.asking_count} asking you")
     held = held_lanes(snapshot)
     if lanes and held and (runs or not all_paused(snapshot)):
         parts.append(", ".join(printable(lane.name) for lane in held) + " paused")
@@ -204,7 +213,7 @@ def status_line(snapshot: Snapshot, now: float, jobs_folder: str = "") -> str:
     return f"Idle — next job {due_in(snapshot.next_wakeup, now)}"
 
 
-def named(job: RunningJob | FailedJob | WaitingJob) -> str:
+def named(job: RunningJob | FailedJob | WaitingJob | AskingJob) -> str:
     """A job's name as its rows show it: `summarise — by Claude Desktop` when an agent
     added it."""
     return printable(job.name) + (f" — by {printable(job.by)}" if job.by else "")
@@ -542,6 +551,7 @@ def menu(snapshot: Snapshot, controls: Controls, now: float, *,
     failed = failed_rows(snapshot, controls, now, tz)
     waiting = waiting_rows(snapshot, controls, now)
     return (
+        *asking_section(snapshot, controls, now),
         *status_rows(snapshot, controls, now, jobs_folder),
         separator("sep-1"),
         Item(f"Failed jobs ({snapshot.failed_count})", enabled=bool(failed),
@@ -577,6 +587,48 @@ def overdue_section(snapshot: Snapshot, now: float) -> tuple[Item, ...]:
         key = printable(job.name) + (f"#{nth}" if nth > 1 else "")
         rows.append(Item(overdue_label(job, now), enabled=False, key=f"overdue:{key}"))
     return (Item(f"Overdue ({len(snapshot.overdue)})", submenu=tuple(rows), key="overdue"),)
+
+
+# -- Waiting for you: the questions jobs ask ---------------------------------------------
+
+
+def asking_section(snapshot: Snapshot, controls: Controls, now: float) -> tuple[Item, ...]:
+    """`Waiting for you (N)` first in the menu, then a row per question (oldest first)
+    holding its choices, only while a job asks: what the user is wanted for, on top."""
+    if not snapshot.asking_count:
+        return ()
+    rows = tuple(question_row(job, controls, now) for job in snapshot.asking)
+    more = snapshot.asking_count - len(rows)
+    not_shown = (Item(f"{more} more: sloth-tray list", enabled=False, key="asking-more"),
+                 ) if more > 0 else ()
+    return (Item(f"Waiting for you ({snapshot.asking_count})", enabled=False, key="asking"),
+            *rows, *not_shown, separator("sep-0"))
+
+
+def question_label(job: AskingJob) -> str:
+    """`feed-check: Post today's feed?`"""
+    return f"{named(job)}: {short(job.question, QUESTION_CHARS)}"
+
+
+def question_row(job: AskingJob, controls: Controls, now: float) -> Item:
+    """A question's row, keyed by the question (its job asks its next one in another
+    row), its choices as items (each keyed by what it answers), then what its timeout
+    will do."""
+    key = job.key
+    choices = tuple(
+        Item(short(choice, CHOICE_CHARS),
+             lambda choice=choice: controls.answer(job.id, choice, key),
+             key=f"choice:{printable(choice)}")
+        for choice in job.choices)
+    timeout = ()
+    if job.until is not None:
+        then = (f"{short(job.default, CHOICE_CHARS)} is the answer"
+                if job.default is not None else "the job fails unanswered")
+        timeout = (separator("sep-1"),
+                   Item(f"{then} {due_in(job.until, now).replace('due now', 'now')}",
+                        enabled=False, key="timeout"))
+    return Item(question_label(job), key=f"ask:{printable(key)}",
+                submenu=(*choices, *timeout))
 
 
 # -- Schedules: a row per series -------------------------------------------------------

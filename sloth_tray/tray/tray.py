@@ -32,6 +32,8 @@ from sloth_tray.tray.announce import (
     Announcer,
     LaneBursts,
     Notice,
+    Question,
+    Questions,
     Withdraw,
     overdue_to_announce,
     retryable,
@@ -94,6 +96,7 @@ class Tray:
         self._clock = time.monotonic  # a burst's gap: never moved by a clock set back
         self.revealer: Callable[[Path], None] = self._reveal
         self._overdue_announced: set[tuple[str, float]] = set()  # (name, last success)
+        self._questions = Questions()  # the surface's thread only, as the announcer
         # A lane done with a burst of jobs, followed only when the user asked to be told
         self._lane_bursts = LaneBursts() if daemon.settings["notify_lane_emptied"] else None
         self._engine_thread = threading.Thread(target=self._run_engine, name="engine")
@@ -135,13 +138,16 @@ class Tray:
         self._show_state(snapshot)
         for change in self._announcer.failures(before, snapshot, self._clock()):
             self._announce(change)
+        for asked in self._questions.update(snapshot):
+            self._ask(asked)
         for late in overdue_to_announce(before, snapshot):
             self._announce_overdue(late)
         for done in self._lane_bursts.update(snapshot) if self._lane_bursts else ():
             self._tell(done.title, done.body)
 
     def _show_state(self, snapshot: Snapshot) -> None:
-        attention = snapshot.failed_count > 0 or snapshot.problem is not None
+        attention = (snapshot.failed_count > 0 or snapshot.asking_count > 0
+                     or snapshot.problem is not None)
         self.surface.show(Appearance(
             presenter.look(snapshot), presenter.title(snapshot, time.time()),
             Status.NEEDS_ATTENTION if attention else Status.ACTIVE))
@@ -172,6 +178,24 @@ class Tray:
         self.notifier.notify(change.title, change.body, change.actions,
                              on_action=lambda action: self._act(change, action),
                              key=change.key, on_closed=closed)
+
+    def _ask(self, change: Question | Withdraw) -> None:
+        """A job's question with its choices as buttons; withdrawn once not asked."""
+        if self.notifier is None:
+            if isinstance(change, Question):
+                log.info("%s: %s", change.title, change.body)
+            return
+        if isinstance(change, Withdraw):
+            self.notifier.withdraw(change.key)
+            return
+
+        def clicked(action: str, question: Question = change) -> None:  # its own thread
+            choice = question.choice(action)
+            if choice is not None:
+                self.answer(question.job.id, choice, question.job.key)
+
+        self.notifier.notify(change.title, change.body, change.actions,
+                             on_action=clicked, key=change.key)
 
     def _act(self, notice: Notice, action: str) -> None:
         """A notification's button (on a thread of its own): the keys are announce.py's."""
@@ -246,6 +270,10 @@ class Tray:
             self.engine.retry_all_failed()
         else:
             self.engine.retry_all_failed(lane)
+
+    def answer(self, job_id: str, choice: str, question: str) -> None:
+        """A choice clicked for the question `question` (AskingJob.key)."""
+        self.engine.answer(job_id, choice, question)
 
     def cancel(self, job_id: str) -> None:
         self.engine.cancel(job_id)

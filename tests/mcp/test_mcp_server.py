@@ -189,6 +189,32 @@ def test_a_keyed_job_survives_a_kill_of_the_app_and_its_steps_run_once(world, tm
     assert [j.id for j in jobs_in(home) if j.key == "thread-1234"] == [job]
 
 
+def test_a_jobs_question_is_read_with_get_job_and_answered_with_answer_step(world, tmp_path):
+    _, _, _, client = world
+    said = tmp_path / "said"
+    asks = client.ok("add_job", {"lane": "asks", "script": (
+        "#!/bin/sh\n"
+        f"sloth-tray ask 'Pay for the model call?' --choices go,stop > {said}\n")})["id"]
+    wait_for(lambda: client.ok("get_job", {"id": asks})["waiting_for"], timeout=30,
+             what="the job to ask")
+    job = client.ok("get_job", {"id": asks})
+    assert job["state"] == "pending"
+    assert job["waiting_for"] == {"kind": "answer", "until": None, "default": None,
+                                  "question": "Pay for the model call?",
+                                  "choices": ["go", "stop"]}
+    # Not a choice, both kinds of answer, or neither: one sentence, nothing changes.
+    assert "not an answer" in client.error("answer_step", {"id": asks, "choice": "maybe"})
+    assert "one of the two" in client.error("answer_step", {"id": asks, "choice": "go",
+                                                            "happened": True})
+    assert "one of the two" in client.error("answer_step", {"id": asks})
+    answered = client.ok("answer_step", {"id": asks, "choice": "stop"})
+    assert (answered["id"], answered["choice"]) == (asks, "stop")
+    done = client.ok("wait_job", {"ids": [asks], "timeout_s": 30})["jobs"][0]
+    assert done["state"] == "done" and said.read_text() == "stop\n"
+    assert client.ok("get_job", {"id": asks})["waiting_for"] is None
+    assert "not asking" in client.error("answer_step", {"id": asks, "choice": "go"})
+
+
 def test_retry_and_cancel_and_their_refusals(world, tmp_path):
     _, _, _, client = world
     failing = client.ok("add_job", {"command": ["sh", "-c", "exit 3"], "max_attempts": 1,
@@ -236,7 +262,7 @@ def test_bad_input_is_one_sentence_and_the_server_stays_up(world, arguments, sai
     ("job_log", {"id": 12}, "`id` is text"),
     ("list_jobs", {"limit": 201}, "between 1 and 200"),
     ("list_jobs", {"state": "sleeping"}, "one of pending"),
-    ("answer_step", {"id": "x"}, "needs `happened`"),
+    ("answer_step", {"id": "x"}, "`choice` (for a job that asks a question) or `happened`"),
     ("no_such_tool", {}, "there is no tool"),
 ])
 def test_every_tools_bad_input_is_a_tool_error(world, tool, arguments, said):

@@ -12,7 +12,7 @@ from sloth_tray.tray.icons import BADGE_COLOURS, EVERY_LOOK, Look, render
 
 NOW = 1_000_000.0
 SIZES = (16, 22, 32, 64)
-SINGLE = (Look.RUNNING, Look.FAILED, Look.PAUSED, Look.OVERDUE)
+SINGLE = (Look.RUNNING, Look.FAILED, Look.PAUSED, Look.OVERDUE, Look.ASKING)
 
 # Quadrants of a 64 px icon, (x0, y0, x1, y1): the primary badge sits bottom-right,
 # a second one bottom-left, a third top-right, a fourth top-left.
@@ -20,6 +20,7 @@ BOTTOM_RIGHT = (36, 36, 64, 64)
 BOTTOM_LEFT = (0, 40, 26, 64)
 TOP_RIGHT = (40, 0, 64, 24)
 TOP_LEFT = (0, 0, 24, 24)
+TOP_CENTRE = (26, 0, 38, 16)  # the fifth, with all five at once
 
 
 def pixels(look: Look, box: tuple[int, int, int, int], size: int = 64) -> list[tuple]:
@@ -46,6 +47,7 @@ def test_a_state_alone_changes_only_the_bottom_right_corner():
 @pytest.mark.parametrize("primary, second", [
     (Look.FAILED, Look.PAUSED), (Look.FAILED, Look.RUNNING), (Look.FAILED, Look.OVERDUE),
     (Look.RUNNING, Look.PAUSED), (Look.OVERDUE, Look.PAUSED), (Look.OVERDUE, Look.RUNNING),
+    (Look.ASKING, Look.FAILED), (Look.ASKING, Look.RUNNING),
 ])
 def test_two_states_show_both_badges_in_corners_of_their_own(primary, second):
     both = primary | second
@@ -65,8 +67,17 @@ def test_every_state_at_once_fills_the_four_corners_in_order():
     assert has_colour(every, TOP_LEFT, BADGE_COLOURS[Look.PAUSED])
 
 
+def test_all_five_at_once_put_the_question_bottom_right_and_the_pause_on_top():
+    every = Look.ASKING | Look.FAILED | Look.RUNNING | Look.OVERDUE | Look.PAUSED
+    assert has_colour(every, BOTTOM_RIGHT, BADGE_COLOURS[Look.ASKING])
+    assert has_colour(every, BOTTOM_LEFT, BADGE_COLOURS[Look.FAILED])
+    assert has_colour(every, TOP_RIGHT, BADGE_COLOURS[Look.OVERDUE])
+    assert has_colour(every, TOP_LEFT, BADGE_COLOURS[Look.RUNNING])
+    assert has_colour(every, TOP_CENTRE, BADGE_COLOURS[Look.PAUSED])
+
+
 def test_every_combination_is_a_different_picture_in_colour_and_in_shape_alone():
-    assert len(EVERY_LOOK) == 16 and len(set(EVERY_LOOK)) == 16
+    assert len(EVERY_LOOK) == 32 and len(set(EVERY_LOOK)) == 32
     for size in SIZES:
         pictures = {render(look, size).tobytes() for look in EVERY_LOOK}
         templates = {render(look, size, template=True).tobytes() for look in EVERY_LOOK}

@@ -39,7 +39,7 @@ def test_every_look_is_a_different_picture_at_every_size():
         looks = (Look.IDLE, *Look)  # each state alone
         pictures = {look: render(look, size).tobytes() for look in looks}
         templates = {look: render(look, size, template=True).tobytes() for look in looks}
-        assert len(set(pictures.values())) == len(looks) == 5
+        assert len(set(pictures.values())) == len(looks) == 6
         assert len(set(templates.values())) == len(looks), "shape alone must tell the states apart"
         assert render(Look.IDLE, size).size == (size, size)
 

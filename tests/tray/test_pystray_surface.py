@@ -14,6 +14,7 @@ import pytest
 from conftest import BUSY, NOW, Recorder
 from test_lanes_menu import LANES
 
+from sloth_tray.daemon.snapshot import AskingJob
 from sloth_tray.jobs.overdue import OverdueJob
 from sloth_tray.tray import presenter
 
@@ -52,7 +53,10 @@ def test_every_item_pystray_shows_does_what_the_presenters_item_does(dummy_pystr
     surface = PystraySurface()
     controls = Recorder()
     expected = Recorder()
-    for snapshot in (BUSY_OVERDUE, LANES):  # LANES: the rows only lanes have
+    # LANES: the rows only lanes have; and a job's question, its choices as items
+    asked = replace(LANES, asking_count=1, asking=(AskingJob(
+        "q1", "feed-check", "ask", 1, "Post it?", ("yes", "no"), NOW - 5),))
+    for snapshot in (BUSY_OVERDUE, asked):
 
         def build(snapshot=snapshot):
             return presenter.menu(snapshot, controls, NOW, starts_at_login=starts_at_login)

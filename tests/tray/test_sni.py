@@ -39,7 +39,7 @@ from dbus_fast.service import (  # noqa: E402
     dbus_signal,
 )
 
-from sloth_tray.daemon.snapshot import Snapshot  # noqa: E402
+from sloth_tray.daemon.snapshot import AskingJob, Snapshot  # noqa: E402
 from sloth_tray.desktop import bus as busmod  # noqa: E402
 from sloth_tray.errors import SlothError  # noqa: E402
 from sloth_tray.text import printable  # noqa: E402
@@ -60,6 +60,7 @@ PROPS = "org.freedesktop.DBus.Properties"
 Strs = Annotated[list[str], DBusSignature("as")]
 
 QUIET = Snapshot(done=3)
+ASKED = AskingJob("q1", "feed-check", "ask", 1, "Post it?", ("yes", "no"), NOW - 5)
 
 
 class FakeWatcher(ServiceInterface):
@@ -533,7 +534,8 @@ def click_everything(tray: Tray, scene: Scene) -> None:
 
 def test_a_click_on_every_item_runs_its_action_on_the_surface_thread(tray, scene):
     click_everything(tray, scene)
-    scene.snapshot = LANES  # the rows only lanes have: Pause and Resume by lane, ...
+    # The rows only lanes have (Pause and Resume by lane, ...) and a job's question
+    scene.snapshot = replace(LANES, asking=(ASKED,), asking_count=1)
     assert tray.about_to_show() is False
     click_everything(tray, scene)
     names = {call[0] for call in scene.controls.calls}
