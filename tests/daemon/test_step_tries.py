@@ -212,3 +212,21 @@ sloth-tray sleep 2h
     assert post[1] == "done (answered yes)" and post[-1] == "-"
     assert sleep[1].startswith("sleeping until ") and sleep[-2] in ("2h to go", "1h to go")
     assert sleep[-1] == "-"
+
+
+def test_a_try_from_a_run_that_is_over_is_refused_and_changes_nothing(home):
+    from sloth_tray.store.queue import Queue
+
+    with Queue(home.db) as queue:
+        job_id = queue.push("flaky")
+        queue.claim("me", token="t1")
+        run = sloth_step.Run(str(home.db), job_id, "t1", "me")
+        db = sloth_step.connection(str(home.db))
+        decision = sloth_step.start(db, run, "fetch", ask=False, kind="shell")
+        assert sloth_step.next_try(db, run, "fetch", decision.occurrence, 2)
+        stranger = sloth_step.Run(str(home.db), job_id, "t2", "me")
+        assert not sloth_step.next_try(db, stranger, "fetch", decision.occurrence, 3)
+        queue.release(job_id, "me")  # the run is over: its step was cut short
+        assert not sloth_step.next_try(db, run, "fetch", decision.occurrence, 3)
+        (step,) = queue.steps(job_id)
+        assert (step["state"], step["tries"]) == ("cut", 2)
