@@ -189,3 +189,8 @@ LIST_LIMIT = Limit("limit", Kind.COUNT, 0, 1_000_000, note="0: all")
 OCCURRENCE = Limit("occurrence", Kind.COUNT, 1, 1_000_000)  # a step's Nth call in one run
 GRACE = Limit("grace", Kind.DURATION, 60.0, TEN_YEARS)  # how late a series may be
 WINDOW = Limit("window", Kind.DURATION, 60.0, TEN_YEARS)  # how late a missed time still runs
+# A step's own tries (`sloth-tray step --retries/--backoff/--timeout`, step(retries=...)):
+# for_jobs/sloth_step.py checks the same ranges itself (RETRIES_MAX, BACKOFF_MAX,
+# TIMEOUT_MAX), since a job's Python cannot import this module.
+RETRIES = Limit("retries", Kind.COUNT, 0, 100)
+BACKOFF = Limit("backoff", Kind.DURATION, 0.0, DAY)  # the cap on 1, 2, 4... seconds

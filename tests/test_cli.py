@@ -434,17 +434,41 @@ def test_no_command_writes_to_a_damaged_queue_and_each_says_so_once(home, tmp_pa
     (["step", "--", "-n", "--", "cmd"], ("-n", ["cmd"], False)),
     (["step", "--", "-n", "--ask", "--", "cmd"], ("-n", ["cmd"], True)),
     (["--home", "step", "step", "n", "--", "cmd"], ("n", ["cmd"], False)),
+    (["step", "n", "--retries", "3", "--ask", "--timeout=2m", "--", "cmd", "--retries", "1"],
+     ("n", ["cmd", "--retries", "1"], True, {"retries": 3, "timeout": 120.0})),
+    (["step", "--backoff", "10s", "n", "--retries", "0", "--", "cmd"],
+     ("n", ["cmd"], False, {"retries": 0, "backoff": 10.0})),
+    (["step", "--", "-n", "--retries=2", "--", "cmd"], ("-n", ["cmd"], False, {"retries": 2})),
 ])
 def test_step_takes_its_name_ask_and_the_whole_command_after_the_double_dash(
         monkeypatch, argv, expected):
     from sloth_tray.cli import step
 
     seen = []
-    monkeypatch.setattr(step, "main", lambda name, command, *, ask: seen.append(
-        (name, command, ask)) or 0)
+    monkeypatch.setattr(step, "main", lambda name, command, *, ask, **how: seen.append(
+        (name, command, ask, *([{k: v for k, v in how.items() if v is not None}] if any(
+            v is not None for v in how.values()) else []))) or 0)
     monkeypatch.delenv("SLOTH_TRAY_CONFIG")  # no settings are read: the run names its queue
     assert main(argv) == 0
     assert seen == [expected]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["step", "n", "--retries", "101", "--", "cmd"], "--retries: '101' is not a whole number"),
+    (["step", "n", "--backoff", "2d", "--", "cmd"], "--backoff: '2d' is not a duration"),
+    (["step", "n", "--timeout", "0", "--", "cmd"], "--timeout: '0' is not a duration"),
+    (["step", "--retries", "-1", "n", "--", "cmd"], "--retries"),
+    (["step", "--retries", "3", "--", "cmd"], "a step's NAME goes before `--`"),
+])
+def test_a_steps_bad_tries_are_one_sentence_and_exit_2(monkeypatch, capsys, argv, words):
+    monkeypatch.delenv("SLOTH_TRAY_CONFIG")
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own exit, for an option before NAME
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err, err
 
 
 def unsure_job(home) -> str:

@@ -301,3 +301,16 @@ def test_the_readme_limits_table_says_what_the_code_checks():
         said = (limit.range_text.replace(" and at most ", ", at most ")
                 .replace("between ", "").replace(" and ", " to "))
         assert documented[what] == said, what
+
+
+def test_a_python_steps_tries_are_checked_against_the_same_ranges():
+    """A job's sloth_step cannot import limits.py: its own bounds are these."""
+    from sloth_tray.for_jobs import sloth_step
+
+    assert (limits.RETRIES.low, limits.RETRIES.high) == (0, sloth_step.RETRIES_MAX)
+    assert (limits.BACKOFF.low, limits.BACKOFF.high) == (0, sloth_step.BACKOFF_MAX)
+    assert limits.TIMEOUT.low_open and limits.TIMEOUT.high == sloth_step.TIMEOUT_MAX
+    for retries in (0, 100):
+        assert sloth_step.tries_problem(retries, 0, None) is None
+    assert sloth_step.tries_problem(101, 0, None) == limits.RETRIES.refusal(101)
+    assert sloth_step.tries_problem(True, 0, None) is not None  # a bool is not a count

@@ -19,7 +19,7 @@ from sloth_tray.cli import (  # noqa: F401 (each registers its commands)
     reading,
 )
 from sloth_tray.cli.common import BROKEN_PIPE_STATUS, COMMANDS, INTERRUPTED
-from sloth_tray.cli.parser import build_parser
+from sloth_tray.cli.parser import build_parser, step_options
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import locate
 from sloth_tray.text import printable
@@ -57,8 +57,9 @@ def _main(argv: Sequence[str] | None) -> int:
         cut = line.index("--")
         line, inline = line[:cut], line[cut + 1:]
     if _command_of(line) == "step" and _step_name_forgotten(line):
-        print("sloth-tray: a step's NAME goes before `--`: sloth-tray step NAME [--ask] -- "
-              "COMMAND [ARG...]", file=sys.stderr)
+        print("sloth-tray: a step's NAME goes before `--`: sloth-tray step NAME [--ask] "
+              "[--retries N] [--backoff D] [--timeout D] -- COMMAND [ARG...]",
+              file=sys.stderr)
         return 2  # argparse's code for a usage mistake
     # `sloth-tray status --json`: the command comes first, so only its parser is
     # needed; anything else (help, options first, no command) gets them all.
@@ -71,11 +72,15 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "step":  # inside a job: no settings, no home: the run names its queue
         from sloth_tray.cli import step
 
-        ask, command = args.ask, list(args.step_command)
-        while command[:1] == ["--ask"]:  # NAME --ask -- ...: argparse left it in the rest
-            ask, command = True, command[1:]
+        how = {"ask": args.ask, "retries": args.retries, "backoff": args.backoff,
+               "timeout": args.timeout}
+        try:  # NAME --ask --retries 3 -- ...: argparse left them in the rest
+            command = step_options(list(args.step_command), how)
+        except ValueError as exc:
+            print(f"sloth-tray step: {exc}", file=sys.stderr)
+            return 2  # argparse's code for a usage mistake
         return step.main(args.name, command[1:] if command[:1] == ["--"] else command,
-                         ask=ask)
+                         ask=how.pop("ask"), **how)
     if args.command in ("sleep", "ask"):  # inside a job, as `step`: the run names its queue
         from sloth_tray.cli import wait
 
@@ -124,17 +129,19 @@ def _command_at(line: Sequence[str]) -> int | None:
 
 
 def _step_name_forgotten(line: Sequence[str]) -> bool:
-    """`sloth-tray step -- echo x`: the `--` comes before any NAME (nothing but `--ask`
-    between `step` and it), where argparse would take COMMAND's first word for the name
-    and run the rest. Unless a second `--` follows that one word: `step -- -n -- cmd` is
-    how a name that starts with a dash is given."""
+    """`sloth-tray step -- echo x`: the `--` comes before any NAME (nothing but the
+    step's options between `step` and it), where argparse would take COMMAND's first
+    word for the name and run the rest. Unless a second `--` follows that one word:
+    `step -- -n -- cmd` is how a name that starts with a dash is given."""
     after = list(line)[(_command_at(line) or 0) + 1:]
-    if "--" not in after or any(word != "--ask" for word in after[:after.index("--")]):
+    if "--" not in after:
         return False
-    rest = after[after.index("--") + 1:]
-    flags = rest[1:]
-    while flags[:1] == ["--ask"]:
-        flags = flags[1:]
+    try:
+        if step_options(after, {}) != after[after.index("--"):]:
+            return False  # a word before `--` that is not a step's option: the name
+        flags = step_options(after[after.index("--") + 2:], {})
+    except ValueError:
+        return False  # argparse says what is wrong with the option
     return flags[:1] != ["--"]
 
 

@@ -4,6 +4,7 @@ home that does not exist they make nothing and say there is no queue there yet."
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 
@@ -22,6 +23,7 @@ from sloth_tray.cli.common import (
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home
 from sloth_tray.store.states import State
+from sloth_tray.store.steps import NEVER, short_time
 from sloth_tray.text import printable
 from sloth_tray.timefmt import clock_time, format_duration, relative
 
@@ -318,29 +320,52 @@ def _wait_note(wait: dict[str, Any]) -> str:
 
 
 def _step_row(step: dict[str, Any], now: float) -> tuple[str, ...]:
-    """name, state, run, when, how long, output: one row of `show`'s steps."""
+    """name, state, run, when, how long, output: one row of `show`'s steps. A sleep or
+    an ask says what it waits for (or waited for) in its state, and has no output."""
     name = step["name"] + (f" #{step['occurrence']}" if step["occurrence"] > 1 else "")
-    state = step["state"]
-    if step["marked_at"]:
-        state += " (marked by hand)"
-    elif step["state"] == "cut" and step["ask"]:
-        state += " (asks: did it happen?)"
-    elif step["state"] == "failed" and step["exit_code"] is not None:
-        state += f" (exit {step['exit_code']})"
-    elif step["state"] == "waiting" and step["kind"] == "sleep":
-        state += f" (until {clock_time(step['wake_at'] or 0)})"
-    elif step["state"] == "waiting" and step["kind"] == "ask":
-        state += " (answered: " + step["answer"] + ")" if step["answer"] else " (asks)"
-    elif step["state"] == "done" and step["kind"] == "ask" and step["answer"] is not None:
-        state += f" (answered {step['answer']})"
-    if step.get("tries") and step["tries"] > 1:
-        state += f" (try {step['tries']})"
     ended = step["ended_at"] if step["ended_at"] is not None else now
     took = format_duration(max(ended - step["started_at"], 0.0))
+    if step["state"] == "running":
+        took += " so far"
     output = "-" if step["output_size"] is None else \
         f"{step['output_size']} byte{'' if step['output_size'] == 1 else 's'}"
-    return ("  " + name, state, f"run {step['run']}", clock_time(step["started_at"]),
-            took if step["state"] != "running" else f"{took} so far", output)
+    if step["kind"] in ("sleep", "ask"):
+        output = "-"
+        if step["state"] == "waiting" and step["kind"] == "sleep":
+            took = f"{format_duration(max((step['wake_at'] or 0) - now, 0.0))} to go"
+        elif step["state"] == "waiting":
+            took += " so far"
+    return ("  " + name, _step_state(step), f"run {step['run']}",
+            clock_time(step["started_at"]), took, output)
+
+
+def _step_state(step: dict[str, Any]) -> str:
+    """`done`, `failed (exit 1) (try 3)`, `sleeping until 14:00`, `asks "Post it?"
+    (yes/no)`: a step's state, with what it waits for."""
+    state, kind = step["state"], step["kind"]
+    if kind == "sleep" and state in ("waiting", "done"):
+        until = f"until {short_time(step['wake_at'] or 0)}"
+        return f"sleeping {until}" if state == "waiting" else f"done (slept {until})"
+    if kind == "ask" and state in ("waiting", "done", "unanswered"):
+        if state == "done":
+            return f"done (answered {step['answer']})"
+        if state == "unanswered":
+            return f"unanswered (nobody answered by {short_time(step['wake_at'] or 0)})"
+        if step["answer"] is not None:
+            return f"answered {step['answer']} (runs again now)"
+        choices = "/".join(json.loads(step["choices"] or "[]"))
+        until = f", until {short_time(step['wake_at'])}" if step["wake_at"] is not None \
+            and step["wake_at"] < NEVER else ""
+        return f"asks {json.dumps(step['question'], ensure_ascii=False)} ({choices}{until})"
+    if step["marked_at"]:
+        state += " (marked by hand)"
+    elif state == "cut" and step["ask"]:
+        state += " (asks: did it happen?)"
+    elif state == "failed" and step["exit_code"] is not None:
+        state += f" (exit {step['exit_code']})"
+    if step.get("tries") and step["tries"] > 1:
+        state += f" (try {step['tries']})"
+    return state
 
 
 def _print_step_output(step: dict[str, Any]) -> int:

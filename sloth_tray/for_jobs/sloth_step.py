@@ -45,6 +45,17 @@ OUTPUT_CAP = 1024 * 1024  # bytes of a step's stdout (or its result's JSON) kept
 RESULT_DEPTH = 100  # lists and dicts in a Python step's result, one in another, at most
 BUSY_TIMEOUT = 60.0  # seconds a step waits for the queue file while another writer holds it
 
+# A step's own tries: a failing step is tried again in place, in the same run, up to
+# `retries` more times, waiting 1, 2, 4... seconds before each, at most `backoff`. The
+# ranges are limits.py's RETRIES, BACKOFF and TIMEOUT (which this file cannot import:
+# tests/test_limits.py holds them to one statement).
+RETRIES_MAX = 100
+BACKOFF_MAX = 86400.0  # a day
+BACKOFF_DEFAULT = 60.0
+TIMEOUT_MAX = 3650 * 86400.0
+GRACE = 5.0  # seconds from SIGTERM to SIGKILL for a step past its timeout, as for a job
+TIMED_OUT = 124  # a step's status past its timeout, as timeout(1) gives it
+
 # The oldest Python that runs this file. pythonpath/sloth_step.py, which any Python
 # reads, ends an older one's import with TOO_OLD_STATUS (126: as a shell says "cannot
 # execute") and a line is_too_old knows: the runner fails the job for good
@@ -229,7 +240,7 @@ def _decide(db: sqlite3.Connection, run: Run, name: str, *, ask: bool, kind: str
     db.execute(
         "UPDATE steps SET state = 'running', ask = :ask, run = :run, token = :token, "
         "seen_by = :token, started_at = :now, ended_at = NULL, exit_code = NULL, "
-        "output = NULL, output_size = NULL, kind = :kind, marked_at = NULL "
+        "output = NULL, output_size = NULL, kind = :kind, marked_at = NULL, tries = NULL "
         f"WHERE job = :job AND name = :name AND occurrence = :occurrence AND {_HELD}", key)
     return Decision("run", occurrence, row)
 
@@ -265,6 +276,24 @@ def finish(db: sqlite3.Connection, run: Run, name: str, occurrence: int, *, ok: 
         run.params(state="done" if ok else "failed", now=now, exit_code=exit_code,
                    output=output if ok else None, size=output_size, name=name,
                    occurrence=occurrence)).rowcount
+    return changed == 1
+
+
+def next_try(db: sqlite3.Connection, run: Run, name: str, occurrence: int,
+             tries: int) -> bool:
+    """Record that the running step is on try number `tries` (2 on: its first retry),
+    as `show` says it. Held-checked: False when the run no longer holds the job (then
+    the step is not tried again)."""
+    with _lock:
+        try:
+            changed = db.execute(
+                "UPDATE steps SET tries = :tries WHERE job = :job AND name = :name "
+                "AND occurrence = :occurrence AND state = 'running' AND token = :token "
+                f"AND {_HELD}",
+                run.params(tries=tries, name=name, occurrence=occurrence)).rowcount
+        except sqlite3.Error as exc:
+            raise StepError(_db_sentence(run, exc)) from None
+    run.ring()
     return changed == 1
 
 
@@ -376,23 +405,28 @@ def _shell_word(word: str) -> str:
     return shlex.quote(word)
 
 
-def step(name, fn, *args, ask=False, **kwargs):
+def step(name, fn, *args, ask=False, retries=0, backoff=BACKOFF_DEFAULT, timeout=None,
+         **kwargs):
     """Call fn(*args, **kwargs) once for this job: its result is recorded as JSON, and
     any later run of the job returns it without calling fn.
 
     An exception propagates and records no result (the step runs again next time).
+    With `retries=N`, an exception is first tried again in place, in this run, up to
+    N more times, waiting 1, 2, 4... seconds before each, at most `backoff`; the last
+    try's exception propagates. `timeout` (seconds): a call past it gets StepTimedOut
+    raised inside it, and that try failed (the main thread only).
     A result JSON would not give back as it is (see result_problem: a tuple, a key
     that is not text, NaN or infinity, a subclass, more than RESULT_DEPTH deep) raises
     TypeError naming the step, and the step is recorded failed: it runs again.
-    Outside a job (run by hand) fn is simply called. `ask=True`: if a run ends while
-    fn runs (a crash, a quit, a lost lease), the job stops and asks you whether it
-    happened, instead of running it again."""
-    problem = name_problem(name)
+    Outside a job (run by hand) fn is simply called, with its tries and timeout.
+    `ask=True`: if a run ends while fn runs (a crash, a quit, a lost lease), the job
+    stops and asks you whether it happened, instead of running it again."""
+    problem = name_problem(name) or tries_problem(retries, backoff, timeout)
     if problem:
         raise ValueError(problem)
     run = Run.from_environment()
     if run is None:
-        return fn(*args, **kwargs)
+        return _tried(name, fn, args, kwargs, retries, backoff, timeout, None)
     with _lock:
         db = connection(run.queue)
         decision = start(db, run, name, ask=ask, kind="python")
@@ -404,7 +438,8 @@ def step(name, fn, *args, ask=False, **kwargs):
     previous = os.environ.get(KEY_ENV)
     os.environ[KEY_ENV] = step_key(run.job, name, decision.occurrence)
     try:
-        result = fn(*args, **kwargs)
+        result = _tried(name, fn, args, kwargs, retries, backoff, timeout,
+                        lambda tries: next_try(db, run, name, decision.occurrence, tries))
     except Exception:
         end(db, run, name, decision.occurrence, ok=False, output=None)
         raise
@@ -432,6 +467,28 @@ def step(name, fn, *args, ask=False, **kwargs):
         raise StepRefused(f'step "{name}" ran, but this run of job {run.job} is over, so it '
                           "was not recorded; it runs again with the job")
     return result
+
+
+def _tried(name, fn, args, kwargs, retries, backoff, timeout, record_try):
+    """fn's result from its first try that raises no exception, of 1 + `retries`; the
+    last try's exception otherwise. `record_try(n)` records try n (2 on) before it
+    starts: False (the run is over) ends the tries with StepRefused."""
+    total = 1 + retries
+    for tries in range(1, total + 1):
+        if tries > 1 and record_try is not None and not record_try(tries):
+            raise StepRefused(f'step "{name}" was not tried again: this run is over, so it '
+                              "records nothing")
+        try:
+            return _call_within(fn, args, kwargs, timeout, name)
+        except Exception as exc:
+            if tries == total or isinstance(exc, (StepRefused, StepUnsure)):
+                raise
+            delay = backoff_delay(tries, backoff)
+            how = (f"ran past its timeout of {timeout:g} s" if isinstance(exc, StepTimedOut)
+                   else f"raised {type(exc).__name__}: {exc}")
+            _say(try_failed_line(name, tries, total, how, delay))
+            time.sleep(delay)
+    raise AssertionError("not reached")  # the last try returned or raised
 
 
 # What a result's JSON gives back as it was, type for type: anything else (a tuple, a
@@ -476,6 +533,65 @@ def result_problem(value: object) -> "str | None":
             todo.append((sub, f"{where}[{key!r}]", depth + 1))
     return None
 
+
+
+def backoff_delay(retry: int, cap: float) -> float:
+    """Seconds to wait before retry number `retry` (1: the second try): 1, 2, 4, 8...,
+    at most `cap`."""
+    return min(2.0 ** min(retry - 1, 64), cap)
+
+
+def tries_problem(retries: object, backoff: object, timeout: object) -> "str | None":
+    """Why these are not a step's retries (0 to RETRIES_MAX), backoff cap (0 to a day)
+    and timeout (more than 0, at most ten years, or None); None when they are. The
+    words are limits.py's."""
+    if isinstance(retries, bool) or not isinstance(retries, int) \
+            or not 0 <= retries <= RETRIES_MAX:
+        return (f"bad value {retries!r} for retries: use a whole number between 0 and "
+                f"{RETRIES_MAX}")
+    if isinstance(backoff, bool) or not isinstance(backoff, (int, float)) \
+            or not 0 <= backoff <= BACKOFF_MAX:
+        return f"bad value {backoff!r} for backoff: use a number of seconds between 0 and 1d"
+    if timeout is not None and (isinstance(timeout, bool)
+                                or not isinstance(timeout, (int, float))
+                                or not 0 < timeout <= TIMEOUT_MAX):
+        return (f"bad value {timeout!r} for timeout: use a number of seconds more than 0 "
+                "and at most 3650d")
+    return None
+
+
+def try_failed_line(name: str, tries: int, total: int, how: str, delay: float) -> str:
+    """The run's log line for a try that failed and is tried again."""
+    return (f'step "{name}" {how} (try {tries} of {total}); trying again in '
+            f"{delay:g} s")
+
+
+class StepTimedOut(StepError):
+    """A Python step's function ran past the step's timeout (raised inside it)."""
+
+
+def _call_within(fn, args, kwargs, timeout: "float | None", name: str):
+    """fn(*args, **kwargs), with StepTimedOut raised inside it once `timeout` seconds
+    have passed (a timer signal: the main thread only, where Python runs handlers)."""
+    if timeout is None:
+        return fn(*args, **kwargs)
+    if not hasattr(signal, "setitimer") or \
+            threading.current_thread() is not threading.main_thread():
+        raise ValueError(f'step "{name}" has a timeout, which needs the main thread of a '
+                         "POSIX system (a timer signal ends the call)")
+
+    def past(_signum, _frame):
+        raise StepTimedOut(f'step "{name}" ran past its timeout of {timeout:g} s')
+
+    previous = signal.signal(signal.SIGALRM, past)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _a(noun: str) -> str:

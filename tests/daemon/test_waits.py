@@ -134,6 +134,44 @@ print("posted")
     assert show(home, job_id)["runs"] == 2
 
 
+def test_a_sleep_across_a_sigstop_of_the_app_past_the_lease_and_its_time_resumes_once(
+        home, tmp_path, pids, tag):
+    """The app is frozen (SIGSTOP) while the job sleeps, for longer than a lease and past
+    the wake time: the sleeping job held no lease to lose, and on SIGCONT it runs once,
+    its done step skipped."""
+    import signal
+
+    effects = tmp_path / "effects"
+    job_id = add(home, "nap.sh", f"""#!/bin/sh
+sloth-tray step fetch -- sh -c 'echo fetched >> {effects}'
+sloth-tray sleep 2s
+echo posted >> {effects}
+""", tag=tag)
+    log = tmp_path / "daemon.log"
+    daemon = start_daemon(pids, home, log, "--lease", "1", env=environment(tag))
+    try:
+        wait_for(lambda: show(home, job_id)["waiting_for"] is not None, timeout=20,
+                 what="the job to sleep")
+        until = show(home, job_id)["waiting_for"]["until"]
+        daemon.send_signal(signal.SIGSTOP)
+        try:
+            # Frozen past its wake time and more than two leases: a condition, not a nap.
+            wait_for(lambda: time.time() > until + 2.5, timeout=10, what="the freeze")
+            assert show(home, job_id)["state"] == "pending" and not job_processes(job_id)
+        finally:
+            daemon.send_signal(signal.SIGCONT)
+        wait_for(lambda: show(home, job_id)["state"] == "done", timeout=20,
+                 what="the job to wake after the freeze")
+    finally:
+        quit_daemon(daemon, log)
+    assert lines(effects) == ["fetched", "posted"]
+    job = show(home, job_id)
+    assert job["runs"] == 2 and job["attempts"] == 1
+    kinds = [event["kind"] for event in job["history"]]
+    assert kinds.count("waiting") == 1 and kinds.count("claimed") == 2, kinds
+    assert not {"reclaimed", "failed", "backoff"} & set(kinds), kinds
+
+
 def test_an_app_killed_right_after_the_sleep_was_recorded_leaves_it_waiting(home, tmp_path,
                                                                              pids, tag):
     """The run recorded its wait, and the app went before it ended the run: the next

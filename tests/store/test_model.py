@@ -1367,9 +1367,17 @@ def test_a_job_queued_after_a_sleep_keeps_its_wait_when_the_clock_is_then_set_ba
 # - only the run holding the job's lease records anything: a stale run (its job ended, taken
 #   back or pruned since) or a stranger (a wrong token or owner) is refused and changes no
 #   row;
-# - a job's steps go with it when it is pruned.
+# - a job's steps go with it when it is pruned;
+# - a step that waits (a sleep, an ask) ends its run: the job waits pending, holding no
+#   lease and no process, its attempt not counted, due at the wake time (an ask: its
+#   timeout, or at once once answered); a sleep never ends early, whoever runs the job
+#   before its time; an ask never goes past its question without an answer (a person's,
+#   or its default once its timeout passed); past its timeout with no default the job
+#   fails (unanswered), and a retry asks again.
 
 STEP_NAMES = ["a", "b", "c"]
+WAIT_NAMES = {"sleep": "nap", "ask": "q"}  # each name one kind of wait
+ASK_CHOICES = ["yes", "no"]
 STEP_OWNERS = ["owner-a", "owner-b"]  # one owner may claim again, with a new token
 STEP_JOBS = 3  # jobs alive at once, at most
 STEP_ATTEMPTS = 3
@@ -1392,6 +1400,10 @@ class StepSeen:
     ask: bool  # it asked (--ask) when it last started
     first: int  # when it first started, among all steps (retry --from forgets from there)
     waits: bool = False  # cut short while asking: only a person's word lets it run again
+    kind: str = "shell"  # or a wait: sleep, ask (then state is waiting, done or unanswered)
+    wake_at: float | None = None  # a sleep's end, an ask's timeout
+    default: str | None = None
+    answer: str | None = None
 
 
 @dataclass
@@ -1405,6 +1417,7 @@ class RunSeen:
     calls: dict[str, int] = field(default_factory=dict)  # name -> occurrences it took
     open: set[Key] = field(default_factory=set)  # begun to run, not finished by it
     over: bool = False  # its run ended: it is stale from then on
+    waited: Key | None = None  # the wait it recorded: its run ends there
 
 
 @dataclass
@@ -1513,6 +1526,9 @@ class StepMachine(RuleBasedStateMachine):
                                         or expired.lease_until <= pending.not_before):
                 job = expired
                 assert job.run is not None
+                if job.run.waited is not None:  # recorded its wait, then its app went
+                    self._waits(job)
+                    continue
                 never_started = not job.run.spawned
                 self._run_ends(job)
                 if never_started:  # given back, its attempt not counted
@@ -1715,6 +1731,9 @@ class StepMachine(RuleBasedStateMachine):
             for key in forgotten:
                 del job.steps[key]
                 self._tell(job, key, "forgotten")
+        for key in [key for key, step in job.steps.items() if step.state == "unanswered"]:
+            del job.steps[key]  # asked again
+            self._tell(job, key, "forgotten")
         for key, step in job.steps.items():  # the retry is the person's word
             if step.waits:
                 step.waits = False
@@ -1841,7 +1860,16 @@ class StepMachine(RuleBasedStateMachine):
     def _refused(self, run: sloth_step.Run, name: str, key: Key, call: str, who: str) -> None:
         """A run that does not hold its job calls begin or finish: refused, no row changed."""
         before = self._table()
-        if call == "begin":
+        if call == "wait":
+            try:
+                decision = sloth_step.begin_wait(self.db, run, "nap", kind="sleep",
+                                                 wake_at=self.now + 5, now=self.now)
+            except sloth_step.StepRefused:
+                pass
+            else:
+                raise AssertionError(f"{who}'s sleep was not refused: it said "
+                                     f"{decision.action!r}")
+        elif call == "begin":
             try:
                 decision = sloth_step.begin(self.db, run, name, ask=False, kind="shell",
                                             now=self.now)
@@ -1857,7 +1885,7 @@ class StepMachine(RuleBasedStateMachine):
         assert self._table() == before, f"{who}'s {call} of {key} changed rows"
 
     @rule(pick=st.integers(0, 255), name=st.sampled_from(STEP_NAMES),
-          call=st.sampled_from(["begin", "finish"]))
+          call=st.sampled_from(["begin", "finish", "wait"]))
     def stale_run(self, pick: int, name: str, call: str) -> None:
         """A run that is over (its job completed, failed, quit, was cancelled, taken back by
         a claim, retried, pruned) calls a step late: its process lived on."""
@@ -1874,7 +1902,7 @@ class StepMachine(RuleBasedStateMachine):
 
     @rule(pick=st.integers(0, 255), other=st.integers(0, 255), name=st.sampled_from(STEP_NAMES),
           how=st.sampled_from(["owner", "token", "job"]),
-          call=st.sampled_from(["begin", "finish"]))
+          call=st.sampled_from(["begin", "finish", "wait"]))
     def stranger(self, pick: int, other: int, name: str, how: str, call: str) -> None:
         """The holder's run, but with another owner, another token, or another job's id."""
         job = self._pick(self._running(), pick)
@@ -1913,6 +1941,134 @@ class StepMachine(RuleBasedStateMachine):
         assert not said, f"{how} by {owner}, who does not hold {job.id}, said {said!r}"
         assert self._table() == before, f"{how} by {owner}, who does not hold {job.id}, wrote"
 
+    # -- the jobs' side: steps that wait --------------------------------------------------------
+
+    @rule(pick=st.integers(0, 255), kind=st.sampled_from(["sleep", "ask"]),
+          seconds=st.sampled_from([1.0, 5.0, 100.0, None]),
+          default=st.sampled_from([None, "no"]), ends=st.sampled_from(["wait", "wait", "crash"]),
+          owner=st.sampled_from(STEP_OWNERS))
+    def wait_step(self, pick: int, kind: str, seconds: float | None, default: str | None,
+                  ends: str, owner: str) -> None:
+        """The holder's script reaches a sleep (`seconds`) or an ask (timeout `seconds`,
+        or none): the first time, the wait is recorded and the run ends there (queue.wait;
+        or its app dies first: `crash`, and a claim takes it back as the wait it was).
+        Later, the wait is over (the script goes on) or it waits again."""
+        job = self._pick([j for j in self._running() if j.run is not None and not j.run.open
+                          and j.run.waited is None], pick)
+        if job is None:  # the engine's turn, as `work`: a job due now runs into the wait
+            job = self._claim(owner, True)
+        if job is None:
+            return
+        run = job.run
+        assert run is not None
+        name, now = WAIT_NAMES[kind], self.now
+        seconds = 1.0 if kind == "sleep" and seconds is None else seconds
+        key = (name, run.calls.get(name, 0) + 1)
+        asks = {"question": "Go?", "choices": ASK_CHOICES, "default": default} \
+            if kind == "ask" else {}
+        decision = sloth_step.begin_wait(
+            self.db, self._run(job.id, run.token, run.owner), name, kind=kind,
+            wake_at=None if seconds is None else now + seconds, now=now, **asks)
+        assert decision.occurrence == key[1]
+        run.calls[name] = key[1]
+        step = job.steps.get(key)
+        if step is None:
+            expected = "wait"
+            self.started += 1
+            step = job.steps[key] = StepSeen("waiting", False, self.started, kind=kind,
+                                             wake_at=None if seconds is None else now + seconds,
+                                             default=default if kind == "ask" else None)
+        elif step.state in ("done", "unanswered"):
+            expected = step.state
+        else:
+            timed_out = step.wake_at is not None and now >= step.wake_at
+            if kind == "sleep":
+                expected = "done" if timed_out else "wait"
+            elif step.answer is not None or (timed_out and step.default is not None):
+                expected, step.answer = "done", step.answer or step.default
+            else:
+                expected = "unanswered" if timed_out else "wait"
+            if expected != "wait":
+                step.state = expected
+        assert decision.action == expected, (
+            f"{kind} {key} of {job.id} ({step}) at {now - START:g}: begin_wait said "
+            f"{decision.action!r}, the rules say {expected!r}")
+        # The user's rules, on what the script is told, whatever the model says.
+        if decision.action == "done" and kind == "sleep":
+            assert now >= decision.row["wake_at"], "a sleep ended before its wake time"
+        if decision.action == "done" and kind == "ask":
+            told = decision.output.decode()
+            assert told in ASK_CHOICES and told == step.answer, (
+                f"the ask {key} of {job.id} went past its question with {told!r}, answered "
+                f"{step.answer!r}")
+        if expected == "done":
+            return  # the script goes on after the wait
+        run.waited = key
+        if ends == "crash":
+            self.crash(owner, True)
+            return
+        said = self.queue.wait(job.id, run.owner, run.token)
+        self._waits(job)
+        assert said == job.state, f"wait() says {said}; the model says {job.state}"
+
+    def _waits(self, job: JobSeen) -> None:
+        """The run ended in the wait it recorded: the job waits, pending, due at the wake
+        time (at once once answered; never without a timeout), its attempt not counted;
+        or it fails, unanswered."""
+        assert job.run is not None and job.run.waited is not None
+        step = job.steps[job.run.waited]
+        self._run_ends(job)
+        job.attempts = max(job.attempts - 1, 0)
+        if step.state == "unanswered":
+            job.state, job.reason = State.FAILED, Reason.UNANSWERED
+        else:
+            job.state = State.PENDING
+            job.not_before = self.now if step.answer is not None else (
+                step.wake_at if step.wake_at is not None else steps.NEVER)
+        self._unsure_fails(job)
+        if job.state == State.PENDING:
+            due = self.queue.get(job.id).not_before
+            assert due == job.not_before, (
+                f"{job.id} waits in {step.kind} until {due - START:g}, the model says "
+                f"{job.not_before - START:g}")
+
+    @rule(pick=st.integers(0, 255))
+    def run_now(self, pick: int) -> None:
+        """A person's Run now: a pending job is due at once, a sleeping one too (it then
+        meets its sleep again, which never ends early)."""
+        waiting = [j for j in self.jobs if j.state == State.PENDING
+                   and any(step.state == "waiting" for step in j.steps.values())]
+        job = self._pick(waiting if waiting and pick % 4 else self.jobs, pick // 4)
+        if job is None:
+            return
+        assert self.queue.run_now(job.id) == (job.state == State.PENDING)
+        if job.state == State.PENDING:
+            job.not_before = job.updated_at = self.now
+
+    @rule(pick=st.integers(0, 255), choice=st.sampled_from(["yes", "no", "yes", "maybe"]))
+    def answer(self, pick: int, choice: str) -> None:
+        """A person answers a job's question (now and then one that asks nothing, or with
+        a word that is not a choice): it runs again at once, if it waits."""
+        asking = [j for j in self.jobs if any(
+            step.kind == "ask" and step.state == "waiting" for step in j.steps.values())]
+        job = self._pick(asking if asking and pick % 4 else self.jobs, pick // 4)
+        if job is None:
+            return
+        asked = [step for step in job.steps.values()
+                 if step.kind == "ask" and step.state == "waiting" and step.answer is None]
+        before = self._table()
+        if not asked or job.state not in (State.PENDING, State.RUNNING) \
+                or choice not in ASK_CHOICES:
+            with pytest.raises(steps.NotAsking):
+                self.queue.answer(job.id, choice)
+            assert self._table() == before, "an answer that was refused changed rows"
+            return
+        self.queue.answer(job.id, choice)
+        max(asked, key=lambda step: step.first).answer = choice
+        job.updated_at = self.now
+        if job.state == State.PENDING:
+            job.not_before = self.now
+
     # -- what must hold after every step ------------------------------------------------------
 
     @invariant()
@@ -1923,6 +2079,7 @@ class StepMachine(RuleBasedStateMachine):
         self.no_step_outlives_its_job()
         self.a_cut_asking_step_fails_its_job(jobs)
         self.a_running_step_is_its_running_runs()
+        self.a_waiting_job_holds_no_lease_and_no_process(jobs)
 
     def jobs_match_the_model(self, jobs: dict[str, Job]) -> None:
         assert set(jobs) == {job.id for job in self.jobs}
@@ -1960,6 +2117,19 @@ class StepMachine(RuleBasedStateMachine):
                     row.state == State.FAILED and row.reason == Reason.STEP_UNSURE), (
                     f"{job.id} has a step cut short that asks, yet it is {row.state} "
                     f"({row.reason})")
+
+    def a_waiting_job_holds_no_lease_and_no_process(self, jobs: dict[str, Job]) -> None:
+        """A job whose run ended in a wait is pending with no lease and no run of its own,
+        and no sooner due than its wait allows."""
+        for job in self.jobs:
+            row = jobs[job.id]
+            waiting = [s for s in job.steps.values() if s.state == "waiting"]
+            if row.state != State.PENDING or not waiting:
+                continue
+            assert row.lease_owner is None and row.lease_until is None and job.run is None, (
+                f"{job.id} waits in a step, yet holds a lease ({row.lease_owner})")
+            live = [r for r in self.runs if r.job == job.id and not r.over]
+            assert not live, f"{job.id} waits in a step, yet a run of it goes on: {live}"
 
     def a_running_step_is_its_running_runs(self) -> None:
         """A step is running only under the run that holds its job: any run's end cuts."""
