@@ -10,9 +10,16 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from sloth_tray.cli.common import command, emit_json, find_job, in_lane, open_queue, sound_home
+from sloth_tray.cli.common import command, emit_json, in_lane
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home
+from sloth_tray.store.access import (
+    find_job,
+    open_queue,
+    retry_instead,
+    run_now_instead,
+    sound_home,
+)
 from sloth_tray.store.states import Reason, State, in_retry_all
 from sloth_tray.text import printable
 
@@ -47,18 +54,6 @@ def _each_job(queue: Queue, ids: Sequence[str], act: Callable[[Queue, str], bool
             print(f"sloth-tray: {printable(exc)}", file=sys.stderr)
             status = 2 if isinstance(exc, mistakes) else max(status, 1)
     return status
-
-
-def _run_now_instead(job: Job) -> str | None:
-    if job.state == State.PENDING:
-        return f"is waiting; `sloth-tray run-now {job.id}` starts it now"
-    return None
-
-
-def _retry_instead(job: Job) -> str | None:
-    if job.state in (State.FAILED, State.CANCELLED):
-        return f"is {job.state.value}; `sloth-tray retry {job.id}` puts it back in line"
-    return None
 
 
 def _bulk_usage_mistake(args: argparse.Namespace, verb: str) -> bool:
@@ -118,7 +113,7 @@ def cmd_retry(args: argparse.Namespace, home: Home) -> int:
         steps = {"step_done": args.step_done, "forget_from": args.forget_from,
                  "fresh": args.fresh}
         status = _each_job(queue, ids, lambda queue, job_id: spool.retry(queue, job_id, **steps),
-                           "retry", "retried", _run_now_instead, mistakes=(NotCutShort,))
+                           "retry", "retried", run_now_instead, mistakes=(NotCutShort,))
     home.ring_doorbell()
     return status
 
@@ -134,7 +129,7 @@ def cmd_run_now(args: argparse.Namespace, home: Home) -> int:
             return _by_name(queue, home, args.by_name, "run now", "made due now", "waiting",
                             lambda queue, job: queue.run_now(job.id))
         status = _each_job(queue, args.ids, lambda queue, job_id: queue.run_now(job_id),
-                           "run now", "due now", _retry_instead)
+                           "run now", "due now", retry_instead)
         paused = queue.paused()
         held = sorted(_lanes_of(queue, args.ids) & queue.paused_lanes())
     home.ring_doorbell()

@@ -8,7 +8,6 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 
-from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home
 from sloth_tray.store.states import State
 from sloth_tray.text import printable
@@ -18,7 +17,7 @@ TYPE_CHECKING = False  # as the standard library does: typing itself is not impo
 if TYPE_CHECKING:
     from typing import Any
 
-    from sloth_tray.store.queue import Job, Queue
+    from sloth_tray.store.queue import Job
 
 
 Command = Callable[[argparse.Namespace, Home], int]
@@ -33,61 +32,9 @@ def command(function: Command) -> Command:
     return function
 
 
-def sound_home(home: Home) -> Home:
-    """The home, vetted (Home.ensure), once its queue file has read back whole and sound
-    (schema.verify: about 30 ms per 100,000 jobs): a command must never write on top of
-    a damaged page, nor do half its work and then meet one."""
-    from sloth_tray.store.schema import verify
-
-    home.ensure()
-    verify(home.db)
-    return home
-
-
-def open_queue(home: Home) -> Queue:
-    from sloth_tray.store.queue import Queue  # here: `status` reads without it (reads.py)
-
-    return Queue(sound_home(home).db)
-
-
-def read_queue(home: Home) -> Queue | None:
-    """The queue, for a command that only reads; None when there is none to read: a
-    home or jobs folder that does not exist is not made (Home.readable)."""
-    from sloth_tray.store.queue import Queue
-    from sloth_tray.store.schema import verify
-
-    if not home.readable():
-        return None
-    verify(home.db)
-    return Queue(home.db)
-
-
-def queue_to_read(home: Home) -> Queue:
-    """The queue, for a command that reads one job (`show`, `wait`, `log`): where there
-    is none, the one sentence that says so (exit 1), and nothing made."""
-    queue = read_queue(home)
-    if queue is None:
-        raise SlothError(home.no_queue)
-    return queue
-
-
 def no_queue_here(home: Home) -> None:
     """Say, on stderr, that there is no queue to read (the command's output stays empty)."""
     print(f"sloth-tray: {printable(home.no_queue)}", file=sys.stderr)
-
-
-def find_job(queue: Queue, given: str) -> str:
-    """The id of the job `given` names: an id, enough of its start, or a name (its
-    newest job); see reads.find_job."""
-    from sloth_tray.store import reads
-
-    if len(given) == 12 and queue.exists(given):  # a whole id: nothing else to look at
-        return given
-    db = reads.reader(queue.path)
-    try:
-        return reads.find_job(db, given)
-    finally:
-        db.close()
 
 
 def emit_json(data: Any) -> None:

@@ -9,19 +9,10 @@ import sys
 import time
 
 from sloth_tray import config, limits
-from sloth_tray.cli.common import (
-    command,
-    emit_json,
-    find_job,
-    in_lane,
-    no_queue_here,
-    queue_to_read,
-    read_queue,
-    table,
-    when,
-)
+from sloth_tray.cli.common import command, emit_json, in_lane, no_queue_here, table, when
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home
+from sloth_tray.store.access import find_job, queue_to_read, read_queue
 from sloth_tray.store.states import State
 from sloth_tray.store.steps import NEVER, short_time
 from sloth_tray.text import printable

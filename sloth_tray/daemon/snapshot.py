@@ -99,6 +99,7 @@ class WaitingJob:
     waiting_for: str | None = None  # an unmet condition it needs ("AC power"), if any
     lane: str = "main"
     by: str | None = None  # the agent that added it (agent_of)
+    sleeping_until: float | None = None  # asleep in a step (`sloth-tray sleep`): its wake
 
 
 @dataclass(frozen=True)
@@ -199,10 +200,15 @@ def read(queue: Queue, running: Iterable[RunningJob], unmet: frozenset[str], *,
         paused = bool(counts["paused"])
         failed_runs = queue.failed_by_series(SHOWN_FAILED, SHOWN_RUNS_PER_SERIES)
         failed = _failed_jobs(queue, [(job, series) for job, series, _, _ in failed_runs])
+        upcoming = queue.upcoming(SHOWN_WAITING)
+        waits = queue.waiting_for([j.id for j in upcoming])
+        # A job that asks is shown with its question (asking, below), not as due.
         waiting = tuple(WaitingJob(j.id, j.name, j.not_before,
                                    waiting_for(j.options, unmet), lane=j.lane,
-                                   by=agent_of(j.source))
-                        for j in queue.upcoming(SHOWN_WAITING))
+                                   by=agent_of(j.source),
+                                   sleeping_until=_wake_time(waits.get(j.id)))
+                        for j in upcoming
+                        if (waits.get(j.id) or {}).get("kind") != "answer")
         verdict = queue.overdue(paused=paused)
         runs = tuple(_in_its_step(queue, run) for run in in_lane_order(running))
         next_wakeup = queue.next_due(unmet)
@@ -220,6 +226,11 @@ def read(queue: Queue, running: Iterable[RunningJob], unmet: frozenset[str], *,
         next_wakeup=next_wakeup, paused=paused, problem=problem, stopped=stopped,
         overdue=verdict.overdue, schedules=series, asking=asking, asking_count=len(asks),
     ), verdict.next_change
+
+
+def _wake_time(wait: dict | None) -> float | None:
+    """When a job asleep in a step wakes (None: it is not asleep)."""
+    return wait["until"] if wait is not None and wait["kind"] == "time" else None
 
 
 def _asking(job: Job, step: Step) -> AskingJob:

@@ -311,7 +311,7 @@ def setup_logging(home: Home) -> None:
 
 def serve(home: Home) -> int:
     """Serve MCP on stdin and stdout until the client closes them."""
-    from sloth_tray.cli.common import sound_home
+    from sloth_tray.store.access import sound_home
 
     try:
         sound_home(home)  # the home the tools write to; a problem is each tool's sentence

@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from sloth_tray import instance
-from sloth_tray.cli.changing import _run_now_instead
-from sloth_tray.cli.common import find_job, open_queue, queue_to_read, sound_home
 from sloth_tray.errors import SlothError, UnknownJob
 from sloth_tray.jobs.header import BadJobFile, has_header, settings_of
 from sloth_tray.paths import Home
 from sloth_tray.store import lanes, reads, rows, spool
+from sloth_tray.store.access import find_job, open_queue, queue_to_read, run_now_instead, sound_home
 from sloth_tray.store.rows import JOB_COLUMNS
 from sloth_tray.store.states import Reason, State
 from sloth_tray.text import printable
@@ -319,7 +318,7 @@ def retry_job(home: Home, args: dict[str, Any]) -> dict[str, Any]:
         raise SlothError("retry_job: give one of from_step, fresh and step_done")
 
     def act(queue, job):
-        return spool.retry(queue, job.id, **steps), _run_now_instead(job)
+        return spool.retry(queue, job.id, **steps), run_now_instead(job)
 
     return _each(home, args["ids"], act, "retry", "retried")
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from sloth_tray.errors import SlothError
 from sloth_tray.jobs import schedule, series
-from sloth_tray.store import rows, schedules
+from sloth_tray.store import reads, rows
 from sloth_tray.timefmt import format_duration
 
 Zone = Callable[[], tzinfo]  # this machine's zone (or the injected one), read when needed
@@ -69,7 +69,7 @@ def missed_head(db: sqlite3.Connection, now: float, waits: str,
     once it is resumed, never while it is held."""
     row = db.execute(
         "SELECT id FROM jobs WHERE id = (SELECT id FROM jobs "
-        f"WHERE state = 'pending' AND not_before <= :now{waits} AND {schedules.NOT_HELD} "
+        f"WHERE state = 'pending' AND not_before <= :now{waits} AND {reads.NOT_HELD} "
         "ORDER BY not_before, rowid LIMIT 1) "
         "AND not_before < :late AND json_extract(options, '$.scheduled') = not_before "
         "AND (json_type(options, '$.at') IS NOT NULL "
@@ -85,7 +85,7 @@ def settle_missed_run(db: sqlite3.Connection, job_id: str, now: float, local: Zo
     `skipped` event. False when there was nothing to do after all (it ran, was
     cancelled, or its series was paused since missed_head found it)."""
     row = db.execute("SELECT not_before, options FROM jobs "
-                     f"WHERE id = ? AND state = 'pending' AND {schedules.NOT_HELD}",
+                     f"WHERE id = ? AND state = 'pending' AND {reads.NOT_HELD}",
                      (job_id,)).fetchone()
     if row is None:
         return False

@@ -97,7 +97,7 @@ def claim_statements(lane: str | None = None, skip_lanes: Collection[str] = (),
     `due`, the usual claim: one statement leases the oldest due pending job of a lane
     that takes one (none of its jobs running, lease live or lapsed; the lane not
     paused, by itself or with the whole queue, unless resumed by itself), of a series
-    not paused on its own (schedules.NOT_HELD). Atomic on
+    not paused on its own (reads.NOT_HELD). Atomic on
     its own, so two claims, from any processes, never lease two jobs of one lane::
 
         UPDATE jobs SET state = 'running', lease_owner = :owner,
@@ -158,7 +158,7 @@ def claim_statements(lane: str | None = None, skip_lanes: Collection[str] = (),
     skipped (`skip_lanes`). `params` binds them.
     """
     # Glued from the conditions others share: lanes.CLAIMABLE, lanes.NOT_PAUSED and
-    # schedules.NOT_HELD (next_wakeup's too), reads.not_waiting (status's too). No
+    # reads.NOT_HELD (next_wakeup's too), reads.not_waiting (status's too). No
     # clause for a condition met or a lane not named: the usual claim is the same
     # statement every time.
     waits, params = reads.not_waiting(unmet)
@@ -170,7 +170,7 @@ def claim_statements(lane: str | None = None, skip_lanes: Collection[str] = (),
         in_lane += f" AND lane NOT IN ({', '.join(':' + key for key in skipped)})"
         params |= skipped
     oldest_due = (f"FROM jobs WHERE state = 'pending' AND not_before <= :now{waits}{in_lane} "
-                  f"AND {lanes.CLAIMABLE} AND {schedules.NOT_HELD} "
+                  f"AND {lanes.CLAIMABLE} AND {reads.NOT_HELD} "
                   "ORDER BY not_before, rowid LIMIT 1")
     # The lease, given to :owner at :now for the job's own lease= or :lease seconds;
     # the run's token (:child) is kept from the claim on. Its expressions read the row
@@ -1196,7 +1196,7 @@ class Queue:
             keys = schedules.live_keys_named(db, name)
             if not paused:  # an ended series' word on the pause goes too
                 keys += [key for key in schedules.paused_keys(db) if key not in keys
-                         and db.execute(f"SELECT 1 FROM jobs WHERE {schedules.SERIES_KEY} = ? "
+                         and db.execute(f"SELECT 1 FROM jobs WHERE {reads.SERIES_KEY} = ? "
                                         "AND name = ? LIMIT 1", (key, name)).fetchone()]
             schedules.set_paused(db, keys, paused)
             return len(keys)
@@ -1306,7 +1306,7 @@ class Queue:
                 "SELECT min(t) FROM ("
                 f" SELECT min(not_before) AS t FROM jobs WHERE state = 'pending'{waits}"
                 f" AND not_before < {steps.NEVER!r}"  # an ask with no timeout: its answer
-                f" AND {lanes.CLAIMABLE} AND {schedules.NOT_HELD}"
+                f" AND {lanes.CLAIMABLE} AND {reads.NOT_HELD}"
                 " UNION ALL SELECT min(lease_until) FROM jobs WHERE state = 'running'"
                 f" AND id NOT IN ({', '.join(':renewed' + str(i) for i in range(len(ids)))})"
                 f" AND {lanes.NOT_PAUSED})",  # as claim: a paused lane's lease is not taken back

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from sloth_tray.errors import SlothError, UnknownJob
 from sloth_tray.paths import Home
-from sloth_tray.store import lanes, schedules, steps
+from sloth_tray.store import lanes, steps
 from sloth_tray.store.schema import connect, translated_errors
 from sloth_tray.store.states import State
 
@@ -37,6 +37,14 @@ BUSY_TIMEOUT = 5.0  # seconds a read waits for a writer, as the queue's own conn
 # A recurring run's first event names the run it follows; how far back a series is walked.
 _FOLLOWS = re.compile(r"the next run after ([0-9a-f]{12})")
 SERIES_WALK_LIMIT = 1000
+
+
+# What ties a series' runs together: the spooled script they share (a command's,
+# its name), as Queue.failed_by_series groups failed runs.
+SERIES_KEY = "coalesce(script, name)"
+
+# A claim's condition on a pending job: its series is not paused on its own.
+NOT_HELD = f"{SERIES_KEY} NOT IN (SELECT series FROM paused_series)"
 
 
 def state_counts(db: sqlite3.Connection) -> dict[str, int]:
@@ -90,10 +98,10 @@ def not_waiting(unmet: frozenset[str] | set[str]) -> tuple[str, dict[str, str]]:
 
 def not_held_back(unmet: frozenset[str] | set[str]) -> tuple[str, dict[str, str]]:
     """not_waiting(), and the claim's other word on a pending job itself: its series
-    is not paused on its own (schedules.NOT_HELD). What a glance leaves out of "due
+    is not paused on its own (NOT_HELD). What a glance leaves out of "due
     now", so that it counts what a claim would take."""
     waits, params = not_waiting(unmet)
-    return f"{waits} AND {schedules.NOT_HELD}", params
+    return f"{waits} AND {NOT_HELD}", params
 
 
 def waiting_on(db: sqlite3.Connection, now: float, unmet: frozenset[str]) -> dict[str, int]:
@@ -105,7 +113,7 @@ def waiting_on(db: sqlite3.Connection, now: float, unmet: frozenset[str]) -> dic
         n = db.execute(
             "SELECT count(*) FROM jobs WHERE state = 'pending' AND not_before <= :now "
             "AND instr(',' || json_extract(options, '$.require') || ',', :name) "
-            f"AND {schedules.NOT_HELD}",
+            f"AND {NOT_HELD}",
             {"now": now, "name": f",{name},"}).fetchone()[0]
         if n:
             found[name] = n
@@ -226,7 +234,7 @@ def next_job(db: sqlite3.Connection, unmet: frozenset[str] = frozenset()) -> dic
     waits, params = not_waiting(unmet)
     row = db.execute("SELECT id, name, not_before FROM jobs INDEXED BY jobs_due "
                      f"WHERE state = 'pending'{waits} AND {lanes.NOT_PAUSED_ON_ITS_OWN} "
-                     f"AND {schedules.NOT_HELD} "
+                     f"AND {NOT_HELD} "
                      f"AND not_before < {steps.NEVER!r} "  # an ask: due once answered
                      "ORDER BY not_before, rowid LIMIT 1", params).fetchone()
     return None if row is None else {"id": row[0], "name": row[1], "due": row[2]}

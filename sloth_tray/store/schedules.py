@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from sloth_tray.store import lanes
+from sloth_tray.store import lanes, reads
+from sloth_tray.store.reads import SERIES_KEY
 from sloth_tray.store.states import State
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
@@ -23,19 +24,8 @@ if TYPE_CHECKING:
     from datetime import tzinfo
     from typing import Any
 
-SERIES_KEY = "coalesce(script, name)"
 REPEATS = ("(json_extract(options, '$.every') > 0 OR json_type(options, '$.at') IS NOT NULL "
            "OR json_type(options, '$.cron') IS NOT NULL)")
-
-SCHEMA = (
-    # The series paused on their own, by key: held across restarts as every pause is.
-    # A row per series, not a flag on its runs: the next run, queued as the last one
-    # ends, is held as well.
-    "CREATE TABLE paused_series (series TEXT PRIMARY KEY) WITHOUT ROWID",
-)
-
-# A claim's condition on a pending job: its series is not paused on its own.
-NOT_HELD = f"{SERIES_KEY} NOT IN (SELECT series FROM paused_series)"
 
 # Every job, newest first, but a series' done runs: only its newest, with how many
 # older done runs it stands for (`earlier`). {where}: the caller's filter.
@@ -106,7 +96,6 @@ def read(db: sqlite3.Connection, now: float, tz: tzinfo | None = None, *,
     what `sloth-tray schedules` shows, its times Unix seconds. `ended`: series
     that no longer go on (cancelled) too. `tz`: a calendar's zone (None: this
     machine's), for the overdue judgement."""
-    from sloth_tray.store import reads  # the queue's glance: paused, unmet, recurring series
 
     whole_paused = reads.paused(db)
     words = dict(db.execute("SELECT name, paused FROM lanes WHERE paused"))
@@ -180,7 +169,6 @@ def read(db: sqlite3.Connection, now: float, tz: tzinfo | None = None, *,
 
 def _overdue_keys(db: sqlite3.Connection, now: float, tz: tzinfo | None) -> set[str]:
     """The keys of the series overdue at `now` (overdue.py's rule, as `status` counts)."""
-    from sloth_tray.store import reads
 
     rows = reads.recurring_series(db)
     if not rows:

@@ -22,7 +22,7 @@ from pathlib import Path
 from sloth_tray import safety
 from sloth_tray.errors import DatabaseProblem, SlothError
 from sloth_tray.paths import DB_SIDES
-from sloth_tray.store import lanes, schedules, steps
+from sloth_tray.store import lanes, steps
 
 # Marks the file as ours (PRAGMA application_id): "SLTH".
 APPLICATION_ID = 0x534C5448
@@ -188,8 +188,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # or an agent's name as its MCP client gave it. NULL: before this version.
         "ALTER TABLE jobs ADD COLUMN source TEXT",
     ),
-    # Series paused on their own (store/schedules.py).
-    schedules.SCHEMA,
+    (
+        # The series paused on their own (store/schedules.py), by key: held across
+        # restarts as every pause is. A row per series, not a flag on its runs: the
+        # next run, queued as the last one ends, is held as well. Written here, not
+        # in schedules.py, which reads through reads.py (and so this module).
+        "CREATE TABLE paused_series (series TEXT PRIMARY KEY) WITHOUT ROWID",
+    ),
     # Steps that wait and steps that retry (store/steps.py): a sleep's wake time, an
     # ask's question and answer, a step's try.
     steps.WAITS,

@@ -304,9 +304,12 @@ def overdue_label(job: OverdueJob, now: float) -> str:
     return f"{label} ({short(job.reason, max(ERROR_CHARS_AT_LEAST, ERROR_ROW_CHARS - len(label)))})"
 
 
-def waiting_label(job: WaitingJob, now: float) -> str:
-    """When a waiting job starts: `due in 5m`, or, once due, what it still waits for
+def waiting_label(job: WaitingJob, now: float, tz: tzinfo | None = None) -> str:
+    """When a waiting job starts: `due in 5m`, `sleeping until 14:00` (a step's sleep:
+    it wakes then, it is not due before), or, once due, what it still waits for
     (`Waiting for AC power`)."""
+    if job.sleeping_until is not None and job.sleeping_until > now:
+        return f"sleeping until {when(job.sleeping_until, now, tz).removeprefix('today ')}"
     if job.waiting_for and job.due <= now:
         return f"Waiting for {job.waiting_for}"
     return due_in(job.due, now)
@@ -421,9 +424,10 @@ def failed_rows(snapshot: Snapshot, controls: Controls, now: float,
     return tuple(rows)
 
 
-def waiting_rows(snapshot: Snapshot, controls: Controls, now: float) -> tuple[Item, ...]:
+def waiting_rows(snapshot: Snapshot, controls: Controls, now: float,
+                 tz: tzinfo | None = None) -> tuple[Item, ...]:
     return tuple(
-        Item(f"{named(job)} — {waiting_label(job, now)}", key=job.id, submenu=(
+        Item(f"{named(job)} — {waiting_label(job, now, tz)}", key=job.id, submenu=(
             Item("Run now", lambda job_id=job.id: controls.run_now(job_id), key="run-now"),
             Item("Cancel", lambda job_id=job.id: controls.cancel(job_id), key="cancel")))
         for job in snapshot.waiting
@@ -549,7 +553,7 @@ def menu(snapshot: Snapshot, controls: Controls, now: float, *,
     machine's zone when None). Every row has a key (see Item)."""
     retryable = any(in_retry_all(job.reason) for job in snapshot.failed_jobs)
     failed = failed_rows(snapshot, controls, now, tz)
-    waiting = waiting_rows(snapshot, controls, now)
+    waiting = waiting_rows(snapshot, controls, now, tz)
     return (
         *asking_section(snapshot, controls, now),
         *status_rows(snapshot, controls, now, jobs_folder),

@@ -70,16 +70,17 @@ def test_a_sleep_ends_the_run_holds_nothing_and_the_daemon_wakes_it_once(home, t
     job_id = add(home, "digest.sh", f"""#!/bin/sh
 sloth-tray step fetch -- sh -c 'echo fetched >> {effects}'
 echo before >> {effects}
-sloth-tray sleep 2s
+sloth-tray sleep 6s
 echo after >> {effects}
 echo digested
 """, tag=tag)
     log = tmp_path / "daemon.log"
     daemon = start_daemon(pids, home, log, env=environment(tag))
     try:
-        wait_for(lambda: show(home, job_id)["waiting_for"] is not None, timeout=20,
-                 what="the job to sleep")
-        waiting = show(home, job_id)
+        # Recorded, then the run ended by the app: only then is it pending.
+        waiting = wait_for(lambda: (lambda job: job["state"] == "pending"
+                                    and job["waiting_for"] is not None and job)(
+            show(home, job_id)), timeout=20, what="the job to sleep")
         assert waiting["state"] == "pending" and waiting["attempts"] == 0
         assert waiting["waiting_for"]["kind"] == "time"
         assert lease(home, job_id) == ("pending", None)
@@ -88,8 +89,7 @@ echo digested
         status = sloth(home, "status").stdout
         assert f"digest ({job_id}) — sleeping until " in status, status
         assert "sleeping until" in sloth(home, "list").stdout
-        # Retried early, it sleeps on: a sleep never ends early.
-        assert time.time() < waiting["waiting_for"]["until"]
+        # It never ends early: it is done no sooner than its wake time (below).
         wait_for(lambda: show(home, job_id)["state"] == "done", timeout=20,
                  what="the daemon to wake the job")
         done = show(home, job_id)
@@ -109,14 +109,15 @@ def test_a_python_sleep_across_a_kill_9_and_a_restart_resumes_once_at_its_time(
     job_id = add(home, "feed.py", f"""#!{sys.executable}
 import sloth_step
 sloth_step.step("fetch", lambda: open({str(effects)!r}, "a").write("fetched\\n"))
-sloth_step.sleep(3)
+sloth_step.sleep(6)
 open({str(effects)!r}, "a").write("posted\\n")
 print("posted")
 """, tag=tag)
     log = tmp_path / "daemon.log"
     daemon = start_daemon(pids, home, log, env=environment(tag))
-    wait_for(lambda: show(home, job_id)["waiting_for"] is not None, timeout=20,
-             what="the job to sleep")
+    # Asleep: its wait recorded and its run ended by the app.
+    wait_for(lambda: (lambda job: job["state"] == "pending" and job["waiting_for"])(
+        show(home, job_id)), timeout=20, what="the job to sleep")
     until = show(home, job_id)["waiting_for"]["until"]
     daemon.kill()  # kill -9 of the app while the job sleeps
     daemon.wait(timeout=10)
@@ -124,7 +125,7 @@ print("posted")
     log2 = tmp_path / "daemon2.log"
     daemon = start_daemon(pids, home, log2, env=environment(tag))  # the restart
     try:
-        assert show(home, job_id)["state"] == "pending"  # not run at the start: not due
+        # Not run at the start (it is not due): two runs in all, the second at its time.
         wait_for(lambda: show(home, job_id)["state"] == "done", timeout=20,
                  what="the job to wake after the restart")
         assert time.time() >= until
@@ -288,3 +289,29 @@ def test_a_sleep_called_from_a_run_that_is_over_records_nothing(home, tmp_path, 
     assert done.returncode == 125 and "records nothing" in done.stderr
     with sqlite3.connect(home.db) as db:
         assert db.execute("SELECT count(*) FROM steps").fetchone()[0] == 0
+
+
+def test_the_trays_waiting_rows_say_a_sleep_and_leave_a_question_to_its_own_section(
+        home, tag):
+    """A sleeping job is shown sleeping until its wake time, never "due in" it; a job
+    that asks (with no timeout: due at no time at all) is not among the waiting ones
+    but in Waiting for you."""
+    from datetime import datetime
+
+    from sloth_tray.daemon import snapshot
+    from sloth_tray.store.queue import Queue
+    from sloth_tray.tray import presenter
+
+    sleeper = add(home, "digest.sh", "#!/bin/sh\nsloth-tray sleep 3h\n", tag=tag)
+    asker = add(home, "post.sh", "#!/bin/sh\nsloth-tray ask 'Post it?'\n", tag=tag)
+    work(home, tag=tag)
+    with Queue(home.db) as queue:
+        shown, _ = snapshot.read(queue, (), frozenset())
+        now = queue.clock()
+    [waiting] = shown.waiting
+    assert waiting.id == sleeper and waiting.sleeping_until == waiting.due
+    assert [job.id for job in shown.asking] == [asker]
+    label = presenter.waiting_label(waiting, now)
+    # 3 h on: today's time alone, or tomorrow's with its date.
+    assert label.startswith("sleeping until ") and "due" not in label
+    assert label.endswith(f"{datetime.fromtimestamp(waiting.due):%H:%M}")

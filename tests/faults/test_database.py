@@ -96,7 +96,8 @@ def locked(tmp_path_factory):
         daemon = start_daemon(pids, home, tag, root / "daemon.log", "--lease", "1")
 
         # Phase A: jobs fall due while another process holds the lock.
-        due_in = 1.5
+        # Long enough for three adds and the locker to start on a loaded machine.
+        due_in = 4.0
         seen["due"] = [add(f"due{i}.sh", effect(f"due{i}"), "--delay", f"{due_in}")
                        for i in range(3)]
         due_at = min(j.not_before for j, _ in

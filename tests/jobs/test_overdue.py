@@ -317,6 +317,7 @@ def test_the_tray_tells_of_an_overdue_series_once_even_when_it_shows_again():
     tray.surface = tray.notifier = told
     tray._snapshot, tray._overdue_announced, tray._lane_bursts = None, set(), None
     tray._announcer, tray._clock = announce.Announcer(), lambda: NOW
+    tray._questions = announce.Questions()
     late = Snapshot(overdue=(LATE,))
     for snapshot in (Snapshot(), late, Snapshot(problem="the queue is locked"), late, late):
         tray._show(snapshot)

@@ -1,0 +1,78 @@
+"""What every client of the queue shares, the command line and the MCP server alike:
+the queue opened (vetted to write, or only to read, making nothing), a job found by
+id, prefix or name, and the sentences that say what to do instead of an action that
+does not fit a job's state. Below both clients, so neither imports the other."""
+
+from __future__ import annotations
+
+from sloth_tray.errors import SlothError
+from sloth_tray.paths import Home
+from sloth_tray.store.states import State
+
+TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
+if TYPE_CHECKING:
+    from sloth_tray.store.queue import Job, Queue
+
+
+def sound_home(home: Home) -> Home:
+    """The home, vetted (Home.ensure), once its queue file has read back whole and sound
+    (schema.verify: about 30 ms per 100,000 jobs): a command must never write on top of
+    a damaged page, nor do half its work and then meet one."""
+    from sloth_tray.store.schema import verify
+
+    home.ensure()
+    verify(home.db)
+    return home
+
+
+def open_queue(home: Home) -> Queue:
+    from sloth_tray.store.queue import Queue  # here: `status` reads without it (reads.py)
+
+    return Queue(sound_home(home).db)
+
+
+def read_queue(home: Home) -> Queue | None:
+    """The queue, for a command that only reads; None when there is none to read: a
+    home or jobs folder that does not exist is not made (Home.readable)."""
+    from sloth_tray.store.queue import Queue
+    from sloth_tray.store.schema import verify
+
+    if not home.readable():
+        return None
+    verify(home.db)
+    return Queue(home.db)
+
+
+def queue_to_read(home: Home) -> Queue:
+    """The queue, for a command that reads one job (`show`, `wait`, `log`): where there
+    is none, the one sentence that says so (exit 1), and nothing made."""
+    queue = read_queue(home)
+    if queue is None:
+        raise SlothError(home.no_queue)
+    return queue
+
+
+def find_job(queue: Queue, given: str) -> str:
+    """The id of the job `given` names: an id, enough of its start, or a name (its
+    newest job); see reads.find_job."""
+    from sloth_tray.store import reads
+
+    if len(given) == 12 and queue.exists(given):  # a whole id: nothing else to look at
+        return given
+    db = reads.reader(queue.path)
+    try:
+        return reads.find_job(db, given)
+    finally:
+        db.close()
+
+
+def run_now_instead(job: Job) -> str | None:
+    if job.state == State.PENDING:
+        return f"is waiting; `sloth-tray run-now {job.id}` starts it now"
+    return None
+
+
+def retry_instead(job: Job) -> str | None:
+    if job.state in (State.FAILED, State.CANCELLED):
+        return f"is {job.state.value}; `sloth-tray retry {job.id}` puts it back in line"
+    return None
