@@ -1,0 +1,135 @@
+"""README's feed-check job (Steps that wait), run as written under a real daemon
+(`sloth-tray run --headless`), with the app killed -9 between any two of its lines and
+started again: fetch, ask "post it?" (with a default and a timeout), sleep, post
+(`--ask`).
+
+The user's rules: the feed is fetched once; it is posted at most once without a
+person's word (cut during post, the job stops `step_unsure` until one), and exactly
+once in all once the job is done. `curl` and `post-feed` are scripts of the test's
+own that append a line to a file; the sleep is a short one standing in for `--until`.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+
+import pytest
+from conftest import alive, wait_for
+from test_steps import environment, lines, quit_daemon, show, sloth, start_daemon
+from test_waits import job_processes, tag  # noqa: F401 - tag: the fixture
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
+
+# Where the app is killed -9: each point lies between two lines of the script.
+KILL_POINTS = ("after_fetch", "while_asking", "after_answer", "while_sleeping",
+               "during_post")
+SLEEP = 3  # seconds: long enough to be seen asleep and killed, short for the suite
+
+
+def feed_check(folder, kill_at: str) -> str:
+    """The README's script, with curl and post-feed made local, and a hold between two
+    lines at `kill_at` (a shell loop until the test says go): the app is killed there.
+    A hold has no side effect, and is passed at once after the restart."""
+    effects, reached, go = folder / "effects", folder / "reached", folder / "go"
+    fetch, post = folder / "fetch-feed", folder / "post-feed"
+    fetch.write_text(f"#!/bin/sh\necho fetched >> {effects}\necho '<rss/>' > \"$1\"\n")
+    hold = (f'if [ "$1" = {kill_at} ]; then echo "$1" >> {reached}; '
+            f"while [ ! -e {go} ]; do sleep 0.05; done; fi")
+    post.write_text(f"#!/bin/sh\necho \"posted $(cat \"$1\")\" >> {effects}\n"
+                    f"set -- during_post\n{hold}\n")
+    fetch.chmod(0o755)
+    post.chmod(0o755)
+    feed = folder / "feed.xml"
+    return f"""#!/bin/sh
+set -e
+hold() {{ {hold}; }}
+sloth-tray step fetch -- {fetch} {feed}
+hold after_fetch
+if [ "$(sloth-tray ask "Post today's feed?" --default no --timeout 6h)" = yes ]; then
+    hold after_answer
+    sloth-tray sleep {SLEEP}s
+    sloth-tray step post --ask -- {post} {feed}
+fi
+"""
+
+
+@pytest.mark.parametrize("kill_at", KILL_POINTS)
+def test_the_feed_check_example_survives_a_kill_9_of_the_app_between_any_two_lines(
+        home, tmp_path, pids, tag, kill_at):  # noqa: F811 - tag: the fixture
+    effects, reached, go = tmp_path / "effects", tmp_path / "reached", tmp_path / "go"
+    script = home.root.parent / "feed-check.sh"
+    script.write_text(feed_check(tmp_path, kill_at))
+    job_id = sloth(home, "add", str(script), tag=tag).stdout.strip()
+    logs = iter(tmp_path / f"daemon{n}.log" for n in (1, 2))
+    log = next(logs)
+    daemon = start_daemon(pids, home, log, env=environment(tag))
+
+    def job() -> dict:
+        return show(home, job_id)
+
+    def waiting(kind: str) -> dict | None:
+        """The job, once it waits (`answer` or `time`) with its run ended and no process."""
+        now = job()
+        waits = now["state"] == "pending" and (now["waiting_for"] or {}).get("kind") == kind
+        return now if waits and not job_processes(job_id) else None
+
+    def held_at(point: str) -> None:
+        wait_for(lambda: point in lines(reached), timeout=20, what=f"the job at {point}")
+
+    def kill_here(point: str) -> None:
+        """kill -9 of the app at `point`, and a new start; the job's processes left
+        behind are the new start's to end (it does, before it runs anything)."""
+        nonlocal daemon, log
+        if point != kill_at:
+            return
+        daemon.send_signal(signal.SIGKILL)
+        daemon.wait(timeout=10)
+        left = job_processes(job_id)
+        log = next(logs)
+        daemon = start_daemon(pids, home, log, env=environment(tag))
+        assert not any(alive(pid) for pid in left), "the restart ends the cut run"
+        go.touch()  # later holds pass: the rest of the script runs as written
+
+    try:
+        if kill_at == "after_fetch":
+            held_at("after_fetch")
+            kill_here("after_fetch")
+        asking = wait_for(lambda: waiting("answer"), timeout=20, what="the job to ask")
+        assert asking["waiting_for"]["default"] == "no"
+        assert asking["waiting_for"]["until"] > time.time() + 5 * 3600  # the 6h timeout
+        kill_here("while_asking")
+        sloth(home, "answer", job_id, "yes")
+        if kill_at == "after_answer":
+            held_at("after_answer")
+            kill_here("after_answer")
+        asleep = wait_for(lambda: waiting("time"), timeout=20, what="the job to sleep")
+        until = asleep["waiting_for"]["until"]
+        kill_here("while_sleeping")
+        if kill_at == "during_post":
+            held_at("during_post")
+            kill_here("during_post")
+            # Cut short in an asking step: stopped, posted once, until a person's word.
+            stopped = wait_for(lambda: (lambda now: now["state"] == "failed" and now)(job()),
+                               timeout=20, what="the job to stop unsure")
+            assert stopped["reason"] == "step_unsure", stopped["last_error"]
+            assert f"sloth-tray retry {job_id} --step-done post" in stopped["last_error"]
+            assert lines(effects).count("posted <rss/>") == 1
+            sloth(home, "retry", job_id, "--step-done", "post")  # it was posted
+        wait_for(lambda: job()["state"] == "done", timeout=20, what="the job to end")
+        assert time.time() >= until  # the sleep never ended early, killed or not
+    finally:
+        go.touch()
+        quit_daemon(daemon, log)
+
+    assert lines(effects) == ["fetched", "posted <rss/>"]  # fetched once, posted once
+    done = job()
+    steps = {(s["name"], s["state"]) for s in done["steps"]}
+    assert steps == {("fetch", "done"), ("ask: Post today's feed?", "done"),
+                     ("sleep", "done"), ("post", "done")}
+    answered = next(s for s in done["steps"] if s["kind"] == "ask")
+    assert answered["answer"] == "yes"
+    kinds = [event["kind"] for event in done["history"]]
+    assert kinds.count("waiting") >= 2 and kinds.count("answered") == 1, kinds
+    assert kinds.count("failed") == (1 if kill_at == "during_post" else 0), kinds
