@@ -6,14 +6,18 @@ started again: fetch, ask "post it?" (with a default and a timeout), sleep, post
 The user's rules: the feed is fetched once; it is posted at most once without a
 person's word (cut during post, the job stops `step_unsure` until one), and exactly
 once in all once the job is done. `curl` and `post-feed` are scripts of the test's
-own that append a line to a file; the sleep is a short one standing in for `--until`.
+own, found first on PATH, that append a line to a file; the sleep is a short one
+standing in for `--until`. The script is read from README.md itself.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import signal
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import alive, wait_for
@@ -26,33 +30,49 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="us
 KILL_POINTS = ("after_fetch", "while_asking", "after_answer", "while_sleeping",
                "during_post")
 SLEEP = 3  # seconds: long enough to be seen asleep and killed, short for the suite
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-def feed_check(folder, kill_at: str) -> str:
-    """The README's script, with curl and post-feed made local, and a hold between two
-    lines at `kill_at` (a shell loop until the test says go): the app is killed there.
-    A hold has no side effect, and is passed at once after the restart."""
+def readme_example() -> str:
+    """The feed-check script as README's Steps that wait shows it."""
+    text = README.read_text()
+    section = text[text.index("### Steps that wait"):]
+    return next(block for block in re.findall(r"```sh\n(.*?\n)```", section, flags=re.S)
+                if "Post today's feed?" in block)
+
+
+def replaced(script: list[str], start: str, new: str) -> None:
+    """The one line of `script` beginning `start` (its indent kept) becomes `new`."""
+    [at] = [n for n, line in enumerate(script) if line.strip().startswith(start)]
+    script[at] = script[at][:len(script[at]) - len(script[at].lstrip())] + new
+
+
+def feed_check(folder, kill_at: str) -> tuple[str, Path]:
+    """README's script as written, its `curl` and `post-feed` local scripts found first
+    on PATH (the folder returned), its sleep a short one, and a hold between two lines
+    at `kill_at` (a shell loop until the test says go): the app is killed there. A
+    hold has no side effect, and is passed at once after the restart."""
     effects, reached, go = folder / "effects", folder / "reached", folder / "go"
-    fetch, post = folder / "fetch-feed", folder / "post-feed"
-    fetch.write_text(f"#!/bin/sh\necho fetched >> {effects}\necho '<rss/>' > \"$1\"\n")
     hold = (f'if [ "$1" = {kill_at} ]; then echo "$1" >> {reached}; '
             f"while [ ! -e {go} ]; do sleep 0.05; done; fi")
-    post.write_text(f"#!/bin/sh\necho \"posted $(cat \"$1\")\" >> {effects}\n"
-                    f"set -- during_post\n{hold}\n")
-    fetch.chmod(0o755)
-    post.chmod(0o755)
-    feed = folder / "feed.xml"
-    return f"""#!/bin/sh
-set -e
-hold() {{ {hold}; }}
-sloth-tray step fetch -- {fetch} {feed}
-hold after_fetch
-if [ "$(sloth-tray ask "Post today's feed?" --default no --timeout 6h)" = yes ]; then
-    hold after_answer
-    sloth-tray sleep {SLEEP}s
-    sloth-tray step post --ask -- {post} {feed}
-fi
-"""
+    bin_ = folder / "bin"
+    bin_.mkdir()
+    # curl -fsS -o FILE URL: the feed written to FILE
+    (bin_ / "curl").write_text(f'#!/bin/sh\necho "fetched $4" >> {effects}\n'
+                               "echo '<rss/>' > \"$3\"\n")
+    (bin_ / "post-feed").write_text(f'#!/bin/sh\necho "posted $(cat "$1")" >> {effects}\n'
+                                    f"set -- during_post\n{hold}\n")
+    for tool in bin_.iterdir():
+        tool.chmod(0o755)
+    script = readme_example().splitlines()
+    assert script[:2] == ["#!/bin/sh", "set -e"], script
+    replaced(script, "sloth-tray sleep --until", f"sloth-tray sleep {SLEEP}s")
+    fetch = next(n for n, line in enumerate(script) if "step fetch" in line)
+    script.insert(fetch + 1, "hold after_fetch")
+    ask = next(n for n, line in enumerate(script) if "sloth-tray ask" in line)
+    script.insert(ask + 1, "    hold after_answer")
+    script.insert(2, f"hold() {{ {hold}; }}")
+    return "\n".join(script) + "\n", bin_
 
 
 @pytest.mark.parametrize("kill_at", KILL_POINTS)
@@ -60,11 +80,14 @@ def test_the_feed_check_example_survives_a_kill_9_of_the_app_between_any_two_lin
         home, tmp_path, pids, tag, kill_at):  # noqa: F811 - tag: the fixture
     effects, reached, go = tmp_path / "effects", tmp_path / "reached", tmp_path / "go"
     script = home.root.parent / "feed-check.sh"
-    script.write_text(feed_check(tmp_path, kill_at))
+    text, tools = feed_check(tmp_path, kill_at)
+    script.write_text(text)
     job_id = sloth(home, "add", str(script), tag=tag).stdout.strip()
+    # The job's $HOME (where the feed goes) is the test's, its curl and post-feed ours.
+    env = environment(tag, HOME=str(tmp_path), PATH=f"{tools}{os.pathsep}{os.environ['PATH']}")
     logs = iter(tmp_path / f"daemon{n}.log" for n in (1, 2))
     log = next(logs)
-    daemon = start_daemon(pids, home, log, env=environment(tag))
+    daemon = start_daemon(pids, home, log, env=env)
 
     def job() -> dict:
         return show(home, job_id)
@@ -88,7 +111,7 @@ def test_the_feed_check_example_survives_a_kill_9_of_the_app_between_any_two_lin
         daemon.wait(timeout=10)
         left = job_processes(job_id)
         log = next(logs)
-        daemon = start_daemon(pids, home, log, env=environment(tag))
+        daemon = start_daemon(pids, home, log, env=env)
         assert not any(alive(pid) for pid in left), "the restart ends the cut run"
         go.touch()  # later holds pass: the rest of the script runs as written
 
@@ -123,7 +146,8 @@ def test_the_feed_check_example_survives_a_kill_9_of_the_app_between_any_two_lin
         go.touch()
         quit_daemon(daemon, log)
 
-    assert lines(effects) == ["fetched", "posted <rss/>"]  # fetched once, posted once
+    # fetched once, posted once
+    assert lines(effects) == ["fetched https://example.org/feed.xml", "posted <rss/>"]
     done = job()
     steps = {(s["name"], s["state"]) for s in done["steps"]}
     assert steps == {("fetch", "done"), ("ask: Post today's feed?", "done"),
