@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -27,8 +28,9 @@ from test_waits import job_processes, tag  # noqa: F401 - tag: the fixture
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
 
 # Where the app is killed -9: each point lies between two lines of the script.
-KILL_POINTS = ("after_fetch", "while_asking", "after_answer", "while_sleeping",
-               "during_post")
+# `ask_recorded`: the ask is in the queue, and the app (frozen) never ended the run.
+KILL_POINTS = ("after_fetch", "ask_recorded", "while_asking", "after_answer",
+               "while_sleeping", "during_post")
 SLEEP = 3  # seconds: long enough to be seen asleep and killed, short for the suite
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -47,13 +49,13 @@ def replaced(script: list[str], start: str, new: str) -> None:
     script[at] = script[at][:len(script[at]) - len(script[at].lstrip())] + new
 
 
-def feed_check(folder, kill_at: str) -> tuple[str, Path]:
+def feed_check(folder, hold_at: str) -> tuple[str, Path]:
     """README's script as written, its `curl` and `post-feed` local scripts found first
     on PATH (the folder returned), its sleep a short one, and a hold between two lines
-    at `kill_at` (a shell loop until the test says go): the app is killed there. A
+    at `hold_at` (a shell loop until the test says go): the app is killed there. A
     hold has no side effect, and is passed at once after the restart."""
     effects, reached, go = folder / "effects", folder / "reached", folder / "go"
-    hold = (f'if [ "$1" = {kill_at} ]; then echo "$1" >> {reached}; '
+    hold = (f'if [ "$1" = {hold_at} ]; then echo "$1" >> {reached}; '
             f"while [ ! -e {go} ]; do sleep 0.05; done; fi")
     bin_ = folder / "bin"
     bin_.mkdir()
@@ -80,7 +82,7 @@ def test_the_feed_check_example_survives_a_kill_9_of_the_app_between_any_two_lin
         home, tmp_path, pids, tag, kill_at):  # noqa: F811 - tag: the fixture
     effects, reached, go = tmp_path / "effects", tmp_path / "reached", tmp_path / "go"
     script = home.root.parent / "feed-check.sh"
-    text, tools = feed_check(tmp_path, kill_at)
+    text, tools = feed_check(tmp_path, "after_fetch" if kill_at == "ask_recorded" else kill_at)
     script.write_text(text)
     job_id = sloth(home, "add", str(script), tag=tag).stdout.strip()
     # The job's $HOME (where the feed goes) is the test's, its curl and post-feed ours.
@@ -97,6 +99,12 @@ def test_the_feed_check_example_survives_a_kill_9_of_the_app_between_any_two_lin
         now = job()
         waits = now["state"] == "pending" and (now["waiting_for"] or {}).get("kind") == kind
         return now if waits and not job_processes(job_id) else None
+
+    def ask_step() -> str | None:
+        with sqlite3.connect(home.db) as db:
+            found = db.execute("SELECT state FROM steps WHERE job = ? AND kind = 'ask'",
+                               (job_id,)).fetchone()
+        return found and found[0]
 
     def held_at(point: str) -> None:
         wait_for(lambda: point in lines(reached), timeout=20, what=f"the job at {point}")
@@ -119,8 +127,18 @@ def test_the_feed_check_example_survives_a_kill_9_of_the_app_between_any_two_lin
         if kill_at == "after_fetch":
             held_at("after_fetch")
             kill_here("after_fetch")
+        if kill_at == "ask_recorded":
+            held_at("after_fetch")
+            daemon.send_signal(signal.SIGSTOP)  # the app cannot end the run that asks
+            go.touch()
+            wait_for(lambda: ask_step() == "waiting", timeout=20, what="the ask recorded")
+            assert job()["state"] == "running"
+            kill_here("ask_recorded")
         asking = wait_for(lambda: waiting("answer"), timeout=20, what="the job to ask")
         assert asking["waiting_for"]["default"] == "no"
+        # A run cut before its wait was recorded counts as an attempt; a wait never does,
+        # even one the app was killed before it ended the run (taken back as the wait).
+        assert asking["attempts"] == (1 if kill_at == "after_fetch" else 0), asking["history"]
         assert asking["waiting_for"]["until"] > time.time() + 5 * 3600  # the 6h timeout
         kill_here("while_asking")
         sloth(home, "answer", job_id, "yes")
