@@ -45,7 +45,8 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from conftest import FakeClock, examples
+from helpers.clock import FakeClock
+from helpers.examples import examples
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
