@@ -1,4 +1,4 @@
-"""A job's question in a real StatusNotifier host (xfce4-panel, as test_sni_panel.py
+"""A job's question in a real StatusNotifier host (xfce4-panel, as xfce_host.py
 runs it): `Waiting for you (1)` heads the menu, and clicking a choice in the panel's
 menu answers the job, which runs on with it. Every process started here is killed by
 pid at the end.

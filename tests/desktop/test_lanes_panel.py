@@ -1,4 +1,4 @@
-"""Lanes in a real StatusNotifier host (xfce4-panel, as test_sni_panel.py runs it): two
+"""Lanes in a real StatusNotifier host (xfce4-panel, as xfce_host.py runs it): two
 lanes each running a long job show both in the panel's menu; the `net` lane's Pause,
 clicked in the Lanes submenu, holds that lane; each running job's Stop stops that job
 and no other; a lane's Resume, Open folder and Retry failed, and Pause and Resume at

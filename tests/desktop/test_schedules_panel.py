@@ -1,4 +1,4 @@
-"""The Schedules submenu in a real StatusNotifier host (xfce4-panel, as test_sni_panel.py
+"""The Schedules submenu in a real StatusNotifier host (xfce4-panel, as xfce_host.py
 runs it): a series' row, and each item of its submenu clicked in the panel's menu by
 keyboard (Run now, Pause this schedule, Resume, Show last log, Cancel schedule), each
 one's effect checked in the queue, and Show last log's in what the desktop's opener

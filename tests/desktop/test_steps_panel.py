@@ -1,4 +1,4 @@
-"""Steps in a real StatusNotifier host (xfce4-panel, as test_sni_panel.py runs it): the
+"""Steps in a real StatusNotifier host (xfce4-panel, as xfce_host.py runs it): the
 running job's row names its step; an app killed -9 in a step that asks leaves a job
 that, at the next start, fails for a person's word, says so in a notification, and
 is answered by clicking `Mark "send" done` in the panel's menu. Every process started
