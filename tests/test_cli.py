@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import queue_file_of_schema
+from helpers.queues import queue_file_of_schema
 
 from sloth_tray import __version__
 from sloth_tray.cli import main
@@ -317,7 +317,7 @@ def test_retry_of_a_waiting_job_says_how_to_start_it_now(home, capsys):
 
 
 def test_autostart_records_the_home_and_jobs_folder_it_was_enabled_for(tmp_path, monkeypatch):
-    from conftest import read_exec
+    from helpers.desktopfile import read_exec
 
     from sloth_tray.autostart import parse_desktop_entry
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import start_daemon, wait_for
+from helpers.processes import start_daemon, wait_for
 
 from sloth_tray.store.queue import Queue, State
 

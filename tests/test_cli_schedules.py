@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import run_once
-from conftest import run_sloth as sloth
+from helpers.processes import run_sloth as sloth
+from helpers.queues import run_once
 
 from sloth_tray.store.queue import Queue
 

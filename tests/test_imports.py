@@ -102,7 +102,7 @@ def test_the_app_with_no_display_runs_headless_without_loading_the_tray(tmp_path
     pystray in memory (what `run --headless` holds, not 6 MB more)."""
     import os
 
-    from conftest import mapped, wait_for
+    from helpers.processes import mapped, wait_for
 
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
     home = tmp_path / "home"

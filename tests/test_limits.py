@@ -20,7 +20,8 @@ import sys
 import tempfile
 
 import pytest
-from conftest import examples, wait_for
+from helpers.examples import examples
+from helpers.processes import wait_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir

@@ -7,7 +7,8 @@ retries). Held together for every Reason: a reason added later is judged here to
 from __future__ import annotations
 
 import pytest
-from conftest import Recorder, run_sloth
+from helpers.controls import Recorder
+from helpers.processes import run_sloth
 
 from sloth_tray.daemon.engine import Engine
 from sloth_tray.daemon.snapshot import Snapshot

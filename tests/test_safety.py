@@ -539,7 +539,7 @@ def test_a_jobs_folder_another_user_makes_again_after_its_removal_never_runs_the
     """The jobs folder sits in a folder everyone may write to (like /tmp). It is
     removed while the app runs, and another user makes it again and drops a script in:
     the app watches it again, takes the drop, and refuses it; it never runs."""
-    from conftest import start_daemon, wait_for
+    from helpers.processes import start_daemon, wait_for
 
     home = real_home(tmp_path / "home")
     jobs = shared / "jobs"

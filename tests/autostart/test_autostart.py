@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import read_exec
+from helpers.desktopfile import read_exec
 
 from sloth_tray import autostart
 from sloth_tray.autostart import (

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import add_script, alive, start_daemon, wait_for
+from helpers.processes import add_script, alive, start_daemon, wait_for
 
 from sloth_tray.store.queue import Queue, State
 

@@ -11,8 +11,8 @@ import threading
 import time
 
 import pytest
-from conftest import add_script as add
-from conftest import alive, start_daemon, to_other_thread, wait_for
+from helpers.processes import add_script as add
+from helpers.processes import alive, start_daemon, to_other_thread, wait_for
 
 from sloth_tray.store.queue import Queue, State
 

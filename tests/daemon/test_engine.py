@@ -10,7 +10,8 @@ import threading
 import time
 
 import pytest
-from conftest import FakeClock, wait_for
+from helpers.clock import FakeClock
+from helpers.processes import wait_for
 
 from sloth_tray.daemon import snapshot as snapshot_module
 from sloth_tray.daemon.engine import Engine

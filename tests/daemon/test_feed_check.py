@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import alive, wait_for
+from helpers.processes import alive, wait_for
 from test_steps import environment, lines, quit_daemon, show, sloth, start_daemon
 from test_waits import job_processes, tag  # noqa: F401 - tag: the fixture
 

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import add_script as add
-from conftest import alive, wait_for
+from helpers.processes import add_script as add
+from helpers.processes import alive, wait_for
 
 from sloth_tray.paths import locate
 from sloth_tray.store.queue import Queue, State

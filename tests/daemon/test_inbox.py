@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from conftest import start_daemon, wait_for
+from helpers.processes import start_daemon, wait_for
 
 from sloth_tray.daemon.inbox import Inbox, ignored
 from sloth_tray.daemon.watch import make_observer

@@ -7,7 +7,7 @@ import sys
 import threading
 
 import pytest
-from conftest import alive, wait_for
+from helpers.processes import alive, wait_for
 
 from sloth_tray.daemon.engine import Engine
 from sloth_tray.jobs.conditions import Conditions

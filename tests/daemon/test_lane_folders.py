@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from helpers.processes import wait_for
 
 from sloth_tray.daemon.inbox import Inbox
 from sloth_tray.daemon.watch import make_observer

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_sloth, start_daemon, wait_for
+from helpers.processes import run_sloth, start_daemon, wait_for
 
 from sloth_tray.store.queue import Queue, State
 

@@ -14,9 +14,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import add_script as add
-from conftest import alive, start_daemon, wait_for
-from conftest import run_sloth as sloth
+from helpers.processes import add_script as add
+from helpers.processes import alive, start_daemon, wait_for
+from helpers.processes import run_sloth as sloth
 
 from sloth_tray.store.queue import Queue, State
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import alive, wait_for
+from helpers.processes import alive, wait_for
 
 from sloth_tray.daemon import procs
 from sloth_tray.daemon import runner as runner_module

@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from helpers.processes import wait_for
 from test_steps import (  # the steps' own helpers: one way to start and read
     add,
     environment,

@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conftest import wait_for
 from dbus_fast import Message, MessageType, Variant
 from dbus_fast.aio import MessageBus
+from helpers.processes import wait_for
 
 EXTENSION = "ubuntu-appindicators@ubuntu.com"  # Debian's gnome-shell-extension-appindicator
 EXTENSION_DIRS = (Path("/usr/share/gnome-shell/extensions") / EXTENSION,)

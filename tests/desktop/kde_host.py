@@ -24,7 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from conftest import Pids, grab, start_xvfb, wait_for
+from helpers.display import grab, start_xvfb
+from helpers.processes import Pids, wait_for
 from waybar_host import WATCHER, Bus, RowMetrics, differs, missing_tools
 
 SCREEN = (1024, 600)

@@ -1,4 +1,4 @@
-"""A job's question in a real StatusNotifier host (xfce4-panel, as test_sni_panel.py
+"""A job's question in a real StatusNotifier host (xfce4-panel, as xfce_host.py
 runs it): `Waiting for you (1)` heads the menu, and clicking a choice in the panel's
 menu answers the job, which runs on with it. Every process started here is killed by
 pid at the end.
@@ -7,8 +7,8 @@ pid at the end.
 from __future__ import annotations
 
 import pytest
-from conftest import wait_for
-from test_sni_panel import add, choose, missing, panel, start_app  # noqa: F401  (panel)
+from helpers.processes import wait_for
+from test_sni_panel import add, choose, missing, start_app
 from test_steps_panel import every_label, item_name
 
 from sloth_tray.paths import locate
@@ -17,7 +17,7 @@ from sloth_tray.store.queue import Queue, State
 pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
 
 
-def test_a_choice_clicked_in_the_panels_menu_answers_the_job(panel, pids, tmp_path):  # noqa: F811
+def test_a_choice_clicked_in_the_panels_menu_answers_the_job(panel, pids, tmp_path):
     home = locate(tmp_path / "home").ensure()
     said = tmp_path / "said"
     start_app(home, panel, pids)

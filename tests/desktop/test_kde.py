@@ -18,7 +18,8 @@ import re
 import time
 
 import pytest
-from conftest import Pids, grab, wait_for
+from helpers.display import grab
+from helpers.processes import Pids, wait_for
 from kde_host import KDE_ROWS, SCREEN, Plasma, missing
 from waybar_host import MONITOR_RULES, App, Monitor, bus_time, differs, quiet_after, row_y
 

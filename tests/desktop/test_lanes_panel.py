@@ -1,4 +1,4 @@
-"""Lanes in a real StatusNotifier host (xfce4-panel, as test_sni_panel.py runs it): two
+"""Lanes in a real StatusNotifier host (xfce4-panel, as xfce_host.py runs it): two
 lanes each running a long job show both in the panel's menu; the `net` lane's Pause,
 clicked in the Lanes submenu, holds that lane; each running job's Stop stops that job
 and no other; a lane's Resume, Open folder and Retry failed, and Pause and Resume at
@@ -15,13 +15,12 @@ import re
 from dataclasses import dataclass
 
 import pytest
-from conftest import alive, wait_for
-from test_sni_panel import (  # noqa: F401  (panel: the fixture)
+from helpers.processes import alive, wait_for
+from test_sni_panel import (
     missing,
-    panel,
-    registered_items,
     start_app,
 )
+from xfce_host import registered_items
 
 from sloth_tray.paths import locate
 from sloth_tray.store.queue import Queue, State
@@ -109,7 +108,7 @@ def state_of(home, name: str) -> State | None:
 
 
 def test_two_lanes_run_side_by_side_and_the_net_lanes_pause_holds_it(
-        panel, pids, tmp_path):  # noqa: F811
+        panel, pids, tmp_path):
     home = locate(tmp_path / "home").ensure()
     net = home.lane_folder("net")
     net.mkdir()

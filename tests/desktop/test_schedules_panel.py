@@ -1,4 +1,4 @@
-"""The Schedules submenu in a real StatusNotifier host (xfce4-panel, as test_sni_panel.py
+"""The Schedules submenu in a real StatusNotifier host (xfce4-panel, as xfce_host.py
 runs it): a series' row, and each item of its submenu clicked in the panel's menu by
 keyboard (Run now, Pause this schedule, Resume, Show last log, Cancel schedule), each
 one's effect checked in the queue, and Show last log's in what the desktop's opener
@@ -12,13 +12,12 @@ import subprocess
 import sys
 
 import pytest
-from conftest import wait_for
-from test_sni_panel import (  # noqa: F401  (panel: the fixture)
+from helpers.processes import wait_for
+from test_sni_panel import (
     add,
     choose,
     history,
     missing,
-    panel,
     start_app,
     state,
 )
@@ -45,7 +44,7 @@ def runs(home, *states: str) -> list:
         return queue.jobs_named("check_inbox", list(states))
 
 
-def test_each_item_of_a_schedules_row_works_in_a_real_panel(panel, pids, tmp_path):  # noqa: F811
+def test_each_item_of_a_schedules_row_works_in_a_real_panel(panel, pids, tmp_path):
     opened = tmp_path / "opened"
     bin_dir = tmp_path / "bin"  # the desktop's opener, recording what it was asked to open
     bin_dir.mkdir()

@@ -29,10 +29,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import grab, start_private_bus, start_xvfb, wait_for
+from helpers.bus import start_private_bus
+from helpers.display import grab, start_xvfb
+from helpers.processes import wait_for
 from test_lanes_panel import click, menu
-from test_sni_panel import PANEL_XML, registered_items
 from test_tray_desktop import icon_box
+from xfce_host import PANEL_XML, registered_items
 
 from sloth_tray.paths import locate
 

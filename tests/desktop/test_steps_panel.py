@@ -1,4 +1,4 @@
-"""Steps in a real StatusNotifier host (xfce4-panel, as test_sni_panel.py runs it): the
+"""Steps in a real StatusNotifier host (xfce4-panel, as xfce_host.py runs it): the
 running job's row names its step; an app killed -9 in a step that asks leaves a job
 that, at the next start, fails for a person's word, says so in a notification, and
 is answered by clicking `Mark "send" done` in the panel's menu. Every process started
@@ -13,16 +13,15 @@ import signal
 import subprocess
 
 import pytest
-from conftest import wait_for
-from test_sni_panel import (  # noqa: F401  (panel: the fixture)
+from helpers.processes import wait_for
+from test_sni_panel import (
     add,
     app_layout,
     choose,
     missing,
-    panel,
-    registered_items,
     start_app,
 )
+from xfce_host import registered_items
 
 from sloth_tray.paths import locate
 from sloth_tray.store.queue import Queue, Reason, State
@@ -45,7 +44,7 @@ def every_label(env, bus_name: str) -> list[str]:
 
 
 def test_a_step_cut_short_by_a_killed_app_is_answered_in_the_panels_menu(
-        panel, pids, tmp_path):  # noqa: F811
+        panel, pids, tmp_path):
     from fake_desktop import Desktop
 
     home = locate(tmp_path / "home").ensure()

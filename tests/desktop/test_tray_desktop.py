@@ -14,14 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import (
-    grab,
-    red_pixels,
-    start_private_bus,
-    start_xvfb,
-    to_other_thread,
-    wait_for,
-)
+from helpers.bus import start_private_bus
+from helpers.display import grab, red_pixels, start_xvfb
+from helpers.processes import to_other_thread, wait_for
 from PIL import ImageStat
 
 from sloth_tray.paths import locate

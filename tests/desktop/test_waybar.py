@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from helpers.processes import wait_for
 from waybar_host import (
     BAR,
     LEFT,

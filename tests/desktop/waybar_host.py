@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conftest import Pids, wait_for
 from dbus_fast import Message as Outgoing
 from dbus_fast import MessageType
 from dbus_fast.aio import MessageBus
+from helpers.processes import Pids, wait_for
 
 HERE = Path(__file__).resolve().parent
 NOBODY = 65534

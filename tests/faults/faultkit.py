@@ -1,8 +1,8 @@
 """Shared helpers of the fault suite: real daemons, real CLI calls, and cleanup by pid.
 
 Imported by the test modules next to it as `from faultkit import ...`: pytest puts
-this package-less folder on sys.path before it imports them (the same way
-`from conftest import ...` works for the tests one folder up).
+this package-less folder on sys.path before it imports them (as it put tests/ there
+when it imported tests/conftest.py, for `from helpers.processes import ...`).
 
 Every process started here is known by pid and killed by pid, never by name:
 - daemons are `pids.popen(...)` processes (the conftest `pids` fixture); once a
@@ -22,7 +22,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from conftest import wait_for
+from helpers.processes import wait_for
 
 from sloth_tray.store.queue import Queue, State
 

@@ -19,7 +19,6 @@ import sys
 import time
 
 import pytest
-from conftest import Pids, wait_for
 from faultkit import (
     CLI,
     cli,
@@ -32,6 +31,7 @@ from faultkit import (
     sweep,
     unfinished,
 )
+from helpers.processes import Pids, wait_for
 
 from sloth_tray.paths import locate
 from sloth_tray.store.queue import Queue, State

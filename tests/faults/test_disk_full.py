@@ -14,8 +14,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import Pids, wait_for
 from faultkit import jobs_with_history, log_text, new_tag, reap, start_daemon, sweep, unfinished
+from helpers.processes import Pids, wait_for
 
 from sloth_tray.paths import locate
 from sloth_tray.store.queue import State

@@ -18,7 +18,6 @@ import time
 from collections import Counter
 
 import pytest
-from conftest import wait_for
 from faultkit import (
     CLI,
     env_with,
@@ -29,6 +28,7 @@ from faultkit import (
     sweep,
     unfinished,
 )
+from helpers.processes import wait_for
 
 from sloth_tray.paths import locate
 from sloth_tray.store.queue import State

@@ -15,8 +15,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import wait_for
 from faultkit import jobs_with_history, new_tag, reap, start_daemon, sweep
+from helpers.processes import wait_for
 
 from sloth_tray.paths import locate
 from sloth_tray.store.queue import State

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import alive, wait_for
 from faultkit import cli, kill9, log_text, new_tag, reap, start_daemon, sweep
+from helpers.processes import alive, wait_for
 
 from sloth_tray.paths import locate
 

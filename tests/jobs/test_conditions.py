@@ -13,9 +13,10 @@ import threading
 import time
 
 import pytest
-from conftest import mapped, start_private_bus, wait_for
 from dbus_fast.annotations import DBusBool, DBusUInt32
 from dbus_fast.service import PropertyAccess, ServiceInterface, dbus_property
+from helpers.bus import start_private_bus
+from helpers.processes import mapped, wait_for
 
 from sloth_tray import cli
 from sloth_tray.daemon.alarm import Alarm, make_alarm
@@ -362,7 +363,7 @@ def test_a_daemon_with_no_system_bus_says_once_how_it_reads_conditions_and_acts_
     the conditions cannot be told by the bus and are read from this machine (or taken as
     met), then one line says what that reading found, which the job's start agrees with.
     Never a moment's reading before the first look ("not met: network, unmetered")."""
-    from conftest import start_daemon
+    from helpers.processes import start_daemon
 
     from sloth_tray.desktop import probes
 
@@ -471,7 +472,7 @@ def test_the_app_on_a_fake_upower_interrupts_an_interruptible_job_when_unplugged
         system_bus, pids, tmp_path, monkeypatch):
     """The whole path: a real daemon, told the private bus is the system bus; UPower's
     OnBattery flips under a running `interrupt=yes` job, then back."""
-    from conftest import alive, start_daemon
+    from helpers.processes import alive, start_daemon
 
     upower = system_bus.upower(on_battery=False)
     system_bus.network_manager()
@@ -503,7 +504,7 @@ def test_the_app_on_a_fake_upower_interrupts_an_interruptible_job_when_unplugged
 @needs_dbus
 def test_a_job_due_at_start_waits_for_the_first_reading_and_never_runs_on_battery(
         system_bus, pids, tmp_path, monkeypatch):
-    from conftest import start_daemon
+    from helpers.processes import start_daemon
 
     upower = system_bus.upower(on_battery=True)
     system_bus.network_manager()
@@ -528,7 +529,7 @@ def test_a_job_due_at_start_waits_for_the_first_reading_and_never_runs_on_batter
 @needs_dbus
 def test_a_queue_without_require_never_loads_the_d_bus_layer(system_bus, pids, tmp_path,
                                                               monkeypatch):
-    from conftest import start_daemon
+    from helpers.processes import start_daemon
 
     system_bus.upower(on_battery=True)
     monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", system_bus.address)
@@ -560,7 +561,7 @@ def test_a_missing_service_never_says_holds_before_the_reading_that_says_not(
 @needs_dbus
 def test_a_job_needing_an_unmetered_network_starts_within_2s_of_metered_turning_off(
         system_bus, pids, tmp_path, monkeypatch):
-    from conftest import start_daemon
+    from helpers.processes import start_daemon
 
     system_bus.upower(on_battery=False)
     nm = system_bus.network_manager(state=70, connectivity=4, metered=1)  # YES: metered

@@ -11,7 +11,8 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 import pytest
-from conftest import FakeClock, Recorder
+from helpers.clock import FakeClock
+from helpers.controls import Recorder
 
 from sloth_tray.daemon.alarm import Alarm
 from sloth_tray.daemon.engine import Engine

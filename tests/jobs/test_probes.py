@@ -12,7 +12,7 @@ import sys
 import threading
 
 import pytest
-from conftest import wait_for
+from helpers.processes import wait_for
 
 from sloth_tray.daemon.alarm import Alarm
 from sloth_tray.daemon.engine import PROBE_EVERY, Engine

@@ -12,7 +12,9 @@ import tempfile
 from datetime import datetime
 
 import pytest
-from conftest import BERLIN, berlin, examples, run_once
+from helpers.clock import BERLIN, berlin
+from helpers.examples import examples
+from helpers.queues import run_once
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir

@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from conftest import BERLIN, FakeClock, berlin
+from helpers.clock import BERLIN, FakeClock, berlin
 
 from sloth_tray.store import spool
 from sloth_tray.store.queue import Job, Queue, State

@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 from anyio.from_thread import start_blocking_portal
-from conftest import Pids, start_daemon, wait_for
+from helpers.processes import Pids, start_daemon, wait_for
 
 from sloth_tray.paths import locate
 from sloth_tray.store.queue import Queue

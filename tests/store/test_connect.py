@@ -12,7 +12,7 @@ import sqlite3
 import stat
 
 import pytest
-from conftest import queue_file_of_schema
+from helpers.queues import queue_file_of_schema
 from test_imports import loaded
 
 from sloth_tray.errors import DatabaseProblem

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import run_sloth, wait_for
+from helpers.processes import run_sloth, wait_for
 
 from sloth_tray.store import spool
 from sloth_tray.store.queue import Queue
@@ -105,7 +105,7 @@ def test_add_with_a_key_too_long_is_a_usage_mistake(home):
 
 
 def test_a_dropped_job_says_it_was_dropped(home, pids):
-    from conftest import start_daemon
+    from helpers.processes import start_daemon
 
     start_daemon(pids, home)
     (home.jobs / "tidy.sh").write_text("#!/bin/sh\ntrue\n")

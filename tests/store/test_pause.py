@@ -12,8 +12,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import add_script, start_daemon, wait_for
-from conftest import run_sloth as sloth
+from helpers.processes import add_script, start_daemon, wait_for
+from helpers.processes import run_sloth as sloth
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /bin/sh")
 

@@ -10,7 +10,7 @@ import sys
 import threading
 
 import pytest
-from conftest import queue_file_of_schema
+from helpers.queues import queue_file_of_schema
 
 from sloth_tray.errors import DatabaseProblem, UnknownJob
 from sloth_tray.store.queue import Queue, Reason, State

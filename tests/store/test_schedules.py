@@ -3,7 +3,8 @@ last run at each point of its life, on the injected clock."""
 
 from __future__ import annotations
 
-from conftest import FakeClock, berlin, run_once
+from helpers.clock import FakeClock, berlin
+from helpers.queues import run_once
 
 from sloth_tray.cli.reading import schedule_rows
 from sloth_tray.store.queue import Queue

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from helpers.processes import wait_for
 
 from sloth_tray.daemon.inbox import Inbox
 from sloth_tray.daemon.outcome import record

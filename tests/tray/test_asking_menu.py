@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from conftest import Recorder as RecordingControls
+from helpers.controls import Recorder as RecordingControls
 
 from sloth_tray.daemon.snapshot import AskingJob, FailedJob, RunningJob, Snapshot
 from sloth_tray.tray import presenter

@@ -7,14 +7,13 @@ import shutil
 import sys
 
 import pytest
-from conftest import wait_for
+from helpers.processes import wait_for
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or shutil.which("dbus-daemon") is None,
     reason="needs Linux and dbus-daemon")
 
 from test_notification_flood import app, drop, notice_id  # noqa: E402,F401
-from test_notify_open import desktop  # noqa: E402,F401
 
 from sloth_tray.store.queue import Queue, State  # noqa: E402
 

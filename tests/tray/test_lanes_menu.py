@@ -11,7 +11,8 @@ from datetime import UTC
 from itertools import combinations
 
 import pytest
-from conftest import BUSY, Recorder
+from helpers.controls import Recorder
+from helpers.snapshots import BUSY
 
 from sloth_tray import config
 from sloth_tray.daemon.snapshot import FailedJob, Lane, RunningJob, Snapshot, WaitingJob
@@ -359,7 +360,7 @@ def test_open_folder_of_a_lane_whose_folder_went_opens_the_jobs_folder(tmp_path)
 
 # -- with main alone, nothing changes ---------------------------------------------------------
 
-# The menu for conftest.BUSY before lanes (read in UTC): label [key], greyed, checked, default.
+# The menu for snapshots.BUSY before lanes (read in UTC): label [key], greyed, checked, default.
 BEFORE_LANES = [
     'Running backup_home (attempt 2, 0:42) [a1]',
     '  Stop [stop]',

@@ -8,7 +8,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
-from conftest import Recorder
+from helpers.controls import Recorder
 
 from sloth_tray.daemon.snapshot import FailedJob, FailedSeries, RunningJob, Snapshot, WaitingJob
 from sloth_tray.jobs.overdue import OverdueJob

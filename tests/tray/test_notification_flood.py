@@ -10,13 +10,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from helpers.processes import wait_for
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or shutil.which("dbus-daemon") is None,
     reason="needs Linux and dbus-daemon")
-
-from test_notify_open import desktop  # noqa: E402,F401  (the private bus and its services)
 
 from sloth_tray.daemon.app import Daemon  # noqa: E402
 from sloth_tray.paths import locate  # noqa: E402
@@ -84,7 +82,7 @@ class Running:
 
 
 @pytest.fixture
-def app(desktop, tmp_path, monkeypatch):  # noqa: F811
+def app(desktop, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     running = Running(locate(tmp_path / "home").ensure())
     try:
@@ -118,7 +116,7 @@ def notice_id(server, notice: dict) -> int:
     return 101 + [sent for sent in server.sent if sent["replaces_id"] == 0].index(notice)
 
 
-def test_a_burst_of_60_failures_gives_at_most_2_notifications(desktop, app):  # noqa: F811
+def test_a_burst_of_60_failures_gives_at_most_2_notifications(desktop, app):
     server = desktop.notifications(["actions", "body"])
     for number in range(60):
         drop(app.home, f"bad{number:02}.sh", BAD_HEADER)
@@ -130,7 +128,7 @@ def test_a_burst_of_60_failures_gives_at_most_2_notifications(desktop, app):  # 
                                           "retry-all", "Retry all"]
 
 
-def test_one_retry_all_of_9_failing_jobs_gives_at_most_2_notifications(desktop, app):  # noqa: F811
+def test_one_retry_all_of_9_failing_jobs_gives_at_most_2_notifications(desktop, app):
     server = desktop.notifications(["actions", "body"])
     for number in range(9):
         drop(app.home, f"fails{number}.sh", FAILS)
@@ -146,7 +144,7 @@ def test_one_retry_all_of_9_failing_jobs_gives_at_most_2_notifications(desktop, 
     assert len(shown(server)) - before <= 2, [sent["body"] for sent in shown(server)]
 
 
-def test_a_failure_notification_is_withdrawn_once_its_job_is_retried(desktop, app):  # noqa: F811
+def test_a_failure_notification_is_withdrawn_once_its_job_is_retried(desktop, app):
     server = desktop.notifications(["actions", "body"])
     drop(app.home, "fails.sh", FAILS)
     wait_for(lambda: app.failed() == 1, timeout=30, what="the failure")
@@ -157,7 +155,7 @@ def test_a_failure_notification_is_withdrawn_once_its_job_is_retried(desktop, ap
     assert server.closed == [notice_id(server, notice)]
 
 
-def test_notifications_carry_the_apps_own_icon(desktop, app):  # noqa: F811
+def test_notifications_carry_the_apps_own_icon(desktop, app):
     server = desktop.notifications(["actions", "body"])
     drop(app.home, "now.sh", FAILS)
     [notice] = wait_for(lambda: shown(server), timeout=30, what="the notification")
@@ -167,7 +165,7 @@ def test_notifications_carry_the_apps_own_icon(desktop, app):  # noqa: F811
     assert "desktop-entry" not in notice["hints"]  # pip installs no desktop entry to name
 
 
-def test_show_script_shows_the_spooled_copy_of_a_bad_header_in_its_folder(desktop, app):  # noqa: F811
+def test_show_script_shows_the_spooled_copy_of_a_bad_header_in_its_folder(desktop, app):
     server = desktop.notifications(["actions", "body"])
     revealed: list[Path] = []
     app.tray.revealer = revealed.append
@@ -181,7 +179,7 @@ def test_show_script_shows_the_spooled_copy_of_a_bad_header_in_its_folder(deskto
     assert app.opened == []  # never opened: a script opened may be run
 
 
-def test_the_menu_shows_a_bad_headers_script_not_a_log_it_never_wrote(desktop, app):  # noqa: F811
+def test_the_menu_shows_a_bad_headers_script_not_a_log_it_never_wrote(desktop, app):
     """A bad header fails the drop before anything runs: its row offers the script."""
     revealed: list[Path] = []
     app.tray.revealer = revealed.append
@@ -216,7 +214,7 @@ def cut_short_by_a_crash(home, script: str) -> str:
 
 
 def test_a_step_cut_short_by_a_crash_is_news_at_the_next_start_and_answered_there(
-        desktop, tmp_path, monkeypatch):  # noqa: F811
+        desktop, tmp_path, monkeypatch):
     """Taken back as the app starts, the job fails for a person's word: though it is in
     the first snapshot, it is told, and the notification's Mark done answers it."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated
 
 import pytest
-from conftest import start_private_bus, wait_for
+from helpers.processes import wait_for
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or shutil.which("dbus-daemon") is None,
@@ -22,7 +22,6 @@ from dbus_fast import Variant  # noqa: E402
 from dbus_fast.annotations import (  # noqa: E402
     DBusSignature,
 )
-from fake_desktop import Desktop  # noqa: E402  (after the skip: it needs dbus_fast)
 
 from sloth_tray.tray.announce import RETRY, SHOW_LOG  # noqa: E402
 from sloth_tray.tray.notify import CallbackNotifier, Notifier  # noqa: E402
@@ -30,17 +29,6 @@ from sloth_tray.tray.opener import open_now, open_path, reveal_now  # noqa: E402
 
 StrList = Annotated[list[str], DBusSignature("as")]
 FAILURE_ACTIONS = (RETRY, SHOW_LOG)  # an ordinary failure's buttons
-
-
-@pytest.fixture
-def desktop(pids, tmp_path, monkeypatch):
-    address = start_private_bus(pids, tmp_path, "session")
-    monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", address)
-    fake = Desktop(address)
-    try:
-        yield fake
-    finally:
-        fake.close()
 
 
 @pytest.fixture

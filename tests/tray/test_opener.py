@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import wait_for
+from helpers.processes import wait_for
 
 pytestmark = pytest.mark.skipif(sys.platform == "darwin" or os.name == "nt",
                                 reason="the freedesktop openers")

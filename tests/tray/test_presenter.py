@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from conftest import Recorder
+from helpers.controls import Recorder
 
 from sloth_tray.daemon.snapshot import FailedJob, RunningJob, Snapshot, StepProgress, WaitingJob
 from sloth_tray.store.states import Reason

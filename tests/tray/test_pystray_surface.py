@@ -11,7 +11,8 @@ import sys
 from dataclasses import replace
 
 import pytest
-from conftest import BUSY, NOW, Recorder
+from helpers.controls import Recorder
+from helpers.snapshots import BUSY, NOW
 from test_lanes_menu import LANES
 
 from sloth_tray.daemon.snapshot import AskingJob

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC
 
-from conftest import FakeClock, Recorder, run_once
+from helpers.clock import FakeClock
+from helpers.controls import Recorder
+from helpers.queues import run_once
 
 from sloth_tray.daemon import snapshot
 from sloth_tray.store.queue import Queue

@@ -22,7 +22,9 @@ from dataclasses import replace
 from typing import Annotated, Any
 
 import pytest
-from conftest import BUSY, NOW, Recorder, wait_for
+from helpers.controls import Recorder
+from helpers.processes import wait_for
+from helpers.snapshots import BUSY, NOW
 from test_lanes_menu import LANES
 
 pytestmark = pytest.mark.skipif(

@@ -8,7 +8,8 @@ of a repeating job would check.
 
 from __future__ import annotations
 
-from conftest import berlin, run_once
+from helpers.clock import berlin
+from helpers.queues import run_once
 
 from sloth_tray.store.queue import LATER_FOR_AT_MOST, Queue, Reason, State
 

@@ -1,0 +1,123 @@
+"""Real child processes: each one known by pid and killed by pid, waits on a condition
+with a deadline, and the app started as a user starts it."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+
+
+class Pids:
+    """Every process a test started or learned of; all are killed at teardown."""
+
+    def __init__(self) -> None:
+        self.pids: list[int] = []
+        self.procs: list[subprocess.Popen] = []
+        self.gentle: list[subprocess.Popen] = []  # SIGTERM first, then SIGKILL like all
+
+    def add(self, pid: int) -> int:
+        self.pids.append(pid)
+        return pid
+
+    def popen(self, *args, **kwargs) -> subprocess.Popen:
+        proc = subprocess.Popen(*args, **kwargs)
+        self.procs.append(proc)
+        self.pids.append(proc.pid)
+        return proc
+
+    def cleanup(self) -> None:
+        for proc in self.gentle:  # asked first, so that they tidy up after themselves
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass  # killed below with the rest
+        for pid in self.pids:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.kill(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for proc in self.procs:
+            proc.wait(timeout=10)
+
+
+def wait_for(predicate, timeout: float = 15.0, what: str = "the condition",
+             every: float = 0.02):
+    """Wait until predicate() is truthy, at most `timeout` seconds; returns its value.
+    `every`: seconds between looks (longer where a look is itself costly)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(every)
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def mapped(pid: int, fragment: str) -> bool:
+    """Whether the process has a file whose path holds `fragment` mapped (a loaded
+    extension module)."""
+    with open(f"/proc/{pid}/maps") as maps:
+        return fragment in maps.read()
+
+
+def blocks(pid: int, tid: int, sig: int) -> bool:
+    """Whether thread `tid` of `pid` blocks `sig` (its SigBlk mask)."""
+    with open(f"/proc/{pid}/task/{tid}/status") as status:
+        mask = next(line for line in status if line.startswith("SigBlk:")).split()[1]
+    return bool(int(mask, 16) >> (sig - 1) & 1)
+
+
+def to_other_thread(pid: int, sig: int) -> None:
+    """Deliver `sig` to the newest thread of `pid` that is not its main thread and does
+    not block it: the kernel may hand a signal sent to a process to any such thread
+    (never to one that blocks it, as GLib's own threads do: sent there, it would wait
+    for good)."""
+    tid = max(int(t) for t in os.listdir(f"/proc/{pid}/task")
+              if int(t) != pid and not blocks(pid, int(t), sig))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.tgkill(pid, tid, sig) != 0:
+        raise OSError(ctypes.get_errno(), f"tgkill({pid}, {tid}, {sig}) failed")
+
+
+def run_sloth(home, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """`python -m sloth_tray ARGV --home HOME` in a child process, as a user's shell runs
+    it; with `check`, it must succeed."""
+    done = subprocess.run([sys.executable, "-m", "sloth_tray", *argv, "--home", str(home.root)],
+                          capture_output=True, text=True, timeout=60)
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def add_script(home, name: str, text: str, *extra: str) -> str:
+    """A script written beside the home and queued with `sloth-tray add`: its job id."""
+    path = home.root.parent / name
+    path.write_text(text)
+    return run_sloth(home, "add", str(path), *extra).stdout.strip()
+
+
+def start_daemon(pids, home, *extra: str) -> subprocess.Popen:
+    """A real `sloth-tray run --headless` on `home`, once it holds its lock."""
+    proc = pids.popen([sys.executable, "-m", "sloth_tray", "run", "--headless",
+                       "--home", str(home.root), *extra],
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: home.lock.exists() and home.lock.read_text().strip() == str(proc.pid)
+             or proc.poll() is not None, what="the daemon to take its lock")
+    assert proc.poll() is None, proc.communicate()
+    return proc
