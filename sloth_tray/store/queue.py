@@ -1,5 +1,6 @@
 """The lease queue: one SQLite file, written here (with a job row's model and its
-one INSERT in rows.py, and a series' follow-ups in calendar.py, both called from here).
+one INSERT in rows.py, and a series' follow-ups in calendar.py, both called from here),
+and read through here (the queries in queries.py, in a connection Queue hands them).
 
 A running job is a lease, not a flag. `claim` hands a job out until
 `lease_until`; the owner keeps it alive with `heartbeat`; `complete` and
@@ -30,14 +31,14 @@ from sloth_tray import limits
 from sloth_tray.errors import SlothError, UnknownJob
 from sloth_tray.jobs import overdue, schedule, series
 from sloth_tray.jobs.header import checked_options
-from sloth_tray.store import calendar, lanes, reads, rows, schedules, steps
+from sloth_tray.store import calendar, lanes, queries, reads, rows, schedules, steps
 from sloth_tray.store.rows import JOB_COLUMNS, Event, Job
 from sloth_tray.store.rows import VALID_ID as VALID_ID
 from sloth_tray.store.rows import new_job_id as new_job_id
 from sloth_tray.store.schema import connect, translated_errors
 from sloth_tray.store.states import PERMANENT, Reason, State
 from sloth_tray.store.steps import NotCutShort as NotCutShort
-from sloth_tray.store.steps import UnknownStep
+from sloth_tray.store.steps import UnknownStep as UnknownStep
 from sloth_tray.timefmt import format_duration
 
 Clock = Callable[[], float]
@@ -55,10 +56,6 @@ class Refused(SlothError):
 
 
 RETRIABLE = ("done", "failed", "cancelled")
-
-
-PARTIAL_INDEX = {State.PENDING: "jobs_due", State.RUNNING: "jobs_leased",
-                 State.FAILED: "jobs_failed"}
 
 
 def _trailing_laters(history: list, now: float) -> tuple[int, float]:
@@ -889,27 +886,16 @@ class Queue:
     def prunable_scripts(self, before: float) -> list[str]:
         """The scripts of the jobs prune(before) would delete now."""
         with self._autocommit() as db:
-            return [row[0] for row in db.execute(
-                "SELECT script FROM jobs WHERE state IN ('done', 'cancelled') "
-                "AND updated_at < ? AND script IS NOT NULL", (before,))]
+            return queries.prunable_scripts(db, before)
 
     def folders_in_use(self, folders: list[str], spool: str) -> set[str]:
-        """Which of these spool folders (`spool`/<12-hex id>) still hold some job's
-        script: a recurring job's later runs share the first run's folder.
-        One pass over the table, however many folders are asked about."""
-        if not folders:
-            return set()
-        length = len(spool) + 1 + 12
+        """Which of these spool folders still hold some job's script (queries.folders_in_use)."""
         with self._autocommit() as db:
-            return {row[0] for row in db.execute(
-                "SELECT DISTINCT substr(script, 1, :n) FROM jobs "
-                "WHERE substr(script, 1, :n) IN (SELECT value FROM json_each(:folders))",
-                {"n": length, "folders": json.dumps(folders)},
-            )}
+            return queries.folders_in_use(db, folders, spool)
 
     def exists(self, job_id: str) -> bool:
         with self._autocommit() as db:
-            return db.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is not None
+            return queries.exists(db, job_id)
 
     # -- calendar jobs (at=, cron=) ----------------------------------------------
 
@@ -977,99 +963,34 @@ class Queue:
 
     def get(self, job_id: str) -> Job:
         with self._autocommit() as db:
-            found = rows.jobs(db, f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
-        if not found:
-            raise UnknownJob(job_id)
-        return found[0]
+            return queries.get(db, job_id)
 
     def resolve(self, prefix: str) -> str:
-        """The full id of the one job whose id starts with `prefix`."""
-        prefix = prefix.strip().lower()
-        if not prefix or any(c not in "0123456789abcdef" for c in prefix):
-            raise UnknownJob(prefix, f"no job with id {prefix!r} (ids are 12 hex characters)")
+        """The full id of the one job whose id starts with `prefix` (queries.resolve)."""
         with self._autocommit() as db:
-            rows = db.execute(
-                "SELECT id FROM jobs WHERE id >= ? AND id < ? ORDER BY id LIMIT 2",
-                (prefix, prefix + "g"),
-            ).fetchall()
-        if not rows:
-            raise UnknownJob(prefix)
-        if len(rows) > 1:
-            raise UnknownJob(prefix, f"{prefix!r} matches more than one job; give more of the id")
-        return rows[0][0]
+            return queries.resolve(db, prefix)
 
     def shortest_unique_prefix(self, job_id: str, minimum: int = 6) -> str:
         """The shortest prefix (at least `minimum` long) that names only this job."""
         with self._autocommit() as db:
-            for length in range(minimum, len(job_id)):
-                prefix = job_id[:length]
-                n = db.execute(
-                    "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE id >= ? AND id < ? LIMIT 2)",
-                    (prefix, prefix + "g"),
-                ).fetchone()[0]
-                if n == 1:
-                    return prefix
-        return job_id
+            return queries.shortest_unique_prefix(db, job_id, minimum)
 
     def jobs(self, state: State | str | None = None, limit: int | None = None,
              reason: Reason | str | None = None, lane: str | None = None) -> list[Job]:
-        """Jobs, newest first; only those in `state`, failed for `reason`, and in `lane`,
-        if given."""
-        sql = f"SELECT {JOB_COLUMNS} FROM jobs"
-        params: list[Any] = []
-        where = []
-        if state is not None:
-            state = State(state)
-            # The few waiting, leased or failed rows sit in a partial index; left
-            # alone, the planner would walk the whole table in rowid order.
-            if state in PARTIAL_INDEX:
-                sql += f" INDEXED BY {PARTIAL_INDEX[state]}"
-            where.append(f"state = '{state.value}'")  # a literal: State() vetted it
-        if reason is not None:
-            where.append("reason = ?")
-            params.append(Reason(reason).value)
-        if lane is not None:
-            where.append("lane = ?")
-            params.append(lane)
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY rowid DESC"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(limit)
+        """Jobs, newest first (queries.jobs)."""
         with self._autocommit() as db:
-            return rows.jobs(db, sql, params)
+            return queries.jobs(db, state, limit, reason, lane)
 
     def failed_by_series(self, limit: int | None = None, per_series: int | None = None
                          ) -> list[tuple[Job, str, int, float]]:
-        """Failed jobs, newest first, at most `limit`, and of a recurring series only
-        its newest `per_series` runs (a series failing daily would fill any list).
-        Each comes with its series' key (its script, one per drop, else its name; ""
-        for a job that does not repeat), how many runs of the series failed in all,
-        and when the first of them did (for a job alone: 1, and its own failure)."""
-        repeats = ("(json_extract(options, '$.every') > 0 "
-                   "OR json_type(options, '$.at') IS NOT NULL "
-                   "OR json_type(options, '$.cron') IS NOT NULL)")
-        sql = (
-            f"SELECT {JOB_COLUMNS}, series, failures, since FROM ("
-            "SELECT *, row_number() OVER (PARTITION BY grp ORDER BY rid DESC) AS nth, "
-            "count(*) OVER (PARTITION BY grp) AS failures, "
-            "min(updated_at) OVER (PARTITION BY grp) AS since FROM ("
-            f"SELECT *, rowid AS rid, CASE WHEN {repeats} THEN coalesce(script, name) "
-            "ELSE '' END AS series, "
-            f"CASE WHEN {repeats} THEN 's' || coalesce(script, name) ELSE 'j' || id END "
-            "AS grp FROM jobs INDEXED BY jobs_failed WHERE state = 'failed')) "
-            "WHERE nth <= coalesce(:per_series, nth) ORDER BY rid DESC LIMIT :limit")
+        """Failed jobs, newest first, each with its series (queries.failed_by_series)."""
         with self._autocommit() as db:
-            found = rows.named_rows(db, sql, {"per_series": per_series,
-                                              "limit": -1 if limit is None else limit})
-        return [(rows.job(row), row["series"], row["failures"], row["since"]) for row in found]
+            return queries.failed_by_series(db, limit, per_series)
 
     def upcoming(self, limit: int) -> list[Job]:
         """Pending jobs, soonest due first."""
         with self._autocommit() as db:
-            return rows.jobs(db, f"SELECT {JOB_COLUMNS} FROM jobs WHERE state = 'pending' "
-                                 "ORDER BY not_before, rowid LIMIT ?", (limit,))
+            return queries.upcoming(db, limit)
 
     def steps(self, job_id: str) -> list[dict[str, Any]]:
         """The job's steps, in the order they first started, without their output (by
@@ -1080,15 +1001,7 @@ class Queue:
     def step(self, job_id: str, name: str, occurrence: int | None = None) -> dict[str, Any]:
         """One recorded step with its output: that occurrence, else its last."""
         with self._autocommit() as db:
-            found = steps.recorded(db, job_id, name, occurrence)
-            known = steps.names(db, job_id) if found is None else []
-        if found is None:
-            which = f'step "{name}"' + (f" (occurrence {occurrence})" if occurrence else "")
-            listed = ", ".join(f'"{known_name}"' for known_name in known)
-            raise UnknownStep(f"job {job_id} has no {which}"
-                              + (f" (its steps: {listed})" if listed else
-                                 " (it has no steps)"))
-        return found.as_dict()
+            return queries.step(db, job_id, name, occurrence)
 
     def step_progress(self, job_ids: list[str]
                       ) -> dict[str, tuple[int, int, steps.Step | None]]:
@@ -1107,10 +1020,7 @@ class Queue:
     def history(self, job_id: str) -> list[Event]:
         """The job's events, oldest first."""
         with self._autocommit() as db:
-            row = db.execute("SELECT history FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if row is None:
-            raise UnknownJob(job_id)
-        return [Event(at, kind, detail) for at, kind, detail in json.loads(row[0])]
+            return queries.history(db, job_id)
 
     def status(self) -> dict[str, int]:
         with self._autocommit() as db:
@@ -1123,14 +1033,8 @@ class Queue:
 
     def waits_on(self, unmet: frozenset[str]) -> bool:
         """Whether some due job waits on a condition in `unmet`."""
-        if not unmet:
-            return False
-        waits, params = reads.not_waiting(unmet)
         with self._autocommit() as db:
-            return db.execute(
-                "SELECT 1 FROM jobs WHERE state = 'pending' AND not_before <= :now "
-                f"AND NOT (1{waits}) LIMIT 1", {"now": self.clock(), **params}
-            ).fetchone() is not None
+            return queries.waits_on(db, self.clock(), unmet)
 
     def overdue(self, *, paused: bool) -> overdue.Verdict:
         """Which recurring series are overdue now, and when the next one will be. The
@@ -1154,39 +1058,19 @@ class Queue:
     def jobs_folded(self, state: State | str | None = None, limit: int | None = None,
                     reason: Reason | str | None = None, lane: str | None = None
                     ) -> list[tuple[Job, int]]:
-        """As jobs(), but of a series' done runs only the newest, each with how many
-        older done runs of its series it stands for."""
-        where, params = "", []
-        if state is not None:
-            where += f" AND jobs.state = '{State(state).value}'"  # a literal: State() vetted it
-        if reason is not None:
-            where += " AND jobs.reason = ?"
-            params.append(Reason(reason).value)
-        if lane is not None:
-            where += " AND jobs.lane = ?"
-            params.append(lane)
-        sql = schedules.FOLDED_JOBS.format(
-            columns=", ".join(f"jobs.{name}" for name in JOB_COLUMNS.split(", ")), where=where)
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(limit)
+        """As jobs(), a series' done runs folded into its newest (queries.jobs_folded)."""
         with self._autocommit() as db:
-            found = rows.named_rows(db, sql, params)
-        return [(rows.job(row), row["earlier"]) for row in found]
+            return queries.jobs_folded(db, state, limit, reason, lane)
 
     def jobs_named(self, name: str, states: Collection[State]) -> list[Job]:
-        """The jobs called `name` exactly, in these states, newest first (names have
-        no index: one walk of the table)."""
-        marks = ", ".join("?" for _ in states)
+        """The jobs called `name` exactly, in these states, newest first."""
         with self._autocommit() as db:
-            return rows.jobs(db, f"SELECT {JOB_COLUMNS} FROM jobs WHERE name = ? "
-                                 f"AND state IN ({marks}) ORDER BY rowid DESC",
-                             (name, *(State(state).value for state in states)))
+            return queries.jobs_named(db, name, states)
 
     def names(self) -> list[str]:
         """Every job name the queue holds (for the nearest name to a typo)."""
         with self._autocommit() as db:
-            return [row[0] for row in db.execute("SELECT DISTINCT name FROM jobs")]
+            return queries.names(db)
 
     def set_series_paused(self, name: str, paused: bool) -> int:
         """Hold every live series called `name` (or let it go): its runs claim nothing
@@ -1292,26 +1176,10 @@ class Queue:
 
     def next_due(self, unmet: frozenset[str] = frozenset(),
                  renewed: Collection[str] = ()) -> float | None:
-        """The earliest wall time at which claim() could return a job; None if never.
-        Jobs waiting on a condition in `unmet` do not count: the change of that
-        condition, not the clock, is what lets them start. Nor do jobs of a lane that
-        is running one or is paused: that job's end, or the resume, lets them start.
-        `renewed`: the ids of jobs whose leases the caller is renewing right now (its
-        live runs): their lease ends are no time to wake. Any other lease, the
-        caller's own included (a run that died with its worker), counts. Reads only."""
-        waits, waits_params = reads.not_waiting(unmet)
-        ids = sorted(renewed)
+        """The earliest wall time at which claim() could return a job; None if never
+        (queries.next_due: which jobs and leases count). Reads only."""
         with self._autocommit() as db:
-            return db.execute(
-                "SELECT min(t) FROM ("
-                f" SELECT min(not_before) AS t FROM jobs WHERE state = 'pending'{waits}"
-                f" AND not_before < {steps.NEVER!r}"  # an ask with no timeout: its answer
-                f" AND {lanes.CLAIMABLE} AND {reads.NOT_HELD}"
-                " UNION ALL SELECT min(lease_until) FROM jobs WHERE state = 'running'"
-                f" AND id NOT IN ({', '.join(':renewed' + str(i) for i in range(len(ids)))})"
-                f" AND {lanes.NOT_PAUSED})",  # as claim: a paused lane's lease is not taken back
-                {**waits_params, **{f"renewed{i}": job for i, job in enumerate(ids)}},
-            ).fetchone()[0]
+            return queries.next_due(db, unmet, renewed)
 
     def set_unmet(self, unmet: Iterable[str]) -> None:
         """Keep the running app's unmet conditions in the file, for `status` and `list`
