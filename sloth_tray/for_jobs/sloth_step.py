@@ -29,7 +29,6 @@ reads) is the app's store/steps.py: a job never runs it.
 """
 
 import json
-import math
 import os
 import re
 import signal
@@ -38,11 +37,13 @@ import sys
 import threading
 import time
 
+from .step_results import RESULT_DEPTH as RESULT_DEPTH
+from .step_results import result_problem as result_problem
+
 # -- what a step may be called, and how much of its output is kept -----------------------
 
 NAME_MAX = 200  # characters
 OUTPUT_CAP = 1024 * 1024  # bytes of a step's stdout (or its result's JSON) kept for replay
-RESULT_DEPTH = 100  # lists and dicts in a Python step's result, one in another, at most
 BUSY_TIMEOUT = 60.0  # seconds a step waits for the queue file while another writer holds it
 
 # A step's own tries: a failing step is tried again in place, in the same run, up to
@@ -491,50 +492,6 @@ def _tried(name, fn, args, kwargs, retries, backoff, timeout, record_try):
     raise AssertionError("not reached")  # the last try returned or raised
 
 
-# What a result's JSON gives back as it was, type for type: anything else (a tuple, a
-# key that is not text, NaN, a subclass) would come back changed, so a later run would
-# get another value than the first run did.
-_AS_IT_WAS = (str, int, bool, type(None))
-_COMES_BACK_AS = ((bool, "a bool"), (int, "an int"), (float, "a float"), (str, "text"),
-                  (list, "a list"), (tuple, "a list"), (dict, "a dict"))
-
-
-def result_problem(value: object) -> "str | None":
-    """Why JSON would not give `value` back as it is (equal, and of the same types all
-    the way down), in words for a sentence; None when it would. Walked without
-    recursion, to RESULT_DEPTH: a result nested deeper is refused before json, whose
-    own limit moves with the stack the call happens to be on."""
-    todo = [(value, "", 0)]
-    while todo:
-        item, where, depth = todo.pop()
-        kind = type(item)
-        if kind in _AS_IT_WAS or (kind is float and math.isfinite(item)):
-            continue
-        what = "it is" if not where else f"result{where} is"
-        if kind is float:
-            return f"a value that JSON cannot hold: {what} {item!r}"
-        if kind not in (list, dict):
-            back = next((words for base, words in _COMES_BACK_AS if isinstance(item, base)),
-                        None)
-            if back is None:
-                return f"a value that JSON cannot hold: {what} {_a(kind.__name__)}"
-            return (f"a value that would come back changed: {what} {_a(kind.__name__)}, "
-                    f"which would come back as {back}")
-        if depth == RESULT_DEPTH:
-            return (f"lists and dicts nested more than {RESULT_DEPTH} deep (or one that "
-                    "holds itself)")
-        if kind is list:
-            todo.extend((sub, f"{where}[{at}]", depth + 1) for at, sub in enumerate(item))
-            continue
-        for key, sub in item.items():
-            if type(key) is not str:
-                return (f"a value that would come back changed: result{where} has the key "
-                        f"{key!r}, {_a(type(key).__name__)}, which would come back as text")
-            todo.append((sub, f"{where}[{key!r}]", depth + 1))
-    return None
-
-
-
 def backoff_delay(retry: int, cap: float) -> float:
     """Seconds to wait before retry number `retry` (1: the second try): 1, 2, 4, 8...,
     at most `cap`."""
@@ -592,10 +549,6 @@ def _call_within(fn, args, kwargs, timeout: "float | None", name: str):
             signal.setitimer(signal.ITIMER_REAL, 0)
     finally:
         signal.signal(signal.SIGALRM, previous)
-
-
-def _a(noun: str) -> str:
-    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 def start(db, run: Run, name: str, *, ask: bool, kind: str) -> Decision:
