@@ -4,12 +4,16 @@ reclaimed or woken job skips the steps that already happened.
     from sloth_step import step
     receipt = step("pay", pay_invoice, invoice_id)   # on a later run: the same receipt
 
-This file is what a job runs of steps: a step's start and end, and the sentences a
-job says. `sloth-tray step` runs through it, the runner reads its notes and its
-Python floor, and a job's Python imports it as `sloth_step`: the app puts a folder
-holding only pythonpath/sloth_step.py at the end of every job's PYTHONPATH, which
-checks the Python and then runs this file as the module `sloth_step`. So it uses
-only the standard library, and runs on Python 3.6 and later (PYTHON_FLOOR): no
+This module is what a job runs of steps: `step()` and the sentences a job says here,
+the rest in its parts beside it, whose names it gives as its own: a step's record
+(step_record.py: its start and end, the holder check, the connection), its own tries
+(step_tries.py), what a Python step may return (step_results.py), and the steps that
+wait (step_waits.py: `sleep`, `sleep_until`, `ask`). `sloth-tray step` runs through
+it, the runner reads its notes and its Python floor, and a job's Python imports it
+as `sloth_step`: the app puts a folder holding only pythonpath/sloth_step.py at the
+end of every job's PYTHONPATH, which checks the Python and then runs this file as
+the module `sloth_step`, its parts its submodules. So they use only the standard
+library, and run on Python 3.6 and later (PYTHON_FLOOR): no
 `from __future__ import annotations` (3.7's), so an annotation 3.6 cannot evaluate
 (`str | None`, `list[str]`) is written as a string. tests/daemon/test_steps.py and
 tests/test_step_module.py hold it to that.
@@ -31,12 +35,7 @@ reads) is the app's store/steps.py: a job never runs it.
 import json
 import os
 import re
-import signal
-import sqlite3
-import sys
-import time
 
-from .step_record import _HELD, _db_sentence, _held_run, _lock, _not_held, _row, _say
 from .step_record import BUSY_TIMEOUT as BUSY_TIMEOUT
 from .step_record import DOORBELL_ENV as DOORBELL_ENV
 from .step_record import JOB_ENV as JOB_ENV
@@ -52,6 +51,7 @@ from .step_record import Run as Run
 from .step_record import StepError as StepError
 from .step_record import StepRefused as StepRefused
 from .step_record import StepUnsure as StepUnsure
+from .step_record import _lock, _say
 from .step_record import begin as begin
 from .step_record import connection as connection
 from .step_record import durably as durably
@@ -76,10 +76,21 @@ from .step_tries import _tried
 from .step_tries import backoff_delay as backoff_delay
 from .step_tries import tries_problem as tries_problem
 from .step_tries import try_failed_line as try_failed_line
+from .step_waits import DEFAULT_CHOICES as DEFAULT_CHOICES
+from .step_waits import WAIT_KINDS as WAIT_KINDS
+from .step_waits import StepUnanswered as StepUnanswered
+from .step_waits import ask as ask
+from .step_waits import begin_wait as begin_wait
+from .step_waits import choices_problem as choices_problem
+from .step_waits import hold as hold
+from .step_waits import sleep as sleep
+from .step_waits import sleep_until as sleep_until
+from .step_waits import unanswered_sentence as unanswered_sentence
+from .step_waits import wait_sentence as wait_sentence
 
 # The exceptions a job sees are sloth_step's, whichever part defines them: a traceback's
 # last line, which the runner shows as why the job failed, names sloth_step.StepRefused.
-for _exception in (StepError, StepRefused, StepUnsure, StepTimedOut):
+for _exception in (StepError, StepRefused, StepUnsure, StepTimedOut, StepUnanswered):
     _exception.__module__ = __name__
 del _exception
 
@@ -89,13 +100,6 @@ del _exception
 # (unrunnable), as no retry would find another Python.
 PYTHON_FLOOR = (3, 6)
 TOO_OLD_STATUS = 126
-
-# A step that waits (kind "sleep" or "ask") is `waiting` from the run that records it
-# on: that run ends, and the job waits in the queue with no process for its wake time
-# (`wake_at`: a sleep's end, an ask's timeout) or an answer. An ask past its timeout
-# with no default is `unanswered`: the job fails (reason `unanswered`).
-WAIT_KINDS = ("sleep", "ask")
-DEFAULT_CHOICES = ("yes", "no")
 
 
 def step_key(job: str, name: str, occurrence: int) -> str:
@@ -110,6 +114,8 @@ def step_key(job: str, name: str, occurrence: int) -> str:
 # short: what happened, never why a job failed (the runner passes over them).
 _NOTE = re.compile(r"sloth-tray: step .+? (skipped \((done|marked done by hand) "
                    r"\d{4}-\d\d-\d\d |had written \d|wrote \d)")
+
+
 _TOO_OLD = re.compile(r"sloth-tray: sloth_step needs Python \d+\.\d+ or later, and this "
                       r"job runs Python ")
 
@@ -207,213 +213,3 @@ def step(name, fn, *args, ask=False, retries=0, backoff=BACKOFF_DEFAULT, timeout
         raise StepRefused(f'step "{name}" ran, but this run of job {run.job} is over, so it '
                           "was not recorded; it runs again with the job")
     return result
-
-
-# -- steps that wait: a durable sleep, a question for the person at the tray -------------
-
-
-class StepUnanswered(StepError):
-    """An ask's timeout passed with no answer and no default: the job fails."""
-
-
-def begin_wait(db: sqlite3.Connection, run: Run, name: str, *, kind: str,
-               wake_at: "float | None", now: float, question: "str | None" = None,
-               choices: "list | None" = None, default: "str | None" = None) -> Decision:
-    """Take this call's occurrence of the waiting step `name` and say what to do:
-    `done` (its wait is over: a sleep past its wake time, an ask answered or past its
-    timeout with a default; the answer is the output), `wait` (recorded waiting by this
-    run: the run ends and the job waits with no process) or `unanswered`. A wait already
-    recorded keeps its wake time and question: a sleep never ends early, whatever woke
-    the job. Held-checked as every write: a run that is over gets StepRefused."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        decision = _decide_wait(db, run, name, kind=kind, wake_at=wake_at, now=now,
-                                question=question, choices=choices, default=default)
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
-    return decision
-
-
-def _decide_wait(db, run: Run, name: str, *, kind: str, wake_at, now: float, question,
-                 choices, default) -> Decision:
-    held = _held_run(db, run)
-    if held is None:
-        raise StepRefused(_not_held(db, run, name))
-    occurrence = 1 + db.execute(
-        "SELECT count(*) FROM steps WHERE job = :job AND name = :name AND seen_by = :token",
-        run.params(name=name)).fetchone()[0]
-    key = run.params(name=name, occurrence=occurrence, now=now, run=held, kind=kind,
-                     wake_at=wake_at, question=question, default=default,
-                     choices=None if choices is None else json.dumps(list(choices)))
-    where = f"WHERE job = :job AND name = :name AND occurrence = :occurrence AND {_HELD}"
-    row = _row(db, run.job, name, occurrence)
-    if row is None or row["state"] in ("running", "failed", "cut") or row["kind"] != kind:
-        if row is None:
-            db.execute(
-                "INSERT INTO steps(job, name, occurrence, state, ask, run, token, seen_by, "
-                "started_at, kind, wake_at, question, choices, default_choice) SELECT :job, "
-                ":name, :occurrence, 'waiting', 0, :run, :token, :token, :now, :kind, "
-                f":wake_at, :question, :choices, :default WHERE {_HELD}", key)
-        else:
-            db.execute(
-                "UPDATE steps SET state = 'waiting', ask = 0, run = :run, token = :token, "
-                "seen_by = :token, started_at = :now, ended_at = NULL, exit_code = NULL, "
-                "output = NULL, output_size = NULL, kind = :kind, marked_at = NULL, "
-                "wake_at = :wake_at, question = :question, choices = :choices, "
-                f"default_choice = :default, answer = NULL {where}", key)
-        return Decision("wait", occurrence, _row(db, run.job, name, occurrence))
-    if row["state"] == "done":
-        db.execute(f"UPDATE steps SET seen_by = :token {where}", key)
-        return Decision("done", occurrence, row)
-    if row["state"] == "unanswered":
-        db.execute(f"UPDATE steps SET seen_by = :token, token = :token {where}", key)
-        return Decision("unanswered", occurrence, row)
-    # waiting: over, or waiting on
-    answer = row["answer"]
-    timed_out = row["wake_at"] is not None and now >= row["wake_at"]
-    if kind == "ask" and answer is None and timed_out:
-        answer = row["default_choice"]
-        if answer is None:
-            db.execute("UPDATE steps SET state = 'unanswered', seen_by = :token, token = "
-                       f":token, run = :run, ended_at = :now {where}", key)
-            return Decision("unanswered", occurrence, _row(db, run.job, name, occurrence))
-    if (kind == "sleep" and timed_out) or (kind == "ask" and answer is not None):
-        text = b"" if kind == "sleep" else answer.encode("utf-8")
-        db.execute("UPDATE steps SET state = 'done', seen_by = :token, token = :token, "
-                   "run = :run, ended_at = :now, answer = :answer, output = :output, "
-                   f"output_size = :size, exit_code = 0 {where}",
-                   {**key, "answer": None if kind == "sleep" else answer, "output": text,
-                    "size": len(text)})
-        return Decision("done", occurrence, _row(db, run.job, name, occurrence))
-    db.execute(f"UPDATE steps SET seen_by = :token, token = :token, run = :run {where}", key)
-    return Decision("wait", occurrence, row)
-
-
-def wait_sentence(row: dict) -> str:
-    """What a waiting step waits for, for the run's log."""
-    if row.get("kind") == "sleep":
-        return f"sleeping until {when_text(row.get('wake_at') or 0)}; the job runs again then"
-    until = (f" (until {when_text(row['wake_at'])})" if row.get("wake_at") is not None
-             else "")
-    return (f"asking {row.get('question')!r} ({'/'.join(json.loads(row.get('choices') or '[]'))})"
-            f"{until}; the job runs again once it is answered")
-
-
-def unanswered_sentence(job: str, row: dict) -> str:
-    return (f"nobody answered {row.get('question')!r} by {when_text(row.get('wake_at') or 0)},"
-            f" and it has no default: `sloth-tray retry {job}` asks again")
-
-
-def _wait(run: Run, name: str, **how) -> Decision:
-    with _lock:
-        db = connection(run.queue)
-        try:
-            db.execute("PRAGMA synchronous = FULL")  # a wait recorded outlives a power cut
-            try:
-                return begin_wait(db, run, name, now=time.time(), **how)
-            finally:
-                db.execute("PRAGMA synchronous = NORMAL")
-        except sqlite3.Error as exc:
-            raise StepError(_db_sentence(run, exc)) from None
-
-
-def hold(run: Run, sentence: str) -> None:
-    """The wait is recorded: say so, tell the app (its doorbell), and wait for it to end
-    this run's processes. Never returns: what follows the wait runs in a later run."""
-    _say(sentence)
-    run.ring()
-    while True:
-        if hasattr(signal, "pause"):
-            signal.pause()
-        else:  # Windows: no pause(); the app ends the process
-            time.sleep(3600)
-
-
-def _waited(run: Run, name: str, decision: Decision) -> "str | None":
-    """After begin_wait: the answer (or "" for a sleep) when the wait is over; else the
-    run ends here (hold), or StepUnanswered."""
-    if decision.action == "done":
-        return decision.output.decode("utf-8")
-    if decision.action == "unanswered":
-        sentence = unanswered_sentence(run.job, decision.row)
-        hold(run, sentence)  # the app fails the job with it
-    hold(run, wait_sentence(decision.row))
-    return None  # not reached
-
-
-def sleep_until(when: float, *, name: str = "sleep") -> None:
-    """Sleep until the wall-clock moment `when` (seconds since the epoch), durably: inside
-    a job, the wait is recorded and the run ends; the job runs again from the top at
-    `when` (or at the next start, once, if the computer was off), its done steps
-    skipped, and this call then returns. Outside a job, it simply sleeps."""
-    problem = name_problem(name)
-    if problem:
-        raise ValueError(problem)
-    run = Run.from_environment()
-    if run is None:
-        time.sleep(max(0.0, when - time.time()))
-        return
-    _waited(run, name, _wait(run, name, kind="sleep", wake_at=float(when)))
-
-
-def sleep(seconds: float, *, name: str = "sleep") -> None:
-    """Sleep `seconds` durably (sleep_until, counted from the first call: a later run of
-    the job keeps the wake time the first one recorded)."""
-    if seconds < 0:
-        raise ValueError(f"cannot sleep {seconds} seconds")
-    sleep_until(time.time() + seconds, name=name)
-
-
-def choices_problem(choices: "list", default: "str | None") -> "str | None":
-    if not choices or any(not isinstance(c, str) or not c.strip() for c in choices):
-        return "an ask's choices are words, at least one (like yes,no)"
-    if len(set(choices)) != len(choices):
-        return f"an ask's choices are each given once ({', '.join(choices)})"
-    if default is not None and default not in choices:
-        return f"the default {default!r} is not one of the choices ({', '.join(choices)})"
-    return None
-
-
-def ask(question: str, choices: "list | tuple" = DEFAULT_CHOICES, *,
-        default: "str | None" = None, timeout: "float | None" = None,
-        name: "str | None" = None) -> str:
-    """Ask the person at the tray `question`, durably: the first call records it and the
-    run ends; the job waits, with no process, for an answer (the tray, a notification,
-    `sloth-tray answer`), then runs again and this call returns the choice. Past
-    `timeout` seconds: `default`, or the job fails (reason `unanswered`). Outside a job
-    it asks on the terminal."""
-    choices = list(choices)
-    problem = choices_problem(choices, default) or (
-        "an ask needs a question (it was empty)" if not str(question).strip() else None)
-    if problem:
-        raise ValueError(problem)
-    name = name or f"ask: {question}"[:NAME_MAX]
-    run = Run.from_environment()
-    if run is None:
-        return _ask_here(question, choices, default)
-    wake_at = None if timeout is None else time.time() + timeout
-    decision = _wait(run, name, kind="ask", wake_at=wake_at, question=question,
-                     choices=choices, default=default)
-    return _waited(run, name, decision) or ""
-
-
-def _ask_here(question: str, choices: list, default: "str | None") -> str:
-    """Outside a job: ask on the terminal, or take the default where nobody can answer."""
-    if sys.stdin is None or not sys.stdin.isatty():
-        if default is not None:
-            return default
-        raise StepError(f"cannot ask {question!r}: no terminal to answer on and no default")
-    while True:
-        sys.stderr.write(f"{question} [{'/'.join(choices)}] ")
-        sys.stderr.flush()
-        line = sys.stdin.readline()
-        if not line:
-            if default is not None:
-                return default
-            raise StepError(f"{question!r} was not answered")
-        answer = line.strip() or (default or "")
-        if answer in choices:
-            return answer
