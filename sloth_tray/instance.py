@@ -87,7 +87,7 @@ ONCE_STARTED = "once the app starts"
 
 def after_a_crash(attempts: int, max_attempts: int) -> str:
     """What the next start does with a run the app stopped in the middle of (the claim
-    reclaims it: Queue._reclaim): `runs it again (attempt 2 of 5)`."""
+    reclaims it: store/ends.reclaim): `runs it again (attempt 2 of 5)`."""
     if attempts < max_attempts:
         return f"runs it again (attempt {attempts + 1} of {max_attempts})"
     return f"fails it: that was its last attempt ({attempts} of {max_attempts})"

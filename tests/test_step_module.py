@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from sloth_tray.daemon import jobenv
 from sloth_tray.for_jobs import sloth_step
 
@@ -36,8 +38,17 @@ def annotations(tree: ast.AST) -> list[ast.expr]:
     return found
 
 
-def test_the_module_reads_on_its_floor_python():
-    source = MODULE.read_text()
+# The module and its parts beside it (its submodules in a job: pythonpath/sloth_step.py).
+PARTS = sorted(MODULE.parent.glob("*.py"))
+
+
+def test_the_module_has_its_parts_beside_it():
+    assert MODULE in PARTS and len(PARTS) > 1
+
+
+@pytest.mark.parametrize("part", PARTS, ids=lambda path: path.name)
+def test_the_module_reads_on_its_floor_python(part):
+    source = part.read_text()
     tree = ast.parse(source, feature_version=sloth_step.PYTHON_FLOOR)
     futures = [alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                and node.module == "__future__" for alias in node.names]
@@ -97,3 +108,17 @@ def test_this_python_imports_the_shim_as_the_module_itself():
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [str(SHIM), "4 (3, 6)", MODULE.read_text().splitlines()[0]
                                         .strip('"'), "sloth_step"]
+
+
+def test_a_jobs_python_gets_the_parts_as_submodules_and_no_name_of_its_own():
+    parts = [path.stem for path in PARTS if path != MODULE]
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", "import sys, sloth_step\n"
+         f"parts = {parts!r}\n"
+         "print(sorted(m for m in sys.modules if m.split('.')[-1] in parts))\n"
+         "print(sloth_step.result_problem((1,)) is not None)\n"],
+        env={"PYTHONPATH": jobenv.step_module_folder(), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [repr(sorted(f"sloth_step.{part}" for part in parts)),
+                                        "True"]

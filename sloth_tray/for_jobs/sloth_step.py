@@ -4,12 +4,16 @@ reclaimed or woken job skips the steps that already happened.
     from sloth_step import step
     receipt = step("pay", pay_invoice, invoice_id)   # on a later run: the same receipt
 
-This file is what a job runs of steps: a step's start and end, and the sentences a
-job says. `sloth-tray step` runs through it, the runner reads its notes and its
-Python floor, and a job's Python imports it as `sloth_step`: the app puts a folder
-holding only pythonpath/sloth_step.py at the end of every job's PYTHONPATH, which
-checks the Python and then runs this file as the module `sloth_step`. So it uses
-only the standard library, and runs on Python 3.6 and later (PYTHON_FLOOR): no
+This module is what a job runs of steps: `step()` and the sentences a job says here,
+the rest in its parts beside it, whose names it gives as its own: a step's record
+(step_record.py: its start and end, the holder check, the connection), its own tries
+(step_tries.py), what a Python step may return (step_results.py), and the steps that
+wait (step_waits.py: `sleep`, `sleep_until`, `ask`). `sloth-tray step` runs through
+it, the runner reads its notes and its Python floor, and a job's Python imports it
+as `sloth_step`: the app puts a folder holding only pythonpath/sloth_step.py at the
+end of every job's PYTHONPATH, which checks the Python and then runs this file as
+the module `sloth_step`, its parts its submodules. So they use only the standard
+library, and run on Python 3.6 and later (PYTHON_FLOOR): no
 `from __future__ import annotations` (3.7's), so an annotation 3.6 cannot evaluate
 (`str | None`, `list[str]`) is written as a string. tests/daemon/test_steps.py and
 tests/test_step_module.py hold it to that.
@@ -29,32 +33,66 @@ reads) is the app's store/steps.py: a job never runs it.
 """
 
 import json
-import math
 import os
 import re
-import signal
-import sqlite3
-import sys
-import threading
-import time
 
-# -- what a step may be called, and how much of its output is kept -----------------------
+from .step_record import BUSY_TIMEOUT as BUSY_TIMEOUT
+from .step_record import DOORBELL_ENV as DOORBELL_ENV
+from .step_record import JOB_ENV as JOB_ENV
+from .step_record import KEY_ENV as KEY_ENV
+from .step_record import NAME_MAX as NAME_MAX
+from .step_record import OUTPUT_CAP as OUTPUT_CAP
+from .step_record import OWNER_ENV as OWNER_ENV
+from .step_record import QUEUE_ENV as QUEUE_ENV
+from .step_record import STATES as STATES
+from .step_record import TOKEN_ENV as TOKEN_ENV
+from .step_record import Decision as Decision
+from .step_record import Run as Run
+from .step_record import StepError as StepError
+from .step_record import StepRefused as StepRefused
+from .step_record import StepUnsure as StepUnsure
+from .step_record import _lock, _say
+from .step_record import begin as begin
+from .step_record import connection as connection
+from .step_record import durably as durably
+from .step_record import end as end
+from .step_record import finish as finish
+from .step_record import name_problem as name_problem
+from .step_record import next_try as next_try
+from .step_record import ring as ring
+from .step_record import size_text as size_text
+from .step_record import start as start
+from .step_record import when_text as when_text
+from .step_results import RESULT_DEPTH as RESULT_DEPTH
+from .step_results import result_problem as result_problem
+from .step_tries import BACKOFF_DEFAULT as BACKOFF_DEFAULT
+from .step_tries import BACKOFF_MAX as BACKOFF_MAX
+from .step_tries import GRACE as GRACE
+from .step_tries import RETRIES_MAX as RETRIES_MAX
+from .step_tries import TIMED_OUT as TIMED_OUT
+from .step_tries import TIMEOUT_MAX as TIMEOUT_MAX
+from .step_tries import StepTimedOut as StepTimedOut
+from .step_tries import _tried
+from .step_tries import backoff_delay as backoff_delay
+from .step_tries import tries_problem as tries_problem
+from .step_tries import try_failed_line as try_failed_line
+from .step_waits import DEFAULT_CHOICES as DEFAULT_CHOICES
+from .step_waits import WAIT_KINDS as WAIT_KINDS
+from .step_waits import StepUnanswered as StepUnanswered
+from .step_waits import ask as ask
+from .step_waits import begin_wait as begin_wait
+from .step_waits import choices_problem as choices_problem
+from .step_waits import hold as hold
+from .step_waits import sleep as sleep
+from .step_waits import sleep_until as sleep_until
+from .step_waits import unanswered_sentence as unanswered_sentence
+from .step_waits import wait_sentence as wait_sentence
 
-NAME_MAX = 200  # characters
-OUTPUT_CAP = 1024 * 1024  # bytes of a step's stdout (or its result's JSON) kept for replay
-RESULT_DEPTH = 100  # lists and dicts in a Python step's result, one in another, at most
-BUSY_TIMEOUT = 60.0  # seconds a step waits for the queue file while another writer holds it
-
-# A step's own tries: a failing step is tried again in place, in the same run, up to
-# `retries` more times, waiting 1, 2, 4... seconds before each, at most `backoff`. The
-# ranges are limits.py's RETRIES, BACKOFF and TIMEOUT (which this file cannot import:
-# tests/test_limits.py holds them to one statement).
-RETRIES_MAX = 100
-BACKOFF_MAX = 86400.0  # a day
-BACKOFF_DEFAULT = 60.0
-TIMEOUT_MAX = 3650 * 86400.0
-GRACE = 5.0  # seconds from SIGTERM to SIGKILL for a step past its timeout, as for a job
-TIMED_OUT = 124  # a step's status past its timeout, as timeout(1) gives it
+# The exceptions a job sees are sloth_step's, whichever part defines them: a traceback's
+# last line, which the runner shows as why the job failed, names sloth_step.StepRefused.
+for _exception in (StepError, StepRefused, StepUnsure, StepTimedOut, StepUnanswered):
+    _exception.__module__ = __name__
+del _exception
 
 # The oldest Python that runs this file. pythonpath/sloth_step.py, which any Python
 # reads, ends an older one's import with TOO_OLD_STATUS (126: as a shell says "cannot
@@ -63,51 +101,6 @@ TIMED_OUT = 124  # a step's status past its timeout, as timeout(1) gives it
 PYTHON_FLOOR = (3, 6)
 TOO_OLD_STATUS = 126
 
-# A job's environment names its run (the runner sets these).
-JOB_ENV = "SLOTH_JOB_ID"
-TOKEN_ENV = "SLOTH_RUN_TOKEN"
-OWNER_ENV = "SLOTH_LEASE_OWNER"
-QUEUE_ENV = "SLOTH_QUEUE"
-KEY_ENV = "SLOTH_STEP_KEY"
-DOORBELL_ENV = "SLOTH_DOORBELL"  # touched when a step starts or ends: the tray shows it
-
-STATES = ("running", "done", "failed", "cut", "waiting", "unanswered")
-
-# A step that waits (kind "sleep" or "ask") is `waiting` from the run that records it
-# on: that run ends, and the job waits in the queue with no process for its wake time
-# (`wake_at`: a sleep's end, an ask's timeout) or an answer. An ask past its timeout
-# with no default is `unanswered`: the job fails (reason `unanswered`).
-WAIT_KINDS = ("sleep", "ask")
-DEFAULT_CHOICES = ("yes", "no")
-
-
-class StepError(Exception):
-    """A step could not be recorded or refused to run: the message is one sentence."""
-
-
-class StepRefused(StepError):
-    """The run calling the step no longer holds its job: nothing was run or recorded."""
-
-
-class StepUnsure(StepError):
-    """The step was cut short once and asks a person before it runs again."""
-
-
-def name_problem(name: object) -> "str | None":
-    """Why `name` cannot name a step, or None when it can."""
-    if not isinstance(name, str):
-        return f"a step's name is text, not {type(name).__name__}"
-    if not name.strip():
-        return "a step needs a name (it was empty)"
-    if len(name) > NAME_MAX:
-        return f"a step's name is at most {NAME_MAX} characters (this one has {len(name)})"
-    for char in name:
-        if ord(char) < 32 or 0x7F <= ord(char) < 0xA0 or char in "\u2028\u2029":
-            return f"a step's name has no control characters ({name!r} has {char!r})"
-        if 0xD800 <= ord(char) < 0xE000:  # a byte of a command line that is not UTF-8
-            return f"a step's name is UTF-8 text ({ascii(name)} is not)"
-    return None
-
 
 def step_key(job: str, name: str, occurrence: int) -> str:
     """SLOTH_STEP_KEY: the same for every run of this step, for APIs that take an
@@ -115,253 +108,6 @@ def step_key(job: str, name: str, occurrence: int) -> str:
     import hashlib  # here: OpenSSL costs 5 ms, which a skipped step and the app never pay
 
     return hashlib.sha256(f"{job}\0{name}\0{occurrence}".encode()).hexdigest()[:32]
-
-
-def when_text(moment: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(moment))
-
-
-def size_text(size: int) -> str:
-    for unit, length in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if size >= length:
-            return f"{size / length:.1f} {unit}".replace(".0 ", " ")
-    return f"{size} byte{'' if size == 1 else 's'}"
-
-
-# -- the holder check: in every write a run makes ------------------------------------------
-
-# The run holds its job: the job is running, leased to this owner, under this run's token.
-_HELD = ("EXISTS (SELECT 1 FROM jobs WHERE jobs.id = :job AND jobs.state = 'running' "
-         "AND jobs.lease_owner = :owner AND json_extract(jobs.child, '$.token') = :token)")
-
-
-def ring(doorbell: "str | os.PathLike") -> None:
-    """Touch the app's doorbell, the file a running daemon watches (made 0600, never
-    through a link); quietly nothing where it cannot be written: no daemon listens there.
-    The command line rings it too (paths.Home.ring_doorbell)."""
-    try:
-        fd = os.open(doorbell, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    except OSError:
-        return
-    try:
-        os.utime(fd if os.utime in os.supports_fd else doorbell)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-class Run:
-    """A job's run as its environment names it: the queue file, the job, the token and
-    the owner of its lease."""
-
-    def __init__(self, queue: str, job: str, token: str, owner: str,
-                 doorbell: "str | None" = None) -> None:
-        self.queue, self.job, self.token, self.owner = queue, job, token, owner
-        self.doorbell = doorbell
-
-    def ring(self) -> None:
-        """Tell the app a step started or ended (its tray names the running step)."""
-        if self.doorbell:
-            ring(self.doorbell)
-
-    @classmethod
-    def from_environment(cls, environ=None) -> "Run | None":
-        """The run this process belongs to; None outside any job (run by hand)."""
-        environ = os.environ if environ is None else environ
-        token = environ.get(TOKEN_ENV)
-        if not token:
-            return None
-        missing = [name for name in (QUEUE_ENV, JOB_ENV, OWNER_ENV) if not environ.get(name)]
-        if missing:
-            raise StepError(f"{TOKEN_ENV} is set but {', '.join(missing)} is not: this "
-                            "process does not look like a job sloth-tray started, and "
-                            "cannot record steps")
-        return cls(environ[QUEUE_ENV], environ[JOB_ENV], token, environ[OWNER_ENV],
-                   environ.get(DOORBELL_ENV))
-
-    def params(self, **more) -> dict:
-        return {"job": self.job, "token": self.token, "owner": self.owner, **more}
-
-
-class Decision:
-    """What `begin` found: run the step (`run`), skip it (`done`: its output is
-    `output`), or refuse (`unsure`)."""
-
-    def __init__(self, action: str, occurrence: int, row: "dict | None" = None) -> None:
-        self.action, self.occurrence, self.row = action, occurrence, row or {}
-
-    @property
-    def output(self) -> bytes:
-        return bytes(self.row.get("output") or b"")
-
-
-# -- the run's side: begin, then finish -------------------------------------------------
-
-def begin(db: sqlite3.Connection, run: Run, name: str, *, ask: bool, kind: str,
-          now: float) -> Decision:
-    """Take this call's occurrence of `name` and say what to do with it. Writes are
-    held-checked: a run that is over gets StepRefused, and nothing changes.
-
-    One BEGIN IMMEDIATE: two calls of one name at once get two occurrences."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        decision = _decide(db, run, name, ask=ask, kind=kind, now=now)
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
-    return decision
-
-
-def _decide(db: sqlite3.Connection, run: Run, name: str, *, ask: bool, kind: str,
-            now: float) -> Decision:
-    held = _held_run(db, run)
-    if held is None:
-        raise StepRefused(_not_held(db, run, name))
-    occurrence = 1 + db.execute(
-        "SELECT count(*) FROM steps WHERE job = :job AND name = :name AND seen_by = :token",
-        run.params(name=name)).fetchone()[0]
-    key = run.params(name=name, occurrence=occurrence, now=now, run=held, ask=int(ask),
-                     kind=kind)
-    row = _row(db, run.job, name, occurrence)
-    if row is None:
-        db.execute(
-            "INSERT INTO steps(job, name, occurrence, state, ask, run, token, seen_by, "
-            "started_at, kind) SELECT :job, :name, :occurrence, 'running', :ask, :run, "
-            f":token, :token, :now, :kind WHERE {_HELD}", key)
-        return Decision("run", occurrence)
-    if row["state"] == "done" or (row["state"] in ("cut", "running") and row["ask"]):
-        db.execute("UPDATE steps SET seen_by = :token WHERE job = :job AND name = :name "
-                   f"AND occurrence = :occurrence AND {_HELD}", key)
-        return Decision("done" if row["state"] == "done" else "unsure", occurrence, row)
-    # failed (never cached), or cut short and not asking: it runs again
-    db.execute(
-        "UPDATE steps SET state = 'running', ask = :ask, run = :run, token = :token, "
-        "seen_by = :token, started_at = :now, ended_at = NULL, exit_code = NULL, "
-        "output = NULL, output_size = NULL, kind = :kind, marked_at = NULL, tries = NULL "
-        f"WHERE job = :job AND name = :name AND occurrence = :occurrence AND {_HELD}", key)
-    return Decision("run", occurrence, row)
-
-
-def _held_run(db: sqlite3.Connection, run: Run) -> "int | None":
-    """The job's run number, when `run` holds it."""
-    found = db.execute(
-        "SELECT runs FROM jobs WHERE id = :job AND state = 'running' "
-        "AND lease_owner = :owner AND json_extract(child, '$.token') = :token",
-        run.params()).fetchone()
-    return None if found is None else found[0]
-
-
-def _not_held(db: sqlite3.Connection, run: Run, name: str) -> str:
-    found = db.execute("SELECT state FROM jobs WHERE id = ?", (run.job,)).fetchone()
-    if found is None:
-        return (f'step "{name}" was not run: job {run.job} is not in the queue '
-                f"{run.queue}")
-    return (f'step "{name}" was not run: this run of job {run.job} is over (the job is '
-            f"{found[0]} now, and its run belongs to another start), so it records nothing")
-
-
-def finish(db: sqlite3.Connection, run: Run, name: str, occurrence: int, *, ok: bool,
-           exit_code: "int | None", output: "bytes | None", output_size: int,
-           now: float) -> bool:
-    """Record how the step ended: done (with its output) or failed. False when the run
-    no longer holds the job: nothing was recorded."""
-    changed = db.execute(
-        "UPDATE steps SET state = :state, ended_at = :now, exit_code = :exit_code, "
-        "output = :output, output_size = :size WHERE job = :job AND name = :name "
-        "AND occurrence = :occurrence AND state = 'running' AND token = :token "
-        f"AND {_HELD}",
-        run.params(state="done" if ok else "failed", now=now, exit_code=exit_code,
-                   output=output if ok else None, size=output_size, name=name,
-                   occurrence=occurrence)).rowcount
-    return changed == 1
-
-
-def next_try(db: sqlite3.Connection, run: Run, name: str, occurrence: int,
-             tries: int) -> bool:
-    """Record that the running step is on try number `tries` (2 on: its first retry),
-    as `show` says it. Held-checked: False when the run no longer holds the job (then
-    the step is not tried again)."""
-    with _lock:
-        try:
-            changed = db.execute(
-                "UPDATE steps SET tries = :tries WHERE job = :job AND name = :name "
-                "AND occurrence = :occurrence AND state = 'running' AND token = :token "
-                f"AND {_HELD}",
-                run.params(tries=tries, name=name, occurrence=occurrence)).rowcount
-        except sqlite3.Error as exc:
-            raise StepError(_db_sentence(run, exc)) from None
-    run.ring()
-    return changed == 1
-
-
-def _row(db: sqlite3.Connection, job: str, name: str, occurrence: int) -> "dict | None":
-    cursor = db.execute(f"SELECT {_COLUMNS} FROM steps WHERE job = ? AND name = ? "
-                        "AND occurrence = ?", (job, name, occurrence))
-    found = cursor.fetchone()
-    return None if found is None else _as_dict(found)
-
-
-_FIELDS = ("name", "occurrence", "state", "ask", "run", "started_at", "ended_at",
-           "exit_code", "output_size", "kind", "marked_at", "output", "wake_at",
-           "question", "choices", "default_choice", "answer", "tries")
-_COLUMNS = ", ".join(_FIELDS)
-
-
-def _as_dict(row) -> dict:
-    """A row of _FIELDS by name."""
-    return dict(zip(_FIELDS, row))  # noqa: B905 - zip(strict=) is Python 3.10's; jobs' may be older
-
-
-# -- a job's side: the connection, and the Python helper --------------------------------
-
-_connections: "dict[tuple[int, str], sqlite3.Connection]" = {}
-_lock = threading.Lock()
-
-
-def connection(queue: str) -> sqlite3.Connection:
-    """This process's connection to the queue file (one per process: never across a
-    fork). Never creates the file: a job's queue exists while the job runs."""
-    key = (os.getpid(), queue)
-    db = _connections.get(key)
-    if db is None:
-        if not os.path.isfile(queue):
-            raise StepError(f"cannot record steps: the queue file {queue} does not exist")
-        try:
-            uri = "file:" + _uri_path(queue) + "?mode=rw"
-            db = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT, isolation_level=None,
-                                 check_same_thread=False)
-        except sqlite3.Error as exc:
-            raise StepError(f"cannot record steps in {queue}: {exc}") from None
-        _connections[key] = db
-    return db
-
-
-def _uri_path(path: str) -> str:
-    from urllib.parse import quote
-
-    return quote(os.path.abspath(path))
-
-
-def durably(db: sqlite3.Connection, write) -> object:
-    """`write(db)` committed with an fsync (synchronous=FULL), whatever the connection's
-    level: a step's start and end must outlive a power cut."""
-    db.execute("PRAGMA synchronous = FULL")
-    try:
-        return write(db)
-    finally:
-        db.execute("PRAGMA synchronous = NORMAL")
-
-
-def _say(text: str) -> None:
-    """A line for the run's log (the job's stderr)."""
-    try:
-        sys.stderr.write(f"sloth-tray: {text}\n")
-        sys.stderr.flush()
-    except (OSError, ValueError, AttributeError):
-        pass
 
 
 # The notes a step writes to the job's stderr when it is skipped, or its output kept
@@ -467,385 +213,3 @@ def step(name, fn, *args, ask=False, retries=0, backoff=BACKOFF_DEFAULT, timeout
         raise StepRefused(f'step "{name}" ran, but this run of job {run.job} is over, so it '
                           "was not recorded; it runs again with the job")
     return result
-
-
-def _tried(name, fn, args, kwargs, retries, backoff, timeout, record_try):
-    """fn's result from its first try that raises no exception, of 1 + `retries`; the
-    last try's exception otherwise. `record_try(n)` records try n (2 on) before it
-    starts: False (the run is over) ends the tries with StepRefused."""
-    total = 1 + retries
-    for tries in range(1, total + 1):
-        if tries > 1 and record_try is not None and not record_try(tries):
-            raise StepRefused(f'step "{name}" was not tried again: this run is over, so it '
-                              "records nothing")
-        try:
-            return _call_within(fn, args, kwargs, timeout, name)
-        except Exception as exc:
-            if tries == total or isinstance(exc, (StepRefused, StepUnsure)):
-                raise
-            delay = backoff_delay(tries, backoff)
-            how = (f"ran past its timeout of {timeout:g} s" if isinstance(exc, StepTimedOut)
-                   else f"raised {type(exc).__name__}: {exc}")
-            _say(try_failed_line(name, tries, total, how, delay))
-            time.sleep(delay)
-    raise AssertionError("not reached")  # the last try returned or raised
-
-
-# What a result's JSON gives back as it was, type for type: anything else (a tuple, a
-# key that is not text, NaN, a subclass) would come back changed, so a later run would
-# get another value than the first run did.
-_AS_IT_WAS = (str, int, bool, type(None))
-_COMES_BACK_AS = ((bool, "a bool"), (int, "an int"), (float, "a float"), (str, "text"),
-                  (list, "a list"), (tuple, "a list"), (dict, "a dict"))
-
-
-def result_problem(value: object) -> "str | None":
-    """Why JSON would not give `value` back as it is (equal, and of the same types all
-    the way down), in words for a sentence; None when it would. Walked without
-    recursion, to RESULT_DEPTH: a result nested deeper is refused before json, whose
-    own limit moves with the stack the call happens to be on."""
-    todo = [(value, "", 0)]
-    while todo:
-        item, where, depth = todo.pop()
-        kind = type(item)
-        if kind in _AS_IT_WAS or (kind is float and math.isfinite(item)):
-            continue
-        what = "it is" if not where else f"result{where} is"
-        if kind is float:
-            return f"a value that JSON cannot hold: {what} {item!r}"
-        if kind not in (list, dict):
-            back = next((words for base, words in _COMES_BACK_AS if isinstance(item, base)),
-                        None)
-            if back is None:
-                return f"a value that JSON cannot hold: {what} {_a(kind.__name__)}"
-            return (f"a value that would come back changed: {what} {_a(kind.__name__)}, "
-                    f"which would come back as {back}")
-        if depth == RESULT_DEPTH:
-            return (f"lists and dicts nested more than {RESULT_DEPTH} deep (or one that "
-                    "holds itself)")
-        if kind is list:
-            todo.extend((sub, f"{where}[{at}]", depth + 1) for at, sub in enumerate(item))
-            continue
-        for key, sub in item.items():
-            if type(key) is not str:
-                return (f"a value that would come back changed: result{where} has the key "
-                        f"{key!r}, {_a(type(key).__name__)}, which would come back as text")
-            todo.append((sub, f"{where}[{key!r}]", depth + 1))
-    return None
-
-
-
-def backoff_delay(retry: int, cap: float) -> float:
-    """Seconds to wait before retry number `retry` (1: the second try): 1, 2, 4, 8...,
-    at most `cap`."""
-    return min(2.0 ** min(retry - 1, 64), cap)
-
-
-def tries_problem(retries: object, backoff: object, timeout: object) -> "str | None":
-    """Why these are not a step's retries (0 to RETRIES_MAX), backoff cap (0 to a day)
-    and timeout (more than 0, at most ten years, or None); None when they are. The
-    words are limits.py's."""
-    if isinstance(retries, bool) or not isinstance(retries, int) \
-            or not 0 <= retries <= RETRIES_MAX:
-        return (f"bad value {retries!r} for retries: use a whole number between 0 and "
-                f"{RETRIES_MAX}")
-    if isinstance(backoff, bool) or not isinstance(backoff, (int, float)) \
-            or not 0 <= backoff <= BACKOFF_MAX:
-        return f"bad value {backoff!r} for backoff: use a number of seconds between 0 and 1d"
-    if timeout is not None and (isinstance(timeout, bool)
-                                or not isinstance(timeout, (int, float))
-                                or not 0 < timeout <= TIMEOUT_MAX):
-        return (f"bad value {timeout!r} for timeout: use a number of seconds more than 0 "
-                "and at most 3650d")
-    return None
-
-
-def try_failed_line(name: str, tries: int, total: int, how: str, delay: float) -> str:
-    """The run's log line for a try that failed and is tried again."""
-    return (f'step "{name}" {how} (try {tries} of {total}); trying again in '
-            f"{delay:g} s")
-
-
-class StepTimedOut(StepError):
-    """A Python step's function ran past the step's timeout (raised inside it)."""
-
-
-def _call_within(fn, args, kwargs, timeout: "float | None", name: str):
-    """fn(*args, **kwargs), with StepTimedOut raised inside it once `timeout` seconds
-    have passed (a timer signal: the main thread only, where Python runs handlers)."""
-    if timeout is None:
-        return fn(*args, **kwargs)
-    if not hasattr(signal, "setitimer") or \
-            threading.current_thread() is not threading.main_thread():
-        raise ValueError(f'step "{name}" has a timeout, which needs the main thread of a '
-                         "POSIX system (a timer signal ends the call)")
-
-    def past(_signum, _frame):
-        raise StepTimedOut(f'step "{name}" ran past its timeout of {timeout:g} s')
-
-    previous = signal.signal(signal.SIGALRM, past)
-    try:
-        signal.setitimer(signal.ITIMER_REAL, timeout)
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-    finally:
-        signal.signal(signal.SIGALRM, previous)
-
-
-def _a(noun: str) -> str:
-    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
-
-
-def start(db, run: Run, name: str, *, ask: bool, kind: str) -> Decision:
-    """This call's occurrence of the step, and what to do with it (begin), for a job's
-    helpers: begin at NORMAL (a skip writes only its count: no fsync), then the start of a
-    step that runs made durable before it runs."""
-    try:
-        db.execute("PRAGMA synchronous = NORMAL")
-        decision = begin(db, run, name, ask=ask, kind=kind, now=time.time())
-        if decision.action == "run":
-            durably(db, lambda db: db.execute(
-                "UPDATE steps SET started_at = started_at WHERE job = :job AND name = :name "
-                f"AND occurrence = :occurrence AND {_HELD}",
-                run.params(name=name, occurrence=decision.occurrence)))
-            run.ring()
-        return decision
-    except sqlite3.Error as exc:
-        raise StepError(_db_sentence(run, exc)) from None
-
-
-def end(db, run: Run, name: str, occurrence: int, *, ok: bool, output: "bytes | None",
-        exit_code: "int | None" = None, output_size: "int | None" = None) -> bool:
-    """finish, committed with an fsync, for a job's helpers: False when the run is over."""
-    size = len(output) if output_size is None and output is not None else (output_size or 0)
-    with _lock:
-        try:
-            recorded = bool(durably(db, lambda db: finish(
-                db, run, name, occurrence, ok=ok, exit_code=exit_code, output=output,
-                output_size=size, now=time.time())))
-        except sqlite3.Error as exc:
-            raise StepError(_db_sentence(run, exc)) from None
-    run.ring()
-    return recorded
-
-
-def _db_sentence(run: Run, exc: sqlite3.Error) -> str:
-    text = str(exc)
-    if "locked" in text or "busy" in text:
-        return (f"the queue {run.queue} stayed locked by another program for "
-                f"{BUSY_TIMEOUT:g} s; the step was not recorded")
-    if "no such table" in text:
-        return (f"the queue {run.queue} has no steps yet: the sloth-tray that runs this job "
-                "is older than this sloth_step")
-    return f"cannot record the step in {run.queue}: {text}"
-
-
-# -- steps that wait: a durable sleep, a question for the person at the tray -------------
-
-class StepUnanswered(StepError):
-    """An ask's timeout passed with no answer and no default: the job fails."""
-
-
-def begin_wait(db: sqlite3.Connection, run: Run, name: str, *, kind: str,
-               wake_at: "float | None", now: float, question: "str | None" = None,
-               choices: "list | None" = None, default: "str | None" = None) -> Decision:
-    """Take this call's occurrence of the waiting step `name` and say what to do:
-    `done` (its wait is over: a sleep past its wake time, an ask answered or past its
-    timeout with a default; the answer is the output), `wait` (recorded waiting by this
-    run: the run ends and the job waits with no process) or `unanswered`. A wait already
-    recorded keeps its wake time and question: a sleep never ends early, whatever woke
-    the job. Held-checked as every write: a run that is over gets StepRefused."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        decision = _decide_wait(db, run, name, kind=kind, wake_at=wake_at, now=now,
-                                question=question, choices=choices, default=default)
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
-    return decision
-
-
-def _decide_wait(db, run: Run, name: str, *, kind: str, wake_at, now: float, question,
-                 choices, default) -> Decision:
-    held = _held_run(db, run)
-    if held is None:
-        raise StepRefused(_not_held(db, run, name))
-    occurrence = 1 + db.execute(
-        "SELECT count(*) FROM steps WHERE job = :job AND name = :name AND seen_by = :token",
-        run.params(name=name)).fetchone()[0]
-    key = run.params(name=name, occurrence=occurrence, now=now, run=held, kind=kind,
-                     wake_at=wake_at, question=question, default=default,
-                     choices=None if choices is None else json.dumps(list(choices)))
-    where = f"WHERE job = :job AND name = :name AND occurrence = :occurrence AND {_HELD}"
-    row = _row(db, run.job, name, occurrence)
-    if row is None or row["state"] in ("running", "failed", "cut") or row["kind"] != kind:
-        if row is None:
-            db.execute(
-                "INSERT INTO steps(job, name, occurrence, state, ask, run, token, seen_by, "
-                "started_at, kind, wake_at, question, choices, default_choice) SELECT :job, "
-                ":name, :occurrence, 'waiting', 0, :run, :token, :token, :now, :kind, "
-                f":wake_at, :question, :choices, :default WHERE {_HELD}", key)
-        else:
-            db.execute(
-                "UPDATE steps SET state = 'waiting', ask = 0, run = :run, token = :token, "
-                "seen_by = :token, started_at = :now, ended_at = NULL, exit_code = NULL, "
-                "output = NULL, output_size = NULL, kind = :kind, marked_at = NULL, "
-                "wake_at = :wake_at, question = :question, choices = :choices, "
-                f"default_choice = :default, answer = NULL {where}", key)
-        return Decision("wait", occurrence, _row(db, run.job, name, occurrence))
-    if row["state"] == "done":
-        db.execute(f"UPDATE steps SET seen_by = :token {where}", key)
-        return Decision("done", occurrence, row)
-    if row["state"] == "unanswered":
-        db.execute(f"UPDATE steps SET seen_by = :token, token = :token {where}", key)
-        return Decision("unanswered", occurrence, row)
-    # waiting: over, or waiting on
-    answer = row["answer"]
-    timed_out = row["wake_at"] is not None and now >= row["wake_at"]
-    if kind == "ask" and answer is None and timed_out:
-        answer = row["default_choice"]
-        if answer is None:
-            db.execute("UPDATE steps SET state = 'unanswered', seen_by = :token, token = "
-                       f":token, run = :run, ended_at = :now {where}", key)
-            return Decision("unanswered", occurrence, _row(db, run.job, name, occurrence))
-    if (kind == "sleep" and timed_out) or (kind == "ask" and answer is not None):
-        text = b"" if kind == "sleep" else answer.encode("utf-8")
-        db.execute("UPDATE steps SET state = 'done', seen_by = :token, token = :token, "
-                   "run = :run, ended_at = :now, answer = :answer, output = :output, "
-                   f"output_size = :size, exit_code = 0 {where}",
-                   {**key, "answer": None if kind == "sleep" else answer, "output": text,
-                    "size": len(text)})
-        return Decision("done", occurrence, _row(db, run.job, name, occurrence))
-    db.execute(f"UPDATE steps SET seen_by = :token, token = :token, run = :run {where}", key)
-    return Decision("wait", occurrence, row)
-
-
-def wait_sentence(row: dict) -> str:
-    """What a waiting step waits for, for the run's log."""
-    if row.get("kind") == "sleep":
-        return f"sleeping until {when_text(row.get('wake_at') or 0)}; the job runs again then"
-    until = (f" (until {when_text(row['wake_at'])})" if row.get("wake_at") is not None
-             else "")
-    return (f"asking {row.get('question')!r} ({'/'.join(json.loads(row.get('choices') or '[]'))})"
-            f"{until}; the job runs again once it is answered")
-
-
-def unanswered_sentence(job: str, row: dict) -> str:
-    return (f"nobody answered {row.get('question')!r} by {when_text(row.get('wake_at') or 0)},"
-            f" and it has no default: `sloth-tray retry {job}` asks again")
-
-
-def _wait(run: Run, name: str, **how) -> Decision:
-    with _lock:
-        db = connection(run.queue)
-        try:
-            db.execute("PRAGMA synchronous = FULL")  # a wait recorded outlives a power cut
-            try:
-                return begin_wait(db, run, name, now=time.time(), **how)
-            finally:
-                db.execute("PRAGMA synchronous = NORMAL")
-        except sqlite3.Error as exc:
-            raise StepError(_db_sentence(run, exc)) from None
-
-
-def hold(run: Run, sentence: str) -> None:
-    """The wait is recorded: say so, tell the app (its doorbell), and wait for it to end
-    this run's processes. Never returns: what follows the wait runs in a later run."""
-    _say(sentence)
-    run.ring()
-    while True:
-        if hasattr(signal, "pause"):
-            signal.pause()
-        else:  # Windows: no pause(); the app ends the process
-            time.sleep(3600)
-
-
-def _waited(run: Run, name: str, decision: Decision) -> "str | None":
-    """After begin_wait: the answer (or "" for a sleep) when the wait is over; else the
-    run ends here (hold), or StepUnanswered."""
-    if decision.action == "done":
-        return decision.output.decode("utf-8")
-    if decision.action == "unanswered":
-        sentence = unanswered_sentence(run.job, decision.row)
-        hold(run, sentence)  # the app fails the job with it
-    hold(run, wait_sentence(decision.row))
-    return None  # not reached
-
-
-def sleep_until(when: float, *, name: str = "sleep") -> None:
-    """Sleep until the wall-clock moment `when` (seconds since the epoch), durably: inside
-    a job, the wait is recorded and the run ends; the job runs again from the top at
-    `when` (or at the next start, once, if the computer was off), its done steps
-    skipped, and this call then returns. Outside a job, it simply sleeps."""
-    problem = name_problem(name)
-    if problem:
-        raise ValueError(problem)
-    run = Run.from_environment()
-    if run is None:
-        time.sleep(max(0.0, when - time.time()))
-        return
-    _waited(run, name, _wait(run, name, kind="sleep", wake_at=float(when)))
-
-
-def sleep(seconds: float, *, name: str = "sleep") -> None:
-    """Sleep `seconds` durably (sleep_until, counted from the first call: a later run of
-    the job keeps the wake time the first one recorded)."""
-    if seconds < 0:
-        raise ValueError(f"cannot sleep {seconds} seconds")
-    sleep_until(time.time() + seconds, name=name)
-
-
-def choices_problem(choices: "list", default: "str | None") -> "str | None":
-    if not choices or any(not isinstance(c, str) or not c.strip() for c in choices):
-        return "an ask's choices are words, at least one (like yes,no)"
-    if len(set(choices)) != len(choices):
-        return f"an ask's choices are each given once ({', '.join(choices)})"
-    if default is not None and default not in choices:
-        return f"the default {default!r} is not one of the choices ({', '.join(choices)})"
-    return None
-
-
-def ask(question: str, choices: "list | tuple" = DEFAULT_CHOICES, *,
-        default: "str | None" = None, timeout: "float | None" = None,
-        name: "str | None" = None) -> str:
-    """Ask the person at the tray `question`, durably: the first call records it and the
-    run ends; the job waits, with no process, for an answer (the tray, a notification,
-    `sloth-tray answer`), then runs again and this call returns the choice. Past
-    `timeout` seconds: `default`, or the job fails (reason `unanswered`). Outside a job
-    it asks on the terminal."""
-    choices = list(choices)
-    problem = choices_problem(choices, default) or (
-        "an ask needs a question (it was empty)" if not str(question).strip() else None)
-    if problem:
-        raise ValueError(problem)
-    name = name or f"ask: {question}"[:NAME_MAX]
-    run = Run.from_environment()
-    if run is None:
-        return _ask_here(question, choices, default)
-    wake_at = None if timeout is None else time.time() + timeout
-    decision = _wait(run, name, kind="ask", wake_at=wake_at, question=question,
-                     choices=choices, default=default)
-    return _waited(run, name, decision) or ""
-
-
-def _ask_here(question: str, choices: list, default: "str | None") -> str:
-    """Outside a job: ask on the terminal, or take the default where nobody can answer."""
-    if sys.stdin is None or not sys.stdin.isatty():
-        if default is not None:
-            return default
-        raise StepError(f"cannot ask {question!r}: no terminal to answer on and no default")
-    while True:
-        sys.stderr.write(f"{question} [{'/'.join(choices)}] ")
-        sys.stderr.flush()
-        line = sys.stdin.readline()
-        if not line:
-            if default is not None:
-                return default
-            raise StepError(f"{question!r} was not answered")
-        answer = line.strip() or (default or "")
-        if answer in choices:
-            return answer

@@ -1,5 +1,6 @@
 """The lease queue: one SQLite file, written here (with a job row's model and its
-one INSERT in rows.py, and a series' follow-ups in calendar.py, both called from here).
+one INSERT in rows.py, and a series' follow-ups in calendar.py, both called from here),
+and read through here (the queries in queries.py, in a connection Queue hands them).
 
 A running job is a lease, not a flag. `claim` hands a job out until
 `lease_until`; the owner keeps it alive with `heartbeat`; `complete` and
@@ -30,54 +31,25 @@ from sloth_tray import limits
 from sloth_tray.errors import SlothError, UnknownJob
 from sloth_tray.jobs import overdue, schedule, series
 from sloth_tray.jobs.header import checked_options
-from sloth_tray.store import calendar, lanes, reads, rows, schedules, steps
+from sloth_tray.store import calendar, ends, lanes, queries, reads, rows, schedules, steps
+from sloth_tray.store.ends import LATER_FOR_AT_MOST as LATER_FOR_AT_MOST
 from sloth_tray.store.rows import JOB_COLUMNS, Event, Job
 from sloth_tray.store.rows import VALID_ID as VALID_ID
 from sloth_tray.store.rows import new_job_id as new_job_id
 from sloth_tray.store.schema import connect, translated_errors
-from sloth_tray.store.states import PERMANENT, Reason, State
+from sloth_tray.store.states import PERMANENT as PERMANENT
+from sloth_tray.store.states import Reason, State
 from sloth_tray.store.steps import NotCutShort as NotCutShort
-from sloth_tray.store.steps import UnknownStep
+from sloth_tray.store.steps import UnknownStep as UnknownStep
 from sloth_tray.timefmt import format_duration
 
 Clock = Callable[[], float]
-
-ERROR_LIMIT = 2000  # characters of an error message kept in the row
-LATER_FOR_AT_MOST = 86400.0  # seconds of nothing but "try again later" before giving up
-# Events that end a run of "later"s: a run that ended otherwise, or the user's retry.
-# A quit (`released`), a crash (`reclaimed`) or a sleep between two "later"s does not:
-# a laptop shut down daily must not try for ever.
-_ENDS_LATERS = frozenset({"completed", "backoff", "failed", "retried"})
-
 
 class Refused(SlothError):
     """A refused drop was asked to run: it never may."""
 
 
 RETRIABLE = ("done", "failed", "cancelled")
-
-
-PARTIAL_INDEX = {State.PENDING: "jobs_due", State.RUNNING: "jobs_leased",
-                 State.FAILED: "jobs_failed"}
-
-
-def _trailing_laters(history: list, now: float) -> tuple[int, float]:
-    """The unbroken run of "later"s that ends the history: how many, and for how long
-    it has lasted at `now`, in real time as far as the file can tell. Each step from
-    one event to the next (and to `now`) counts when the clock went forward, never
-    when it went back: a clock set back re-anchors the count, as it re-anchors waits
-    (calendar.reanchor), so "later"s said on a clock that was ahead are not owed the
-    time it was ahead by."""
-    start = len(history)
-    for index in range(len(history) - 1, -1, -1):
-        kind = history[index][1]
-        if kind in _ENDS_LATERS:
-            break
-        if kind == "later":
-            start = index
-    times = [event[0] for event in history[start:]] + [now]
-    count = sum(1 for event in history[start:] if event[1] == "later")
-    return count, sum(max(times[i + 1] - times[i], 0.0) for i in range(len(times) - 1))
 
 
 class ClaimStatements(NamedTuple):
@@ -136,7 +108,7 @@ def claim_statements(lane: str | None = None, skip_lanes: Collection[str] = (),
                 ORDER BY not_before, rowid LIMIT 1), lease_until)
         ORDER BY lease_until, rowid LIMIT 1
 
-    `taken_back`: that job (:id), once Queue._reclaim took it back, leased as `due`
+    `taken_back`: that job (:id), once ends.reclaim took it back, leased as `due`
     leases one, its history saying why (:reclaimed)::
 
         UPDATE jobs SET state = 'running', lease_owner = :owner,
@@ -197,15 +169,6 @@ def _refuse_a_bad_lane_name(name: str) -> None:
     why = lanes.problem(name)
     if why is not None:
         raise SlothError(why)
-
-
-def _never_started(child: str | None) -> bool:
-    """A run whose token was written at the claim, and whose process never was: the
-    claim committed with the last job's outcome, and the daemon died before the spawn."""
-    if not child:
-        return False
-    known = json.loads(child)
-    return isinstance(known, dict) and "token" in known and "pid" not in known
 
 
 class Queue:
@@ -431,104 +394,11 @@ class Queue:
                 lapsed = db.execute(statements.lapsed, params).fetchone()
                 if lapsed is None:  # none (left) to take back first: the usual claim
                     return next(iter(rows.jobs(db, statements.due, params)), None)
-                reclaimed = self._reclaim(db, lapsed[0], now)
+                reclaimed = ends.reclaim(db, lapsed[0], now, self._local)
                 if reclaimed is not None:
                     return rows.jobs(db, statements.taken_back, {
                         **params, "id": lapsed[0], "reclaimed": reclaimed})[0]
                 # else: it was given back, or failed for good; look again
-
-    def _reclaim(self, db: sqlite3.Connection, job_id: str, now: float) -> str | None:
-        """Take back an expired lease: the `reclaimed` event's detail, or None when the
-        job is not to be handed out as it is: its run never started (then it is given
-        back, its attempt not counted), or that was its last attempt (then it is
-        failed for good)."""
-        attempts, max_attempts, owner, lease_until, history, child = db.execute(
-            "SELECT attempts, max_attempts, lease_owner, lease_until, history, child "
-            "FROM jobs WHERE id = ?",
-            (job_id,),
-        ).fetchone()
-        waited = steps.run_wait(db, job_id, json.loads(child or "{}").get("token"))
-        if waited is not None:  # its run recorded a wait, then its app went: it waits
-            self._wait_or_unanswered(db, job_id, now, waited)
-            return None
-        if _never_started(child):
-            given_back, params = rows.history(("released", f"its run never started: the lease "
-                                                       f"of {owner} ran out before its script "
-                                                       "was started"))
-            db.execute("UPDATE jobs SET state = 'pending', not_before = :now, "
-                       "attempts = max(attempts - 1, 0), lease_owner = NULL, "
-                       f"lease_until = NULL, updated_at = :now, {given_back} WHERE id = :id",
-                       {"now": now, "id": job_id, **params})
-            unsure = steps.end_run(db, job_id, now)
-            if unsure is not None:
-                self._fail_unsure(db, job_id, now, unsure)
-            return None
-        if attempts < max_attempts:
-            unsure = steps.end_run(db, job_id, now)
-            if unsure is not None:  # a step that asks was cut short: failed, for a word
-                self._fail_unsure(db, job_id, now, unsure)
-                return None
-            return f"lease of {owner} expired {format_duration(now - lease_until)} ago"
-        expiries = 1 + sum(1 for _, kind, _ in json.loads(history) if kind == "reclaimed")
-        error = (
-            f"its lease expired {expiries} time{'s' if expiries > 1 else ''} without it "
-            f"finishing (last holder {owner}); gave up after {attempts} attempts"
-        )
-        self._finish(db, job_id, now, "failed", ("failed", error), last_error=error,
-                     reason=Reason.LEASE_EXPIRED.value)
-        return None
-
-    def _finish(self, db: sqlite3.Connection, job_id: str, now: float, state: str,
-                event: tuple[str, str], *, owner: str | None = None, follow: bool = False,
-                **columns: Any) -> State | None:
-        """Move a job out of running and record why: only if `owner` holds it, when
-        given (else the caller checked). The state it was left in; None when it was not
-        moved.
-
-        Its steps still running were cut short. If one of them (or one earlier, still
-        waiting for an answer) asks before it runs again, the run ends failed for that
-        (STEP_UNSURE), whatever `state` it would have ended in, unless a person ended it
-        (cancelled): a person says whether the step happened.
-
-        A run of a series that ends (done, or failed for good, or stopped: `follow`)
-        is followed by its next run in this same transaction: a crash can never end a
-        series.
-        """
-        if state != State.CANCELLED and columns.get("reason") != Reason.STEP_UNSURE \
-                and self._holds(db, job_id, owner):
-            unsure = steps.end_run(db, job_id, now)
-            if unsure is not None:  # an attempt that did not count still does not
-                state, event = State.FAILED, ("failed", unsure)
-                columns = {"last_error": unsure, "reason": Reason.STEP_UNSURE.value,
-                           **{k: v for k, v in columns.items() if k == "attempts"}}
-        history, params = rows.history(event)
-        sets = "".join(f", {name} = :{name}" for name in columns)
-        held = " AND state = 'running' AND lease_owner = :owner" if owner is not None else ""
-        found = rows.named_rows(
-            db, "UPDATE jobs SET state = :state, lease_owner = NULL, lease_until = NULL, "
-            f"updated_at = :now{sets}, {history} WHERE id = :id{held} "
-            f"RETURNING {calendar.FOLLOWED_FROM}",
-            {"state": state, "now": now, "id": job_id, "owner": owner, **columns, **params})
-        if not found:
-            return None
-        steps.cut(db, job_id, now)  # cancelled, or cut above already: asks nothing
-        if follow or state in (State.DONE, State.FAILED):
-            calendar.follow_series_run(db, job_id, now, self._local, found[0])
-        return State(state)
-
-    @staticmethod
-    def _holds(db: sqlite3.Connection, job_id: str, owner: str | None) -> bool:
-        """Whether `owner` holds the running job (no owner: the caller checked)."""
-        if owner is None:
-            return True
-        return db.execute("SELECT 1 FROM jobs WHERE id = ? AND state = 'running' "
-                          "AND lease_owner = ?", (job_id, owner)).fetchone() is not None
-
-    def _fail_unsure(self, db: sqlite3.Connection, job_id: str, now: float, error: str,
-                     **columns: Any) -> State | None:
-        """The run ended in a step that asks: failed for good, for a person's word."""
-        return self._finish(db, job_id, now, State.FAILED, ("failed", error),
-                            last_error=error, reason=Reason.STEP_UNSURE.value, **columns)
 
     # -- runs that end waiting (store/steps.py: a sleep, an ask) ------------------------
 
@@ -545,28 +415,7 @@ class Queue:
         its ask timed out with no default. None when `owner` does not hold the job, or
         its run recorded no wait."""
         with self._transaction() as db:
-            now = self.clock()
-            if not self._holds(db, job_id, owner):
-                return None
-            waited = steps.run_wait(db, job_id, token)
-            if waited is None:
-                return None
-            return self._wait_or_unanswered(db, job_id, now, waited, owner=owner)
-
-    def _wait_or_unanswered(self, db: sqlite3.Connection, job_id: str, now: float,
-                            waited: steps.Step, owner: str | None = None) -> State | None:
-        attempts = db.execute("SELECT attempts FROM jobs WHERE id = ?",
-                              (job_id,)).fetchone()[0]
-        if waited.state == "unanswered":
-            error = steps.unanswered_sentence(job_id, waited)
-            return self._finish(db, job_id, now, State.FAILED, ("failed", error),
-                                owner=owner, last_error=error,
-                                reason=Reason.UNANSWERED.value,
-                                attempts=max(attempts - 1, 0))
-        return self._finish(db, job_id, now, State.PENDING,
-                            ("waiting", steps.wait_words(waited)), owner=owner,
-                            not_before=steps.due_at(waited, now),
-                            attempts=max(attempts - 1, 0))
+            return ends.wait(db, job_id, owner, token, self.clock(), self._local)
 
     def answer(self, job_id: str, choice: str) -> steps.Step:
         """A person's answer to the question job `job_id` asks: the job runs again at
@@ -629,11 +478,11 @@ class Queue:
 
     def complete(self, job_id: str, owner: str, result: str = "") -> State | None:
         """Done, when `owner` holds it: the state it left the job in (failed, when the run
-        ended in a step that asks: see _finish), or None."""
+        ended in a step that asks: see ends.finish), or None."""
         now = self.clock()
         with self._transaction() as db:
-            return self._finish(db, job_id, now, "done", ("completed", result), owner=owner,
-                                result=result)
+            return ends.finish(db, job_id, now, "done", ("completed", result), self._local,
+                               owner=owner, result=result)
 
     def started(self, job_id: str, owner: str, child: dict[str, Any]) -> bool:
         """Remember the attempt's process; owner-checked like a heartbeat.
@@ -671,17 +520,17 @@ class Queue:
     def release(self, job_id: str, owner: str, why: str | None = None) -> State | None:
         """Give the lease back (a clean quit, or `why`); the attempt does not count.
         The state it left the job in (pending; failed, when the run was cut short in a
-        step that asks: see _finish), or None when `owner` did not hold it."""
+        step that asks: see ends.finish), or None when `owner` did not hold it."""
         with self._transaction() as db:
             now = self.clock()
-            if not self._holds(db, job_id, owner):
+            if not ends.holds(db, job_id, owner):
                 return None
             unsure = steps.end_run(db, job_id, now)
             if unsure is not None:  # the attempt does not count, as for any release
                 attempts = db.execute("SELECT attempts FROM jobs WHERE id = ?",
                                       (job_id,)).fetchone()[0]
-                return self._fail_unsure(db, job_id, now, unsure,
-                                         attempts=max(attempts - 1, 0))
+                return ends.fail_unsure(db, job_id, now, unsure, self._local,
+                                        attempts=max(attempts - 1, 0))
             released = self._owned_update(
                 job_id, owner, "state = 'pending', not_before = :now, "
                 "attempts = max(attempts - 1, 0), lease_owner = NULL, lease_until = NULL, "
@@ -694,27 +543,8 @@ class Queue:
         of nothing but "later" the job fails for good (LATER_TOO_LONG). Returns
         the new state, or None when `owner` does not hold the lease."""
         now = self.clock()
-        detail = detail[:ERROR_LIMIT]
         with self._transaction() as db:
-            row = db.execute(
-                "SELECT history, attempts FROM jobs WHERE id = ? AND state = 'running' "
-                "AND lease_owner = ?", (job_id, owner)).fetchone()
-            if row is None:
-                return None
-            history, attempts = row
-            earlier, lasted = _trailing_laters(json.loads(history), now)
-            if lasted >= LATER_FOR_AT_MOST:
-                error = (f"it asked to run later for {format_duration(lasted)} "
-                         f"({earlier + 1} times); gave up. Last: {detail}")[:ERROR_LIMIT]
-                self._finish(db, job_id, now, "failed", ("failed", error), last_error=error,
-                             reason=Reason.LATER_TOO_LONG.value)
-                return State.FAILED
-            delay = min(2.0 ** min(earlier + 1, 64), self.backoff_cap)  # 2.0**1024 overflows
-            return self._finish(db, job_id, now, "pending",  # failed, in a step that asks
-                                ("later", f"{detail}; asked to run later: next try in "
-                                          f"{format_duration(delay)}"),
-                                last_error=detail, not_before=now + delay,
-                                attempts=max(attempts - 1, 0))  # this attempt does not count
+            return ends.later(db, job_id, owner, detail, now, self._local, self.backoff_cap)
 
     def fail(self, job_id: str, owner: str, error: str,
              reason: Reason = Reason.EXIT_CODE) -> State | None:
@@ -726,26 +556,9 @@ class Queue:
         (then nothing changes).
         """
         now = self.clock()
-        error = error[:ERROR_LIMIT]
         with self._transaction() as db:
-            row = db.execute(
-                "SELECT attempts, max_attempts FROM jobs "
-                "WHERE id = ? AND state = 'running' AND lease_owner = ?",
-                (job_id, owner),
-            ).fetchone()
-            if row is None:
-                return None
-            attempts, max_attempts = row
-            reason = Reason(reason)
-            if attempts >= max_attempts or reason in PERMANENT:
-                self._finish(db, job_id, now, "failed", ("failed", error), last_error=error,
-                             reason=reason.value)
-                return State.FAILED
-            delay = min(2.0**attempts, self.backoff_cap)
-            return self._finish(db, job_id, now, "pending",  # failed, in a step that asks
-                                ("backoff", f"attempt {attempts} of {max_attempts} failed: "
-                                            f"{error}; next try in {format_duration(delay)}"),
-                                last_error=error, reason=reason.value, not_before=now + delay)
+            return ends.fail(db, job_id, owner, error, reason, now, self._local,
+                             self.backoff_cap)
 
     def refuse(self, job_id: str, error: str, reason: Reason = Reason.SCRIPT_GONE) -> bool:
         """A pending or failed job that cannot run as it is (its script vanished,
@@ -850,8 +663,8 @@ class Queue:
                 raise UnknownJob(job_id)
             if row[0] != "running":
                 return False
-            return self._finish(db, job_id, now, "cancelled", ("cancelled", "stopped"),
-                                follow=True) is not None
+            return ends.finish(db, job_id, now, "cancelled", ("cancelled", "stopped"),
+                               self._local, follow=True) is not None
 
     def _change(
         self, job_id: str, from_states: tuple[str, ...], kind: str, assignments: str,
@@ -889,27 +702,16 @@ class Queue:
     def prunable_scripts(self, before: float) -> list[str]:
         """The scripts of the jobs prune(before) would delete now."""
         with self._autocommit() as db:
-            return [row[0] for row in db.execute(
-                "SELECT script FROM jobs WHERE state IN ('done', 'cancelled') "
-                "AND updated_at < ? AND script IS NOT NULL", (before,))]
+            return queries.prunable_scripts(db, before)
 
     def folders_in_use(self, folders: list[str], spool: str) -> set[str]:
-        """Which of these spool folders (`spool`/<12-hex id>) still hold some job's
-        script: a recurring job's later runs share the first run's folder.
-        One pass over the table, however many folders are asked about."""
-        if not folders:
-            return set()
-        length = len(spool) + 1 + 12
+        """Which of these spool folders still hold some job's script (queries.folders_in_use)."""
         with self._autocommit() as db:
-            return {row[0] for row in db.execute(
-                "SELECT DISTINCT substr(script, 1, :n) FROM jobs "
-                "WHERE substr(script, 1, :n) IN (SELECT value FROM json_each(:folders))",
-                {"n": length, "folders": json.dumps(folders)},
-            )}
+            return queries.folders_in_use(db, folders, spool)
 
     def exists(self, job_id: str) -> bool:
         with self._autocommit() as db:
-            return db.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is not None
+            return queries.exists(db, job_id)
 
     # -- calendar jobs (at=, cron=) ----------------------------------------------
 
@@ -977,99 +779,34 @@ class Queue:
 
     def get(self, job_id: str) -> Job:
         with self._autocommit() as db:
-            found = rows.jobs(db, f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
-        if not found:
-            raise UnknownJob(job_id)
-        return found[0]
+            return queries.get(db, job_id)
 
     def resolve(self, prefix: str) -> str:
-        """The full id of the one job whose id starts with `prefix`."""
-        prefix = prefix.strip().lower()
-        if not prefix or any(c not in "0123456789abcdef" for c in prefix):
-            raise UnknownJob(prefix, f"no job with id {prefix!r} (ids are 12 hex characters)")
+        """The full id of the one job whose id starts with `prefix` (queries.resolve)."""
         with self._autocommit() as db:
-            rows = db.execute(
-                "SELECT id FROM jobs WHERE id >= ? AND id < ? ORDER BY id LIMIT 2",
-                (prefix, prefix + "g"),
-            ).fetchall()
-        if not rows:
-            raise UnknownJob(prefix)
-        if len(rows) > 1:
-            raise UnknownJob(prefix, f"{prefix!r} matches more than one job; give more of the id")
-        return rows[0][0]
+            return queries.resolve(db, prefix)
 
     def shortest_unique_prefix(self, job_id: str, minimum: int = 6) -> str:
         """The shortest prefix (at least `minimum` long) that names only this job."""
         with self._autocommit() as db:
-            for length in range(minimum, len(job_id)):
-                prefix = job_id[:length]
-                n = db.execute(
-                    "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE id >= ? AND id < ? LIMIT 2)",
-                    (prefix, prefix + "g"),
-                ).fetchone()[0]
-                if n == 1:
-                    return prefix
-        return job_id
+            return queries.shortest_unique_prefix(db, job_id, minimum)
 
     def jobs(self, state: State | str | None = None, limit: int | None = None,
              reason: Reason | str | None = None, lane: str | None = None) -> list[Job]:
-        """Jobs, newest first; only those in `state`, failed for `reason`, and in `lane`,
-        if given."""
-        sql = f"SELECT {JOB_COLUMNS} FROM jobs"
-        params: list[Any] = []
-        where = []
-        if state is not None:
-            state = State(state)
-            # The few waiting, leased or failed rows sit in a partial index; left
-            # alone, the planner would walk the whole table in rowid order.
-            if state in PARTIAL_INDEX:
-                sql += f" INDEXED BY {PARTIAL_INDEX[state]}"
-            where.append(f"state = '{state.value}'")  # a literal: State() vetted it
-        if reason is not None:
-            where.append("reason = ?")
-            params.append(Reason(reason).value)
-        if lane is not None:
-            where.append("lane = ?")
-            params.append(lane)
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY rowid DESC"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(limit)
+        """Jobs, newest first (queries.jobs)."""
         with self._autocommit() as db:
-            return rows.jobs(db, sql, params)
+            return queries.jobs(db, state, limit, reason, lane)
 
     def failed_by_series(self, limit: int | None = None, per_series: int | None = None
                          ) -> list[tuple[Job, str, int, float]]:
-        """Failed jobs, newest first, at most `limit`, and of a recurring series only
-        its newest `per_series` runs (a series failing daily would fill any list).
-        Each comes with its series' key (its script, one per drop, else its name; ""
-        for a job that does not repeat), how many runs of the series failed in all,
-        and when the first of them did (for a job alone: 1, and its own failure)."""
-        repeats = ("(json_extract(options, '$.every') > 0 "
-                   "OR json_type(options, '$.at') IS NOT NULL "
-                   "OR json_type(options, '$.cron') IS NOT NULL)")
-        sql = (
-            f"SELECT {JOB_COLUMNS}, series, failures, since FROM ("
-            "SELECT *, row_number() OVER (PARTITION BY grp ORDER BY rid DESC) AS nth, "
-            "count(*) OVER (PARTITION BY grp) AS failures, "
-            "min(updated_at) OVER (PARTITION BY grp) AS since FROM ("
-            f"SELECT *, rowid AS rid, CASE WHEN {repeats} THEN coalesce(script, name) "
-            "ELSE '' END AS series, "
-            f"CASE WHEN {repeats} THEN 's' || coalesce(script, name) ELSE 'j' || id END "
-            "AS grp FROM jobs INDEXED BY jobs_failed WHERE state = 'failed')) "
-            "WHERE nth <= coalesce(:per_series, nth) ORDER BY rid DESC LIMIT :limit")
+        """Failed jobs, newest first, each with its series (queries.failed_by_series)."""
         with self._autocommit() as db:
-            found = rows.named_rows(db, sql, {"per_series": per_series,
-                                              "limit": -1 if limit is None else limit})
-        return [(rows.job(row), row["series"], row["failures"], row["since"]) for row in found]
+            return queries.failed_by_series(db, limit, per_series)
 
     def upcoming(self, limit: int) -> list[Job]:
         """Pending jobs, soonest due first."""
         with self._autocommit() as db:
-            return rows.jobs(db, f"SELECT {JOB_COLUMNS} FROM jobs WHERE state = 'pending' "
-                                 "ORDER BY not_before, rowid LIMIT ?", (limit,))
+            return queries.upcoming(db, limit)
 
     def steps(self, job_id: str) -> list[dict[str, Any]]:
         """The job's steps, in the order they first started, without their output (by
@@ -1080,15 +817,7 @@ class Queue:
     def step(self, job_id: str, name: str, occurrence: int | None = None) -> dict[str, Any]:
         """One recorded step with its output: that occurrence, else its last."""
         with self._autocommit() as db:
-            found = steps.recorded(db, job_id, name, occurrence)
-            known = steps.names(db, job_id) if found is None else []
-        if found is None:
-            which = f'step "{name}"' + (f" (occurrence {occurrence})" if occurrence else "")
-            listed = ", ".join(f'"{known_name}"' for known_name in known)
-            raise UnknownStep(f"job {job_id} has no {which}"
-                              + (f" (its steps: {listed})" if listed else
-                                 " (it has no steps)"))
-        return found.as_dict()
+            return queries.step(db, job_id, name, occurrence)
 
     def step_progress(self, job_ids: list[str]
                       ) -> dict[str, tuple[int, int, steps.Step | None]]:
@@ -1107,10 +836,7 @@ class Queue:
     def history(self, job_id: str) -> list[Event]:
         """The job's events, oldest first."""
         with self._autocommit() as db:
-            row = db.execute("SELECT history FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if row is None:
-            raise UnknownJob(job_id)
-        return [Event(at, kind, detail) for at, kind, detail in json.loads(row[0])]
+            return queries.history(db, job_id)
 
     def status(self) -> dict[str, int]:
         with self._autocommit() as db:
@@ -1123,14 +849,8 @@ class Queue:
 
     def waits_on(self, unmet: frozenset[str]) -> bool:
         """Whether some due job waits on a condition in `unmet`."""
-        if not unmet:
-            return False
-        waits, params = reads.not_waiting(unmet)
         with self._autocommit() as db:
-            return db.execute(
-                "SELECT 1 FROM jobs WHERE state = 'pending' AND not_before <= :now "
-                f"AND NOT (1{waits}) LIMIT 1", {"now": self.clock(), **params}
-            ).fetchone() is not None
+            return queries.waits_on(db, self.clock(), unmet)
 
     def overdue(self, *, paused: bool) -> overdue.Verdict:
         """Which recurring series are overdue now, and when the next one will be. The
@@ -1154,39 +874,19 @@ class Queue:
     def jobs_folded(self, state: State | str | None = None, limit: int | None = None,
                     reason: Reason | str | None = None, lane: str | None = None
                     ) -> list[tuple[Job, int]]:
-        """As jobs(), but of a series' done runs only the newest, each with how many
-        older done runs of its series it stands for."""
-        where, params = "", []
-        if state is not None:
-            where += f" AND jobs.state = '{State(state).value}'"  # a literal: State() vetted it
-        if reason is not None:
-            where += " AND jobs.reason = ?"
-            params.append(Reason(reason).value)
-        if lane is not None:
-            where += " AND jobs.lane = ?"
-            params.append(lane)
-        sql = schedules.FOLDED_JOBS.format(
-            columns=", ".join(f"jobs.{name}" for name in JOB_COLUMNS.split(", ")), where=where)
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(limit)
+        """As jobs(), a series' done runs folded into its newest (queries.jobs_folded)."""
         with self._autocommit() as db:
-            found = rows.named_rows(db, sql, params)
-        return [(rows.job(row), row["earlier"]) for row in found]
+            return queries.jobs_folded(db, state, limit, reason, lane)
 
     def jobs_named(self, name: str, states: Collection[State]) -> list[Job]:
-        """The jobs called `name` exactly, in these states, newest first (names have
-        no index: one walk of the table)."""
-        marks = ", ".join("?" for _ in states)
+        """The jobs called `name` exactly, in these states, newest first."""
         with self._autocommit() as db:
-            return rows.jobs(db, f"SELECT {JOB_COLUMNS} FROM jobs WHERE name = ? "
-                                 f"AND state IN ({marks}) ORDER BY rowid DESC",
-                             (name, *(State(state).value for state in states)))
+            return queries.jobs_named(db, name, states)
 
     def names(self) -> list[str]:
         """Every job name the queue holds (for the nearest name to a typo)."""
         with self._autocommit() as db:
-            return [row[0] for row in db.execute("SELECT DISTINCT name FROM jobs")]
+            return queries.names(db)
 
     def set_series_paused(self, name: str, paused: bool) -> int:
         """Hold every live series called `name` (or let it go): its runs claim nothing
@@ -1292,26 +992,10 @@ class Queue:
 
     def next_due(self, unmet: frozenset[str] = frozenset(),
                  renewed: Collection[str] = ()) -> float | None:
-        """The earliest wall time at which claim() could return a job; None if never.
-        Jobs waiting on a condition in `unmet` do not count: the change of that
-        condition, not the clock, is what lets them start. Nor do jobs of a lane that
-        is running one or is paused: that job's end, or the resume, lets them start.
-        `renewed`: the ids of jobs whose leases the caller is renewing right now (its
-        live runs): their lease ends are no time to wake. Any other lease, the
-        caller's own included (a run that died with its worker), counts. Reads only."""
-        waits, waits_params = reads.not_waiting(unmet)
-        ids = sorted(renewed)
+        """The earliest wall time at which claim() could return a job; None if never
+        (queries.next_due: which jobs and leases count). Reads only."""
         with self._autocommit() as db:
-            return db.execute(
-                "SELECT min(t) FROM ("
-                f" SELECT min(not_before) AS t FROM jobs WHERE state = 'pending'{waits}"
-                f" AND not_before < {steps.NEVER!r}"  # an ask with no timeout: its answer
-                f" AND {lanes.CLAIMABLE} AND {reads.NOT_HELD}"
-                " UNION ALL SELECT min(lease_until) FROM jobs WHERE state = 'running'"
-                f" AND id NOT IN ({', '.join(':renewed' + str(i) for i in range(len(ids)))})"
-                f" AND {lanes.NOT_PAUSED})",  # as claim: a paused lane's lease is not taken back
-                {**waits_params, **{f"renewed{i}": job for i, job in enumerate(ids)}},
-            ).fetchone()[0]
+            return queries.next_due(db, unmet, renewed)
 
     def set_unmet(self, unmet: Iterable[str]) -> None:
         """Keep the running app's unmet conditions in the file, for `status` and `list`
