@@ -143,9 +143,15 @@ def begin(db: sqlite3.Connection, run: Run, name: str, *, ask: bool, kind: str,
     held-checked: a run that is over gets StepRefused, and nothing changes.
 
     One BEGIN IMMEDIATE: two calls of one name at once get two occurrences."""
+    return immediately(db, lambda: _decide(db, run, name, ask=ask, kind=kind, now=now))
+
+
+def immediately(db: sqlite3.Connection, decide) -> Decision:
+    """`decide()` in one BEGIN IMMEDIATE transaction (the write lock taken first: no
+    other call can decide between its read and its write); rolled back if it raises."""
     db.execute("BEGIN IMMEDIATE")
     try:
-        decision = _decide(db, run, name, ask=ask, kind=kind, now=now)
+        decision = decide()
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:

@@ -25,6 +25,7 @@ from .step_record import (
     _row,
     _say,
     connection,
+    immediately,
     name_problem,
     when_text,
 )
@@ -50,16 +51,9 @@ def begin_wait(db: sqlite3.Connection, run: Run, name: str, *, kind: str,
     run: the run ends and the job waits with no process) or `unanswered`. A wait already
     recorded keeps its wake time and question: a sleep never ends early, whatever woke
     the job. Held-checked as every write: a run that is over gets StepRefused."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        decision = _decide_wait(db, run, name, kind=kind, wake_at=wake_at, now=now,
-                                question=question, choices=choices, default=default)
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
-    return decision
+    return immediately(db, lambda: _decide_wait(
+        db, run, name, kind=kind, wake_at=wake_at, now=now, question=question,
+        choices=choices, default=default))
 
 
 def _decide_wait(db, run: Run, name: str, *, kind: str, wake_at, now: float, question,
