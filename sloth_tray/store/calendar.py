@@ -18,7 +18,7 @@ from typing import Any
 
 from sloth_tray.errors import SlothError
 from sloth_tray.jobs import schedule, series
-from sloth_tray.store import reads, rows
+from sloth_tray.store import lanes, reads, rows
 from sloth_tray.timefmt import format_duration
 
 Zone = Callable[[], tzinfo]  # this machine's zone (or the injected one), read when needed
@@ -65,12 +65,14 @@ def missed_head(db: sqlite3.Connection, now: float, waits: str,
     """The job next in line, when it is a calendar run whose time was missed and
     that was not judged yet (nor made due by hand: run-now, retry, which give it a
     not_before other than its scheduled time). `waits`: reads.not_waiting's clause.
-    A series paused on its own is not in line at all: its missed run is judged
-    once it is resumed, never while it is held."""
+    A series paused on its own is not in line at all, nor is a job of a paused lane
+    (or of any lane the whole queue's pause holds, lanes.NOT_PAUSED, the claim's own
+    word): a pause keeps a job as it is, its missed run judged once it is resumed,
+    never by a claim for another lane while it is held."""
     row = db.execute(
         "SELECT id FROM jobs WHERE id = (SELECT id FROM jobs "
         f"WHERE state = 'pending' AND not_before <= :now{waits} AND {reads.NOT_HELD} "
-        "ORDER BY not_before, rowid LIMIT 1) "
+        f"AND {lanes.NOT_PAUSED} ORDER BY not_before, rowid LIMIT 1) "
         "AND not_before < :late AND json_extract(options, '$.scheduled') = not_before "
         "AND (json_type(options, '$.at') IS NOT NULL "
         "OR json_type(options, '$.cron') IS NOT NULL)",
@@ -83,9 +85,9 @@ def settle_missed_run(db: sqlite3.Connection, job_id: str, now: float, local: Zo
     """One late calendar run: it runs now for the times it stands for, or it
     moves to its next calendar time; every dropped time is told in a
     `skipped` event. False when there was nothing to do after all (it ran, was
-    cancelled, or its series was paused since missed_head found it)."""
-    row = db.execute("SELECT not_before, options FROM jobs "
-                     f"WHERE id = ? AND state = 'pending' AND {reads.NOT_HELD}",
+    cancelled, or its series or its lane was paused since missed_head found it)."""
+    row = db.execute("SELECT not_before, options FROM jobs WHERE id = ? AND "
+                     f"state = 'pending' AND {reads.NOT_HELD} AND {lanes.NOT_PAUSED}",
                      (job_id,)).fetchone()
     if row is None:
         return False

@@ -3,7 +3,9 @@ last run at each point of its life, on the injected clock."""
 
 from __future__ import annotations
 
-from helpers.clock import FakeClock, berlin
+import sqlite3
+
+from helpers.clock import BERLIN, FakeClock, berlin
 from helpers.queues import run_once
 
 from sloth_tray.cli.reading import schedule_rows
@@ -162,3 +164,81 @@ def test_a_paused_calendar_series_is_not_caught_up_by_a_claim(berlin_queue):
     resumed = berlin_queue.claim("w")
     assert resumed.id == held.id
     assert "caught_up" in [event.kind for event in berlin_queue.history(held.id)]
+
+
+def _missed_runs(queue: Queue, held_lane: str, running_lane: str) -> tuple[object, str]:
+    """`report` (in `held_lane`) and `digest` (in `running_lane`) each ran on Monday,
+    their next runs queued for Tuesday. Returns report's waiting run and digest's."""
+    clock = queue.clock_
+    queue.push("report", script="/spool/r/report.sh", options={"at": "08:35"}, lane=held_lane)
+    other = queue.push("digest", script="/spool/d/digest.sh", options={"at": "08:40"},
+                       lane=running_lane)
+    clock.now = berlin(2026, 3, 2, 8, 35)
+    assert run_once(queue)
+    clock.now = berlin(2026, 3, 2, 8, 40)
+    assert run_once(queue) == other
+    [held] = queue.jobs_named("report", ["pending"])
+    assert held.not_before == berlin(2026, 3, 3, 8, 35)
+    return held, other
+
+
+def _left_as_it_was(queue: Queue, held) -> None:
+    """A claim four days later takes the other lane's caught-up run and leaves
+    report's missed run untouched: no catch-up, no skip, no move."""
+    before = queue.history(held.id)
+    queue.clock_.now = berlin(2026, 3, 6, 12, 0)  # four days off: both series missed runs
+    caught_up = queue.claim("w")
+    assert caught_up is not None and caught_up.name == "digest"  # not held up behind it
+    assert "caught_up" in [event.kind for event in queue.history(caught_up.id)]
+    kept = queue.get(held.id)
+    assert (kept.not_before, kept.options, kept.updated_at) == \
+        (held.not_before, held.options, held.updated_at)
+    assert queue.history(held.id) == before
+    queue.complete(caught_up.id, "w")
+
+
+def _caught_up_once_resumed(queue: Queue, held) -> None:
+    resumed = queue.claim("w")
+    assert resumed.id == held.id
+    assert "caught_up" in [event.kind for event in queue.history(held.id)]
+
+
+def test_a_missed_calendar_run_of_a_paused_lane_is_not_caught_up_by_a_claim(berlin_queue):
+    """A paused lane is held as it is: a claim made for another lane judges none of
+    its missed runs; once the lane is resumed, the run is caught up as usual."""
+    held, _ = _missed_runs(berlin_queue, "reports", "main")
+    berlin_queue.set_paused(True, lane="reports")
+    _left_as_it_was(berlin_queue, held)
+    berlin_queue.set_paused(False, lane="reports")
+    _caught_up_once_resumed(berlin_queue, held)
+
+
+def test_a_missed_calendar_run_of_a_paused_queue_is_caught_up_only_in_a_resumed_lane(
+        berlin_queue):
+    """The whole queue paused holds every lane but those resumed on their own: a
+    claim judges only their missed runs, and the others' once the queue resumes."""
+    held, _ = _missed_runs(berlin_queue, "main", "digests")
+    berlin_queue.set_paused(True)
+    berlin_queue.set_paused(False, lane="digests")
+    _left_as_it_was(berlin_queue, held)
+    berlin_queue.set_paused(False)
+    _caught_up_once_resumed(berlin_queue, held)
+
+
+def test_a_lane_paused_after_its_missed_run_was_found_is_not_settled(berlin_queue):
+    """The pause is looked at again in the transaction that settles the run: a lane
+    paused between the look at the head of the line and the settling keeps its run."""
+    from sloth_tray.store import calendar
+
+    held, _ = _missed_runs(berlin_queue, "reports", "main")
+    now = berlin(2026, 3, 6, 12, 0)
+    db = sqlite3.connect(berlin_queue.path)
+    try:
+        assert calendar.missed_head(db, now, "", {}) == held.id
+        berlin_queue.set_paused(True, lane="reports")
+        with db:
+            assert not calendar.settle_missed_run(db, held.id, now, lambda: BERLIN)
+    finally:
+        db.close()
+    kept = berlin_queue.get(held.id)
+    assert (kept.not_before, kept.options) == (held.not_before, held.options)
