@@ -31,7 +31,7 @@ from sloth_tray import limits
 from sloth_tray.errors import SlothError, UnknownJob
 from sloth_tray.jobs import overdue, schedule, series
 from sloth_tray.jobs.header import checked_options
-from sloth_tray.store import calendar, ends, lanes, queries, reads, rows, schedules, steps
+from sloth_tray.store import calendar, ends, lanes, queries, reads, rows, schedules, steps, words
 from sloth_tray.store.ends import LATER_FOR_AT_MOST as LATER_FOR_AT_MOST
 from sloth_tray.store.rows import JOB_COLUMNS, Event, Job
 from sloth_tray.store.rows import VALID_ID as VALID_ID
@@ -41,15 +41,11 @@ from sloth_tray.store.states import PERMANENT as PERMANENT
 from sloth_tray.store.states import Reason, State
 from sloth_tray.store.steps import NotCutShort as NotCutShort
 from sloth_tray.store.steps import UnknownStep as UnknownStep
+from sloth_tray.store.words import RETRIABLE as RETRIABLE
+from sloth_tray.store.words import Refused as Refused
 from sloth_tray.timefmt import format_duration
 
 Clock = Callable[[], float]
-
-class Refused(SlothError):
-    """A refused drop was asked to run: it never may."""
-
-
-RETRIABLE = ("done", "failed", "cancelled")
 
 
 class ClaimStatements(NamedTuple):
@@ -423,16 +419,7 @@ class Queue:
         `choice` is not among its choices: then nothing changes."""
         now = self.clock()
         with self._transaction() as db:
-            row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row is None:
-                raise UnknownJob(job_id)
-            step = steps.answer(db, job_id, row[0], choice, now)
-            history, params = rows.history(
-                ("answered", f"{choice} (to {json.dumps(step.question, ensure_ascii=False)})"))
-            db.execute("UPDATE jobs SET not_before = CASE WHEN state = 'pending' THEN :now "
-                       f"ELSE not_before END, updated_at = :now, {history} WHERE id = :id",
-                       {"now": now, "id": job_id, **params})
-        return step
+            return words.answer(db, job_id, choice, now)
 
     def asking(self) -> list[tuple[str, steps.Step]]:
         """Every job waiting for an answer, with its question, oldest first."""
@@ -563,9 +550,9 @@ class Queue:
     def refuse(self, job_id: str, error: str, reason: Reason = Reason.SCRIPT_GONE) -> bool:
         """A pending or failed job that cannot run as it is (its script vanished,
         its header is still wrong) -> failed, with that sentence."""
-        return self._change(job_id, ("pending", "failed"), "failed",
-                            "state = 'failed', last_error = :error, reason = :reason",
-                            error=error, reason=Reason(reason).value)
+        now = self.clock()
+        with self._transaction() as db:
+            return words.refuse(db, job_id, now, error, reason)
 
     def note(self, job_id: str, kind: str, detail: str) -> None:
         """Add an event to a job's history (e.g. 'slept': the computer was suspended)."""
@@ -611,30 +598,15 @@ class Queue:
         """
         now = self.clock()
         with self._transaction() as db:
-            row = db.execute("SELECT options, followed, state FROM jobs WHERE id = ?",
-                             (job_id,)).fetchone()
-            if row is None:
-                raise UnknownJob(job_id)
-            own, followed, state = json.loads(row[0]), row[1], row[2]
-            if state not in RETRIABLE:
-                return False
-            said = steps.on_retry(db, job_id, now, step_done, forget_from, fresh)
-            new = dict(own if options is None else options)
-            if series.repeats(new):
-                calendar.restart(new, own, followed, now, self._local)
-            assignments = ("state = 'pending', not_before = :now, attempts = 0, "
-                           "last_error = NULL, reason = NULL, options = :options")
-            params: dict[str, Any] = {"options": json.dumps(new, sort_keys=True)}
-            if max_attempts is not None:
-                assignments += ", max_attempts = :max_attempts"
-                params["max_attempts"] = int(max_attempts)
-            return self._change(job_id, RETRIABLE, "retried", assignments,
-                                "; ".join([f"was {state}", *said]), refuse_refused=True,
-                                **params)
+            return words.retry(db, job_id, now, self._local, options=options,
+                               max_attempts=max_attempts, step_done=step_done,
+                               forget_from=forget_from, fresh=fresh)
 
     def run_now(self, job_id: str) -> bool:
         """A pending job becomes due now (the tray's `Run now`)."""
-        return self._change(job_id, ("pending",), "hurried", "not_before = :now")
+        now = self.clock()
+        with self._transaction() as db:
+            return words.run_now(db, job_id, now)
 
     def cancel(self, job_id: str) -> bool:
         """Pending, failed or running -> cancelled.
@@ -642,13 +614,9 @@ class Queue:
         Cancelling a running job takes its lease away: the worker's next
         heartbeat returns False and it stops the work.
         """
+        now = self.clock()
         with self._transaction() as db:
-            cancelled = self._change(job_id, ("pending", "failed", "running"), "cancelled",
-                                     "state = 'cancelled', lease_owner = NULL, "
-                                     "lease_until = NULL")
-            if cancelled:  # a person's word ends it: a step it cut short asks nothing
-                steps.cut(db, job_id, self.clock())
-            return cancelled
+            return words.cancel(db, job_id, now)
 
     def stop(self, job_id: str) -> bool:
         """Running -> cancelled: the tray's Stop. The run is given up, not its series:
@@ -658,35 +626,7 @@ class Queue:
         not running (it ended meanwhile)."""
         now = self.clock()
         with self._transaction() as db:
-            row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row is None:
-                raise UnknownJob(job_id)
-            if row[0] != "running":
-                return False
-            return ends.finish(db, job_id, now, "cancelled", ("cancelled", "stopped"),
-                               self._local, follow=True) is not None
-
-    def _change(
-        self, job_id: str, from_states: tuple[str, ...], kind: str, assignments: str,
-        error: str | None = None, *, refuse_refused: bool = False, **values: Any,
-    ) -> bool:
-        now = self.clock()
-        with self._transaction() as db:
-            row = db.execute("SELECT state, reason, name, last_error FROM jobs WHERE id = ?",
-                             (job_id,)).fetchone()
-            if row is None:
-                raise UnknownJob(job_id)
-            state, reason, name, last_error = row
-            if refuse_refused and reason == Reason.REFUSED.value:
-                raise Refused(f"{name} ({job_id}) was {last_error}; a refused job never "
-                              f"runs (`sloth-tray cancel {job_id}` removes it)")
-            if state not in from_states:
-                return False
-            history, params = rows.history((kind, error or f"was {state}"))
-            db.execute(f"UPDATE jobs SET {assignments}, updated_at = :now, {history} "
-                       "WHERE id = :id",
-                       {"now": now, "id": job_id, "error": error, **values, **params})
-        return True
+            return words.stop(db, job_id, now, self._local)
 
     def prune(self, before: float) -> list[tuple[str, str | None]]:
         """Delete done and cancelled jobs that ended before `before`, with their
