@@ -146,6 +146,19 @@ def set_paused(db: sqlite3.Connection, name: str, paused: bool,
                "ON CONFLICT DO UPDATE SET paused = excluded.paused", (name, word))
 
 
+def set_pause(db: sqlite3.Connection, paused: bool, lane: str | None,
+              whole_queue_paused: bool) -> None:
+    """The pause of `lane`, else of the whole queue (Queue.set_paused): kept in the
+    file, a whole pause holds lanes made later too, and a whole resume resumes every
+    lane, those paused one by one as well."""
+    if lane is not None:
+        set_paused(db, lane, paused, whole_queue_paused)
+        return
+    db.execute("INSERT INTO flags(name, value) VALUES ('paused', ?) "
+               "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (int(bool(paused)),))
+    (pause_all if paused else resume_all)(db)
+
+
 def pause_all(db: sqlite3.Connection) -> None:
     """The whole queue was paused: no lane stays resumed on its own."""
     db.execute(f"UPDATE lanes SET paused = 0 WHERE paused = {RESUMED}")

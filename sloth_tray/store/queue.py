@@ -833,13 +833,7 @@ class Queue:
         until resumed, in this and every later start. How many series it names (0:
         none goes on by that name)."""
         with self._transaction() as db:
-            keys = schedules.live_keys_named(db, name)
-            if not paused:  # an ended series' word on the pause goes too
-                keys += [key for key in schedules.paused_keys(db) if key not in keys
-                         and db.execute(f"SELECT 1 FROM jobs WHERE {reads.SERIES_KEY} = ? "
-                                        "AND name = ? LIMIT 1", (key, name)).fetchone()]
-            schedules.set_paused(db, keys, paused)
-            return len(keys)
+            return schedules.set_paused_named(db, name, paused)
 
     def series_paused(self, key: str) -> bool:
         with self._autocommit() as db:
@@ -865,17 +859,7 @@ class Queue:
         if lane is not None:
             _refuse_a_bad_lane_name(lane)
         with self._transaction() as db:
-            if lane is None:
-                self._set_whole_pause(db, paused)
-                (lanes.pause_all if paused else lanes.resume_all)(db)
-            else:
-                lanes.set_paused(db, lane, paused, reads.paused(db))
-
-    @staticmethod
-    def _set_whole_pause(db: sqlite3.Connection, paused: bool) -> None:
-        db.execute("INSERT INTO flags(name, value) VALUES ('paused', ?) "
-                   "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-                   (int(bool(paused)),))
+            lanes.set_pause(db, paused, lane, reads.paused(db))
 
     def paused(self, lane: str | None = None) -> bool:
         """Whether the whole queue is paused; with `lane`, whether that lane starts
