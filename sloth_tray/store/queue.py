@@ -31,7 +31,18 @@ from sloth_tray import limits
 from sloth_tray.errors import SlothError, UnknownJob
 from sloth_tray.jobs import overdue, schedule, series
 from sloth_tray.jobs.header import checked_options
-from sloth_tray.store import calendar, ends, lanes, queries, reads, rows, schedules, steps, words
+from sloth_tray.store import (
+    calendar,
+    ends,
+    lanes,
+    leases,
+    queries,
+    reads,
+    rows,
+    schedules,
+    steps,
+    words,
+)
 from sloth_tray.store.ends import LATER_FOR_AT_MOST as LATER_FOR_AT_MOST
 from sloth_tray.store.rows import JOB_COLUMNS, Event, Job
 from sloth_tray.store.rows import VALID_ID as VALID_ID
@@ -433,35 +444,12 @@ class Queue:
 
     def heartbeat(self, job_id: str, owner: str, lease: float | None = None) -> bool:
         """Extend the lease; False means `owner` no longer holds it (stop the work).
-
-        `lease` is the job's own lease length, when it has one. Not an event:
-        it would flood the history.
-        """
+        `lease` is the job's own lease length, when it has one (leases.heartbeat)."""
         with self._transaction() as db:
             # The clock is read once the write lock is held: a heartbeat that
             # waited on a busy database must not write a lease already past.
-            changed = db.execute(
-                "UPDATE jobs SET lease_until = ? "
-                "WHERE id = ? AND state = 'running' AND lease_owner = ?",
-                (self.clock() + (lease or self.lease_seconds), job_id, owner),
-            ).rowcount
-        return changed == 1
-
-    def _owned_update(self, job_id: str, owner: str, assignments: str,
-                      event: tuple[str, str] | None, **params: Any) -> bool:
-        """One owner-checked UPDATE that also records `event` (if any)."""
-        if event:
-            history, event_params = rows.history(event)
-            assignments += f", {history}"
-        else:
-            event_params = {}
-        with self._autocommit() as db:
-            changed = db.execute(
-                f"UPDATE jobs SET {assignments} "
-                "WHERE id = :id AND state = 'running' AND lease_owner = :owner",
-                {"id": job_id, "owner": owner, "now": self.clock(), **params, **event_params},
-            ).rowcount
-        return changed == 1
+            return leases.heartbeat(db, job_id, owner,
+                                    self.clock() + (lease or self.lease_seconds))
 
     def complete(self, job_id: str, owner: str, result: str = "") -> State | None:
         """Done, when `owner` holds it: the state it left the job in (failed, when the run
@@ -478,13 +466,11 @@ class Queue:
         already (so a crash right after the spawn still leaves a way to find the
         orphan); then with its pid, which is the `started` event.
         """
-        event = ("started", f"pid {child['pid']}") if "pid" in child else None
-        if event is None:  # the token before a spawn: on disk before the process exists
-            return self._owned_update(job_id, owner, "child = :child", None,
-                                      child=json.dumps(child))
-        with self._without_own_fsync():
-            return self._owned_update(job_id, owner, "child = :child", event,
-                                      child=json.dumps(child))
+        if "pid" not in child:  # the token before a spawn: on disk before the process exists
+            with self._autocommit() as db:
+                return leases.started(db, job_id, owner, child, self.clock())
+        with self._without_own_fsync(), self._autocommit() as db:
+            return leases.started(db, job_id, owner, child, self.clock())
 
     @contextlib.contextmanager
     def _without_own_fsync(self) -> Iterator[None]:
@@ -509,20 +495,7 @@ class Queue:
         The state it left the job in (pending; failed, when the run was cut short in a
         step that asks: see ends.finish), or None when `owner` did not hold it."""
         with self._transaction() as db:
-            now = self.clock()
-            if not ends.holds(db, job_id, owner):
-                return None
-            unsure = steps.end_run(db, job_id, now)
-            if unsure is not None:  # the attempt does not count, as for any release
-                attempts = db.execute("SELECT attempts FROM jobs WHERE id = ?",
-                                      (job_id,)).fetchone()[0]
-                return ends.fail_unsure(db, job_id, now, unsure, self._local,
-                                        attempts=max(attempts - 1, 0))
-            released = self._owned_update(
-                job_id, owner, "state = 'pending', not_before = :now, "
-                "attempts = max(attempts - 1, 0), lease_owner = NULL, lease_until = NULL, "
-                "updated_at = :now", ("released", why or f"by {owner}"))
-            return State.PENDING if released else None
+            return ends.release(db, job_id, owner, why, self.clock(), self._local)
 
     def later(self, job_id: str, owner: str, detail: str) -> State | None:
         """The script asked to be run again later (exit 75, EX_TEMPFAIL): back off
@@ -571,10 +544,7 @@ class Queue:
         """
         now = self.clock()
         with self._autocommit() as db:
-            return db.execute(
-                "UPDATE jobs SET lease_until = ? WHERE state = 'running' AND lease_until > ?",
-                (now, now),
-            ).rowcount
+            return leases.expire_all(db, now)
 
     def retry(self, job_id: str, *, options: dict[str, Any] | None = None,
               max_attempts: int | None = None, step_done: str | None = None,
