@@ -4,13 +4,15 @@ one job at a time, side by side with the others.
 Every statement about lanes lives here, as functions of a connection inside the
 Queue's transactions (and the glance's read): which lanes a claim may take from
 (`CLAIMABLE`), the pause of one lane, a lane renamed, and each lane's counts.
-Standard library only: `status` reads through this module.
+Standard library only (and errors.py, as plain): `status` reads through this module.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+
+from sloth_tray.errors import SlothError
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
@@ -90,6 +92,13 @@ def problem(name: str) -> str | None:
     if not name.isprintable():
         return "a lane's name cannot hold control characters"
     return None
+
+
+def refuse_a_bad_name(name: str) -> None:
+    """SlothError with the sentence that says why `name` cannot name a lane."""
+    why = problem(name)
+    if why is not None:
+        raise SlothError(why)
 
 
 def _words(db: sqlite3.Connection) -> dict[str, int]:

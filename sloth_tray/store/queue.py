@@ -28,14 +28,14 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from sloth_tray import limits
-from sloth_tray.errors import SlothError, UnknownJob
+from sloth_tray.errors import UnknownJob
 from sloth_tray.jobs import overdue, schedule, series
-from sloth_tray.jobs.header import checked_options
 from sloth_tray.store import (
     calendar,
     ends,
     lanes,
     leases,
+    pushes,
     queries,
     reads,
     rows,
@@ -54,7 +54,6 @@ from sloth_tray.store.steps import NotCutShort as NotCutShort
 from sloth_tray.store.steps import UnknownStep as UnknownStep
 from sloth_tray.store.words import RETRIABLE as RETRIABLE
 from sloth_tray.store.words import Refused as Refused
-from sloth_tray.timefmt import format_duration
 
 Clock = Callable[[], float]
 
@@ -169,13 +168,6 @@ def claim_statements(lane: str | None = None, skip_lanes: Collection[str] = (),
         taken_back=(f"{lease}'$[#]', json_array(:now, 'reclaimed', :reclaimed), {claimed} "
                     f"WHERE id = :id RETURNING {JOB_COLUMNS}"),
         params=params)
-
-
-def _refuse_a_bad_lane_name(name: str) -> None:
-    """SlothError with the sentence that says why `name` cannot name a lane."""
-    why = lanes.problem(name)
-    if why is not None:
-        raise SlothError(why)
 
 
 class Queue:
@@ -334,37 +326,13 @@ class Queue:
         header): the user sees it with the failures, and it never runs.
         `lane`: the lane it runs in, one job at a time (store/lanes.py).
         """
-        attempts_allowed = (self.max_attempts if max_attempts is None
-                            else int(limits.ATTEMPTS.check(max_attempts)))
-        delay = limits.DELAY.check(delay)
-        _refuse_a_bad_lane_name(lane)
-        if key is not None and rows.key_problem(key):
-            raise SlothError(rows.key_problem(key))
-        if job_id is not None and not VALID_ID.fullmatch(job_id):
-            raise SlothError(f"{job_id!r} is not a job id (12 lowercase hex characters)")
-        now = self.clock()
-        options = checked_options(options or {})  # a value no claim could use: refused
-        if options.get("every"):
-            options.setdefault("scheduled", now + delay)  # the series' clock
-        not_before = calendar.first_time(options, now + delay, self._local)
-        if not_before is None:
-            not_before = now + delay
-        else:
-            delay = not_before - now
-        events = [[now, "pushed", f"due in {format_duration(delay)}" if delay else ""]]
-        if error is not None:
-            events.append([now, "failed", error])
-        options_text = json.dumps(options, sort_keys=True, allow_nan=False)
-        with self._transaction() as db:  # a lane is known with its first job
-            if lane != lanes.MAIN:
-                lanes.note(db, lane)
-            return rows.insert_job(
-                db, job_id, name=name, state="pending" if error is None else "failed", lane=lane,
-                max_attempts=attempts_allowed, not_before=not_before, script=script,
-                options=options_text, created_at=now, updated_at=now,
-                history=json.dumps(events), last_error=error,
-                reason=None if error is None else Reason(reason).value, key=key,
-                source=source)
+        row = pushes.checked_row(
+            self.clock(), self._local, name=name, script=script, delay=delay,
+            max_attempts=self.max_attempts if max_attempts is None else max_attempts,
+            options=options, job_id=job_id, error=error, reason=reason, lane=lane, key=key,
+            source=source)
+        with self._transaction() as db:
+            return pushes.add(db, row)
 
     def claim(self, owner: str, unmet: frozenset[str] = frozenset(),
               token: str | None = None, lane: str | None = None,
@@ -827,7 +795,7 @@ class Queue:
         `lane`: that lane only. With none, every lane: a pause holds lanes made later
         too, and a resume resumes every lane, those paused one by one as well."""
         if lane is not None:
-            _refuse_a_bad_lane_name(lane)
+            lanes.refuse_a_bad_name(lane)
         with self._transaction() as db:
             lanes.set_pause(db, paused, lane, reads.paused(db))
 
@@ -866,7 +834,7 @@ class Queue:
         """A lane's folder was renamed: its jobs and its pause follow. Returns the
         jobs moved."""
         for name in (old, new):
-            _refuse_a_bad_lane_name(name)
+            lanes.refuse_a_bad_name(name)
         with self._transaction() as db:
             return lanes.rename(db, old, new)
 
