@@ -1,6 +1,6 @@
 """A run's end in the queue's file: a job moved out of running and why (`finish`), a
 lapsed lease taken back (`reclaim`), a run that ends waiting in a step (`wait`), a
-failure's backoff (`fail`) and a "later"'s (`later`).
+failure's backoff (`fail`), a "later"'s (`later`), and a lease given back (`release`).
 
 Functions of an open connection, called by Queue inside its own transactions (Queue
 is the only writer). Whoever ends a run ends its steps still running too
@@ -14,7 +14,7 @@ import json
 import sqlite3
 from typing import Any
 
-from sloth_tray.store import calendar, rows, steps
+from sloth_tray.store import calendar, leases, rows, steps
 from sloth_tray.store.calendar import Zone
 from sloth_tray.store.states import PERMANENT, Reason, State
 from sloth_tray.timefmt import format_duration
@@ -228,3 +228,21 @@ def fail(db: sqlite3.Connection, job_id: str, owner: str, error: str, reason: Re
                   ("backoff", f"attempt {attempts} of {max_attempts} failed: "
                               f"{error}; next try in {format_duration(delay)}"), local,
                   last_error=error, reason=reason.value, not_before=now + delay)
+
+
+def release(db: sqlite3.Connection, job_id: str, owner: str, why: str | None, now: float,
+            local: Zone) -> State | None:
+    """The lease given back, the attempt not counted (Queue.release): pending, or failed
+    when the run was cut short in a step that asks; None when `owner` did not hold it."""
+    if not holds(db, job_id, owner):
+        return None
+    unsure = steps.end_run(db, job_id, now)
+    if unsure is not None:  # the attempt does not count, as for any release
+        attempts = db.execute("SELECT attempts FROM jobs WHERE id = ?",
+                              (job_id,)).fetchone()[0]
+        return fail_unsure(db, job_id, now, unsure, local, attempts=max(attempts - 1, 0))
+    released = leases.owned_update(
+        db, job_id, owner, now, "state = 'pending', not_before = :now, "
+        "attempts = max(attempts - 1, 0), lease_owner = NULL, lease_until = NULL, "
+        "updated_at = :now", ("released", why or f"by {owner}"))
+    return State.PENDING if released else None

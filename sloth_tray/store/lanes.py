@@ -4,13 +4,15 @@ one job at a time, side by side with the others.
 Every statement about lanes lives here, as functions of a connection inside the
 Queue's transactions (and the glance's read): which lanes a claim may take from
 (`CLAIMABLE`), the pause of one lane, a lane renamed, and each lane's counts.
-Standard library only: `status` reads through this module.
+Standard library only (and errors.py, as plain): `status` reads through this module.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+
+from sloth_tray.errors import SlothError
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
@@ -92,6 +94,13 @@ def problem(name: str) -> str | None:
     return None
 
 
+def refuse_a_bad_name(name: str) -> None:
+    """SlothError with the sentence that says why `name` cannot name a lane."""
+    why = problem(name)
+    if why is not None:
+        raise SlothError(why)
+
+
 def _words(db: sqlite3.Connection) -> dict[str, int]:
     return dict(db.execute("SELECT name, paused FROM lanes WHERE paused"))
 
@@ -144,6 +153,19 @@ def set_paused(db: sqlite3.Connection, name: str, paused: bool,
     word = PAUSED if paused else RESUMED if whole_queue_paused else 0
     db.execute("INSERT INTO lanes(name, paused) VALUES (?, ?) "
                "ON CONFLICT DO UPDATE SET paused = excluded.paused", (name, word))
+
+
+def set_pause(db: sqlite3.Connection, paused: bool, lane: str | None,
+              whole_queue_paused: bool) -> None:
+    """The pause of `lane`, else of the whole queue (Queue.set_paused): kept in the
+    file, a whole pause holds lanes made later too, and a whole resume resumes every
+    lane, those paused one by one as well."""
+    if lane is not None:
+        set_paused(db, lane, paused, whole_queue_paused)
+        return
+    db.execute("INSERT INTO flags(name, value) VALUES ('paused', ?) "
+               "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (int(bool(paused)),))
+    (pause_all if paused else resume_all)(db)
 
 
 def pause_all(db: sqlite3.Connection) -> None:

@@ -28,10 +28,21 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from sloth_tray import limits
-from sloth_tray.errors import SlothError, UnknownJob
+from sloth_tray.errors import UnknownJob
 from sloth_tray.jobs import overdue, schedule, series
-from sloth_tray.jobs.header import checked_options
-from sloth_tray.store import calendar, ends, lanes, queries, reads, rows, schedules, steps
+from sloth_tray.store import (
+    calendar,
+    ends,
+    lanes,
+    leases,
+    pushes,
+    queries,
+    reads,
+    rows,
+    schedules,
+    steps,
+    words,
+)
 from sloth_tray.store.ends import LATER_FOR_AT_MOST as LATER_FOR_AT_MOST
 from sloth_tray.store.rows import JOB_COLUMNS, Event, Job
 from sloth_tray.store.rows import VALID_ID as VALID_ID
@@ -41,15 +52,10 @@ from sloth_tray.store.states import PERMANENT as PERMANENT
 from sloth_tray.store.states import Reason, State
 from sloth_tray.store.steps import NotCutShort as NotCutShort
 from sloth_tray.store.steps import UnknownStep as UnknownStep
-from sloth_tray.timefmt import format_duration
+from sloth_tray.store.words import RETRIABLE as RETRIABLE
+from sloth_tray.store.words import Refused as Refused
 
 Clock = Callable[[], float]
-
-class Refused(SlothError):
-    """A refused drop was asked to run: it never may."""
-
-
-RETRIABLE = ("done", "failed", "cancelled")
 
 
 class ClaimStatements(NamedTuple):
@@ -162,13 +168,6 @@ def claim_statements(lane: str | None = None, skip_lanes: Collection[str] = (),
         taken_back=(f"{lease}'$[#]', json_array(:now, 'reclaimed', :reclaimed), {claimed} "
                     f"WHERE id = :id RETURNING {JOB_COLUMNS}"),
         params=params)
-
-
-def _refuse_a_bad_lane_name(name: str) -> None:
-    """SlothError with the sentence that says why `name` cannot name a lane."""
-    why = lanes.problem(name)
-    if why is not None:
-        raise SlothError(why)
 
 
 class Queue:
@@ -327,37 +326,13 @@ class Queue:
         header): the user sees it with the failures, and it never runs.
         `lane`: the lane it runs in, one job at a time (store/lanes.py).
         """
-        attempts_allowed = (self.max_attempts if max_attempts is None
-                            else int(limits.ATTEMPTS.check(max_attempts)))
-        delay = limits.DELAY.check(delay)
-        _refuse_a_bad_lane_name(lane)
-        if key is not None and rows.key_problem(key):
-            raise SlothError(rows.key_problem(key))
-        if job_id is not None and not VALID_ID.fullmatch(job_id):
-            raise SlothError(f"{job_id!r} is not a job id (12 lowercase hex characters)")
-        now = self.clock()
-        options = checked_options(options or {})  # a value no claim could use: refused
-        if options.get("every"):
-            options.setdefault("scheduled", now + delay)  # the series' clock
-        not_before = calendar.first_time(options, now + delay, self._local)
-        if not_before is None:
-            not_before = now + delay
-        else:
-            delay = not_before - now
-        events = [[now, "pushed", f"due in {format_duration(delay)}" if delay else ""]]
-        if error is not None:
-            events.append([now, "failed", error])
-        options_text = json.dumps(options, sort_keys=True, allow_nan=False)
-        with self._transaction() as db:  # a lane is known with its first job
-            if lane != lanes.MAIN:
-                lanes.note(db, lane)
-            return rows.insert_job(
-                db, job_id, name=name, state="pending" if error is None else "failed", lane=lane,
-                max_attempts=attempts_allowed, not_before=not_before, script=script,
-                options=options_text, created_at=now, updated_at=now,
-                history=json.dumps(events), last_error=error,
-                reason=None if error is None else Reason(reason).value, key=key,
-                source=source)
+        row = pushes.checked_row(
+            self.clock(), self._local, name=name, script=script, delay=delay,
+            max_attempts=self.max_attempts if max_attempts is None else max_attempts,
+            options=options, job_id=job_id, error=error, reason=reason, lane=lane, key=key,
+            source=source)
+        with self._transaction() as db:
+            return pushes.add(db, row)
 
     def claim(self, owner: str, unmet: frozenset[str] = frozenset(),
               token: str | None = None, lane: str | None = None,
@@ -423,16 +398,7 @@ class Queue:
         `choice` is not among its choices: then nothing changes."""
         now = self.clock()
         with self._transaction() as db:
-            row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row is None:
-                raise UnknownJob(job_id)
-            step = steps.answer(db, job_id, row[0], choice, now)
-            history, params = rows.history(
-                ("answered", f"{choice} (to {json.dumps(step.question, ensure_ascii=False)})"))
-            db.execute("UPDATE jobs SET not_before = CASE WHEN state = 'pending' THEN :now "
-                       f"ELSE not_before END, updated_at = :now, {history} WHERE id = :id",
-                       {"now": now, "id": job_id, **params})
-        return step
+            return words.answer(db, job_id, choice, now)
 
     def asking(self) -> list[tuple[str, steps.Step]]:
         """Every job waiting for an answer, with its question, oldest first."""
@@ -446,35 +412,12 @@ class Queue:
 
     def heartbeat(self, job_id: str, owner: str, lease: float | None = None) -> bool:
         """Extend the lease; False means `owner` no longer holds it (stop the work).
-
-        `lease` is the job's own lease length, when it has one. Not an event:
-        it would flood the history.
-        """
+        `lease` is the job's own lease length, when it has one (leases.heartbeat)."""
         with self._transaction() as db:
             # The clock is read once the write lock is held: a heartbeat that
             # waited on a busy database must not write a lease already past.
-            changed = db.execute(
-                "UPDATE jobs SET lease_until = ? "
-                "WHERE id = ? AND state = 'running' AND lease_owner = ?",
-                (self.clock() + (lease or self.lease_seconds), job_id, owner),
-            ).rowcount
-        return changed == 1
-
-    def _owned_update(self, job_id: str, owner: str, assignments: str,
-                      event: tuple[str, str] | None, **params: Any) -> bool:
-        """One owner-checked UPDATE that also records `event` (if any)."""
-        if event:
-            history, event_params = rows.history(event)
-            assignments += f", {history}"
-        else:
-            event_params = {}
-        with self._autocommit() as db:
-            changed = db.execute(
-                f"UPDATE jobs SET {assignments} "
-                "WHERE id = :id AND state = 'running' AND lease_owner = :owner",
-                {"id": job_id, "owner": owner, "now": self.clock(), **params, **event_params},
-            ).rowcount
-        return changed == 1
+            return leases.heartbeat(db, job_id, owner,
+                                    self.clock() + (lease or self.lease_seconds))
 
     def complete(self, job_id: str, owner: str, result: str = "") -> State | None:
         """Done, when `owner` holds it: the state it left the job in (failed, when the run
@@ -491,13 +434,11 @@ class Queue:
         already (so a crash right after the spawn still leaves a way to find the
         orphan); then with its pid, which is the `started` event.
         """
-        event = ("started", f"pid {child['pid']}") if "pid" in child else None
-        if event is None:  # the token before a spawn: on disk before the process exists
-            return self._owned_update(job_id, owner, "child = :child", None,
-                                      child=json.dumps(child))
-        with self._without_own_fsync():
-            return self._owned_update(job_id, owner, "child = :child", event,
-                                      child=json.dumps(child))
+        if "pid" not in child:  # the token before a spawn: on disk before the process exists
+            with self._autocommit() as db:
+                return leases.started(db, job_id, owner, child, self.clock())
+        with self._without_own_fsync(), self._autocommit() as db:
+            return leases.started(db, job_id, owner, child, self.clock())
 
     @contextlib.contextmanager
     def _without_own_fsync(self) -> Iterator[None]:
@@ -522,20 +463,7 @@ class Queue:
         The state it left the job in (pending; failed, when the run was cut short in a
         step that asks: see ends.finish), or None when `owner` did not hold it."""
         with self._transaction() as db:
-            now = self.clock()
-            if not ends.holds(db, job_id, owner):
-                return None
-            unsure = steps.end_run(db, job_id, now)
-            if unsure is not None:  # the attempt does not count, as for any release
-                attempts = db.execute("SELECT attempts FROM jobs WHERE id = ?",
-                                      (job_id,)).fetchone()[0]
-                return ends.fail_unsure(db, job_id, now, unsure, self._local,
-                                        attempts=max(attempts - 1, 0))
-            released = self._owned_update(
-                job_id, owner, "state = 'pending', not_before = :now, "
-                "attempts = max(attempts - 1, 0), lease_owner = NULL, lease_until = NULL, "
-                "updated_at = :now", ("released", why or f"by {owner}"))
-            return State.PENDING if released else None
+            return ends.release(db, job_id, owner, why, self.clock(), self._local)
 
     def later(self, job_id: str, owner: str, detail: str) -> State | None:
         """The script asked to be run again later (exit 75, EX_TEMPFAIL): back off
@@ -563,9 +491,9 @@ class Queue:
     def refuse(self, job_id: str, error: str, reason: Reason = Reason.SCRIPT_GONE) -> bool:
         """A pending or failed job that cannot run as it is (its script vanished,
         its header is still wrong) -> failed, with that sentence."""
-        return self._change(job_id, ("pending", "failed"), "failed",
-                            "state = 'failed', last_error = :error, reason = :reason",
-                            error=error, reason=Reason(reason).value)
+        now = self.clock()
+        with self._transaction() as db:
+            return words.refuse(db, job_id, now, error, reason)
 
     def note(self, job_id: str, kind: str, detail: str) -> None:
         """Add an event to a job's history (e.g. 'slept': the computer was suspended)."""
@@ -584,10 +512,7 @@ class Queue:
         """
         now = self.clock()
         with self._autocommit() as db:
-            return db.execute(
-                "UPDATE jobs SET lease_until = ? WHERE state = 'running' AND lease_until > ?",
-                (now, now),
-            ).rowcount
+            return leases.expire_all(db, now)
 
     def retry(self, job_id: str, *, options: dict[str, Any] | None = None,
               max_attempts: int | None = None, step_done: str | None = None,
@@ -611,30 +536,15 @@ class Queue:
         """
         now = self.clock()
         with self._transaction() as db:
-            row = db.execute("SELECT options, followed, state FROM jobs WHERE id = ?",
-                             (job_id,)).fetchone()
-            if row is None:
-                raise UnknownJob(job_id)
-            own, followed, state = json.loads(row[0]), row[1], row[2]
-            if state not in RETRIABLE:
-                return False
-            said = steps.on_retry(db, job_id, now, step_done, forget_from, fresh)
-            new = dict(own if options is None else options)
-            if series.repeats(new):
-                calendar.restart(new, own, followed, now, self._local)
-            assignments = ("state = 'pending', not_before = :now, attempts = 0, "
-                           "last_error = NULL, reason = NULL, options = :options")
-            params: dict[str, Any] = {"options": json.dumps(new, sort_keys=True)}
-            if max_attempts is not None:
-                assignments += ", max_attempts = :max_attempts"
-                params["max_attempts"] = int(max_attempts)
-            return self._change(job_id, RETRIABLE, "retried", assignments,
-                                "; ".join([f"was {state}", *said]), refuse_refused=True,
-                                **params)
+            return words.retry(db, job_id, now, self._local, options=options,
+                               max_attempts=max_attempts, step_done=step_done,
+                               forget_from=forget_from, fresh=fresh)
 
     def run_now(self, job_id: str) -> bool:
         """A pending job becomes due now (the tray's `Run now`)."""
-        return self._change(job_id, ("pending",), "hurried", "not_before = :now")
+        now = self.clock()
+        with self._transaction() as db:
+            return words.run_now(db, job_id, now)
 
     def cancel(self, job_id: str) -> bool:
         """Pending, failed or running -> cancelled.
@@ -642,13 +552,9 @@ class Queue:
         Cancelling a running job takes its lease away: the worker's next
         heartbeat returns False and it stops the work.
         """
+        now = self.clock()
         with self._transaction() as db:
-            cancelled = self._change(job_id, ("pending", "failed", "running"), "cancelled",
-                                     "state = 'cancelled', lease_owner = NULL, "
-                                     "lease_until = NULL")
-            if cancelled:  # a person's word ends it: a step it cut short asks nothing
-                steps.cut(db, job_id, self.clock())
-            return cancelled
+            return words.cancel(db, job_id, now)
 
     def stop(self, job_id: str) -> bool:
         """Running -> cancelled: the tray's Stop. The run is given up, not its series:
@@ -658,35 +564,7 @@ class Queue:
         not running (it ended meanwhile)."""
         now = self.clock()
         with self._transaction() as db:
-            row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row is None:
-                raise UnknownJob(job_id)
-            if row[0] != "running":
-                return False
-            return ends.finish(db, job_id, now, "cancelled", ("cancelled", "stopped"),
-                               self._local, follow=True) is not None
-
-    def _change(
-        self, job_id: str, from_states: tuple[str, ...], kind: str, assignments: str,
-        error: str | None = None, *, refuse_refused: bool = False, **values: Any,
-    ) -> bool:
-        now = self.clock()
-        with self._transaction() as db:
-            row = db.execute("SELECT state, reason, name, last_error FROM jobs WHERE id = ?",
-                             (job_id,)).fetchone()
-            if row is None:
-                raise UnknownJob(job_id)
-            state, reason, name, last_error = row
-            if refuse_refused and reason == Reason.REFUSED.value:
-                raise Refused(f"{name} ({job_id}) was {last_error}; a refused job never "
-                              f"runs (`sloth-tray cancel {job_id}` removes it)")
-            if state not in from_states:
-                return False
-            history, params = rows.history((kind, error or f"was {state}"))
-            db.execute(f"UPDATE jobs SET {assignments}, updated_at = :now, {history} "
-                       "WHERE id = :id",
-                       {"now": now, "id": job_id, "error": error, **values, **params})
-        return True
+            return words.stop(db, job_id, now, self._local)
 
     def prune(self, before: float) -> list[tuple[str, str | None]]:
         """Delete done and cancelled jobs that ended before `before`, with their
@@ -893,13 +771,7 @@ class Queue:
         until resumed, in this and every later start. How many series it names (0:
         none goes on by that name)."""
         with self._transaction() as db:
-            keys = schedules.live_keys_named(db, name)
-            if not paused:  # an ended series' word on the pause goes too
-                keys += [key for key in schedules.paused_keys(db) if key not in keys
-                         and db.execute(f"SELECT 1 FROM jobs WHERE {reads.SERIES_KEY} = ? "
-                                        "AND name = ? LIMIT 1", (key, name)).fetchone()]
-            schedules.set_paused(db, keys, paused)
-            return len(keys)
+            return schedules.set_paused_named(db, name, paused)
 
     def series_paused(self, key: str) -> bool:
         with self._autocommit() as db:
@@ -923,19 +795,9 @@ class Queue:
         `lane`: that lane only. With none, every lane: a pause holds lanes made later
         too, and a resume resumes every lane, those paused one by one as well."""
         if lane is not None:
-            _refuse_a_bad_lane_name(lane)
+            lanes.refuse_a_bad_name(lane)
         with self._transaction() as db:
-            if lane is None:
-                self._set_whole_pause(db, paused)
-                (lanes.pause_all if paused else lanes.resume_all)(db)
-            else:
-                lanes.set_paused(db, lane, paused, reads.paused(db))
-
-    @staticmethod
-    def _set_whole_pause(db: sqlite3.Connection, paused: bool) -> None:
-        db.execute("INSERT INTO flags(name, value) VALUES ('paused', ?) "
-                   "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-                   (int(bool(paused)),))
+            lanes.set_pause(db, paused, lane, reads.paused(db))
 
     def paused(self, lane: str | None = None) -> bool:
         """Whether the whole queue is paused; with `lane`, whether that lane starts
@@ -972,7 +834,7 @@ class Queue:
         """A lane's folder was renamed: its jobs and its pause follow. Returns the
         jobs moved."""
         for name in (old, new):
-            _refuse_a_bad_lane_name(name)
+            lanes.refuse_a_bad_name(name)
         with self._transaction() as db:
             return lanes.rename(db, old, new)
 

@@ -83,6 +83,18 @@ def set_paused(db: sqlite3.Connection, keys: list[str], paused: bool) -> int:
     return changed
 
 
+def set_paused_named(db: sqlite3.Connection, name: str, paused: bool) -> int:
+    """Hold every live series called `name` (or let it go; an ended one's word on the
+    pause goes too): how many series it names (Queue.set_series_paused)."""
+    keys = live_keys_named(db, name)
+    if not paused:
+        keys += [key for key in paused_keys(db) if key not in keys
+                 and db.execute(f"SELECT 1 FROM jobs WHERE {SERIES_KEY} = ? "
+                                "AND name = ? LIMIT 1", (key, name)).fetchone()]
+    set_paused(db, keys, paused)
+    return len(keys)
+
+
 def _last_claim(history: list) -> float | None:
     for at, kind, _detail in reversed(history):
         if kind == "claimed":

@@ -1,0 +1,59 @@
+"""A running job's lease in the queue's file, kept: renewed by its owner (`heartbeat`),
+its run's process noted (`started`), and every lease ended at once by the one process
+that holds the home (`expire_all`). Each is one owner-checked UPDATE (`owned_update`):
+a write from a worker that lost its lease changes nothing.
+
+Functions of an open connection, called by Queue inside its own transactions (Queue
+is the only writer); how a lease ends lives in ends.py.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from sloth_tray.store import rows
+
+
+def owned_update(db: sqlite3.Connection, job_id: str, owner: str, now: float,
+                 assignments: str, event: tuple[str, str] | None, **params: Any) -> bool:
+    """One owner-checked UPDATE that also records `event` (if any); whether it held."""
+    if event:
+        history, event_params = rows.history(event)
+        assignments += f", {history}"
+    else:
+        event_params = {}
+    changed = db.execute(
+        f"UPDATE jobs SET {assignments} "
+        "WHERE id = :id AND state = 'running' AND lease_owner = :owner",
+        {"id": job_id, "owner": owner, "now": now, **params, **event_params},
+    ).rowcount
+    return changed == 1
+
+
+def heartbeat(db: sqlite3.Connection, job_id: str, owner: str, until: float) -> bool:
+    """The lease renewed until `until`; False when `owner` no longer holds it. Not an
+    event: it would flood the history."""
+    return db.execute(
+        "UPDATE jobs SET lease_until = ? "
+        "WHERE id = ? AND state = 'running' AND lease_owner = ?",
+        (until, job_id, owner),
+    ).rowcount == 1
+
+
+def started(db: sqlite3.Connection, job_id: str, owner: str, child: dict[str, Any],
+            now: float) -> bool:
+    """The attempt's process kept as the job's `child`: its token alone (no event), or
+    with its pid, which is the `started` event (Queue.started)."""
+    event = ("started", f"pid {child['pid']}") if "pid" in child else None
+    return owned_update(db, job_id, owner, now, "child = :child", event,
+                        child=json.dumps(child))
+
+
+def expire_all(db: sqlite3.Connection, now: float) -> int:
+    """Every running lease ended now, so the next claims reclaim those jobs."""
+    return db.execute(
+        "UPDATE jobs SET lease_until = ? WHERE state = 'running' AND lease_until > ?",
+        (now, now),
+    ).rowcount
