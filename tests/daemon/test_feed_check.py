@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from helpers.processes import alive, wait_for
 from test_steps import environment, lines, quit_daemon, show, sloth, start_daemon
-from test_waits import job_processes, tag  # noqa: F401 - tag: the fixture
+from test_waits import job_processes
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
 

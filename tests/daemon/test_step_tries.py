@@ -11,38 +11,14 @@ from __future__ import annotations
 
 import sys
 import time
-import uuid
-from pathlib import Path
 
 import pytest
-from test_steps import TAG_ENV, add, lines, run_log, show, sloth, steps, sweep, work
+from helpers.tagged import tagged
+from test_steps import add, lines, run_log, show, sloth, steps, work
 
 from sloth_tray.for_jobs import sloth_step
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
-
-
-@pytest.fixture
-def tag():
-    tag = uuid.uuid4().hex
-    try:
-        yield tag
-    finally:
-        sweep(tag)
-
-
-def tagged(tag: str) -> list[int]:
-    """The processes still carrying the tag (a job's, a step's COMMAND's)."""
-    needle = f"{TAG_ENV}={tag}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if needle in (entry / "environ").read_bytes().split(b"\0"):
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 def test_a_failing_step_is_tried_again_in_place_and_only_the_good_try_is_kept(home,

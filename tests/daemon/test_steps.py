@@ -17,11 +17,11 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
 from helpers.processes import wait_for
+from helpers.tagged import TAG_ENV
 
 from sloth_tray.paths import locate
 
@@ -30,7 +30,6 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="us
 CLI = [sys.executable, "-m", "sloth_tray"]
 SLOTH = str(Path(sys.executable).with_name("sloth-tray"))  # the command pip made
 OUTPUT_CAP = 1024 * 1024  # sloth_step.OUTPUT_CAP, as the interface promises it
-TAG_ENV = "SLOTH_STEPS_TEST_TAG"
 RUN_ENV = ("SLOTH_RUN_TOKEN", "SLOTH_LEASE_OWNER", "SLOTH_QUEUE", "SLOTH_JOB_ID")
 
 
@@ -40,34 +39,6 @@ RUN_ENV = ("SLOTH_RUN_TOKEN", "SLOTH_LEASE_OWNER", "SLOTH_QUEUE", "SLOTH_JOB_ID"
 @pytest.fixture
 def home(tmp_path):
     return locate(tmp_path / "home").ensure()
-
-
-@pytest.fixture
-def tag():
-    """A tag in the environment of everything a test starts; whatever still carries it
-    at the end (a job's processes) is killed by pid."""
-    tag = uuid.uuid4().hex
-    try:
-        yield tag
-    finally:
-        sweep(tag)
-
-
-def sweep(tag: str) -> None:
-    needle = f"{TAG_ENV}={tag}".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            tagged = needle in (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if tagged:
-            for sig in (signal.SIGCONT, signal.SIGKILL):
-                try:
-                    os.kill(int(entry.name), sig)
-                except ProcessLookupError:
-                    break
 
 
 def environment(tag: str | None = None, **changes: str) -> dict[str, str]:

@@ -13,7 +13,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -26,22 +25,11 @@ from test_steps import (  # the steps' own helpers: one way to start and read
     show,
     sloth,
     start_daemon,
-    sweep,
     work,
 )
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
 SLOTH = str(Path(sys.executable).with_name("sloth-tray"))
-
-
-@pytest.fixture
-def tag():
-    """As test_steps' tag: whatever still carries it at the end is killed by pid."""
-    tag = uuid.uuid4().hex
-    try:
-        yield tag
-    finally:
-        sweep(tag)
 
 
 def job_processes(job_id: str) -> list[int]:

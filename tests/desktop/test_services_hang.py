@@ -34,6 +34,7 @@ from helpers.display import grab, start_xvfb
 from helpers.processes import wait_for
 from test_lanes_panel import click, menu
 from test_tray_desktop import icon_box
+from test_tray_desktop import missing as tray_missing
 from xfce_host import PANEL_XML, registered_items
 
 from sloth_tray.paths import locate
@@ -53,16 +54,7 @@ XFCONF = Path("/usr/share/dbus-1/services/org.xfce.Xfconf.service")
 
 
 def missing() -> str | None:
-    if not sys.platform.startswith("linux"):
-        return "the desktop tests need Linux and X11"
-    absent = [tool for tool in TOOLS if shutil.which(tool) is None]
-    if absent:
-        return f"not installed: {', '.join(absent)} (.ci/run installs them)"
-    try:
-        import gi  # noqa: F401
-    except ImportError:
-        return "PyGObject is not installed (pip install 'pygobject<3.51')"
-    return None
+    return tray_missing(TOOLS)
 
 
 pytestmark = pytest.mark.skipif(missing() is not None, reason=missing() or "")
