@@ -160,14 +160,22 @@ def immediately(db: sqlite3.Connection, decide) -> Decision:
     return decision
 
 
-def _decide(db: sqlite3.Connection, run: Run, name: str, *, ask: bool, kind: str,
-            now: float) -> Decision:
+def this_call(db: sqlite3.Connection, run: Run, name: str) -> "tuple[int, int]":
+    """(the run holding the job, this call's occurrence of `name` in it): the n-th call
+    of a name in a run is its n-th occurrence. A run that no longer holds the job gets
+    StepRefused."""
     held = _held_run(db, run)
     if held is None:
         raise StepRefused(_not_held(db, run, name))
     occurrence = 1 + db.execute(
         "SELECT count(*) FROM steps WHERE job = :job AND name = :name AND seen_by = :token",
         run.params(name=name)).fetchone()[0]
+    return held, occurrence
+
+
+def _decide(db: sqlite3.Connection, run: Run, name: str, *, ask: bool, kind: str,
+            now: float) -> Decision:
+    held, occurrence = this_call(db, run, name)
     key = run.params(name=name, occurrence=occurrence, now=now, run=held, ask=int(ask),
                      kind=kind)
     row = _row(db, run.job, name, occurrence)

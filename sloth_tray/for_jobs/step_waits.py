@@ -17,16 +17,14 @@ from .step_record import (
     Decision,
     Run,
     StepError,
-    StepRefused,
     _db_sentence,
-    _held_run,
     _lock,
-    _not_held,
     _row,
     _say,
     connection,
     immediately,
     name_problem,
+    this_call,
     when_text,
 )
 
@@ -58,12 +56,7 @@ def begin_wait(db: sqlite3.Connection, run: Run, name: str, *, kind: str,
 
 def _decide_wait(db, run: Run, name: str, *, kind: str, wake_at, now: float, question,
                  choices, default) -> Decision:
-    held = _held_run(db, run)
-    if held is None:
-        raise StepRefused(_not_held(db, run, name))
-    occurrence = 1 + db.execute(
-        "SELECT count(*) FROM steps WHERE job = :job AND name = :name AND seen_by = :token",
-        run.params(name=name)).fetchone()[0]
+    held, occurrence = this_call(db, run, name)
     key = run.params(name=name, occurrence=occurrence, now=now, run=held, kind=kind,
                      wake_at=wake_at, question=question, default=default,
                      choices=None if choices is None else json.dumps(list(choices)))
