@@ -77,6 +77,7 @@ from .step_tries import backoff_delay as backoff_delay
 from .step_tries import tries_problem as tries_problem
 from .step_tries import try_failed_line as try_failed_line
 from .step_waits import DEFAULT_CHOICES as DEFAULT_CHOICES
+from .step_waits import SLEEP_MAX as SLEEP_MAX
 from .step_waits import WAIT_KINDS as WAIT_KINDS
 from .step_waits import StepUnanswered as StepUnanswered
 from .step_waits import ask as ask

@@ -156,12 +156,28 @@ def _waited(run: Run, name: str, decision: Decision) -> "str | None":
     return None  # not reached
 
 
+# The longest sleep: limits.py's DELAY (ten years), which this file cannot import; past
+# it a wake time outgrows what a clock holds (test_waits holds the two equal).
+SLEEP_MAX = 3650 * 86400.0
+
+
+def wake_problem(when: float, now: float) -> "str | None":
+    """Why `when` is no wake time (None: it is one): not a moment at all (nan, inf), or
+    further off than SLEEP_MAX."""
+    if isinstance(when, bool) or not isinstance(when, (int, float)) or when != when \
+            or when in (float("inf"), float("-inf")):
+        return f"cannot sleep until {when!r}: give a moment, in seconds since the epoch"
+    if when - now > SLEEP_MAX:
+        return "a sleep lasts at most 3650d (ten years)"
+    return None
+
+
 def sleep_until(when: float, *, name: str = "sleep") -> None:
     """Sleep until the wall-clock moment `when` (seconds since the epoch), durably: inside
     a job, the wait is recorded and the run ends; the job runs again from the top at
     `when` (or at the next start, once, if the computer was off), its done steps
     skipped, and this call then returns. Outside a job, it simply sleeps."""
-    problem = name_problem(name)
+    problem = name_problem(name) or wake_problem(when, time.time())
     if problem:
         raise ValueError(problem)
     run = Run.from_environment()
@@ -174,7 +190,7 @@ def sleep_until(when: float, *, name: str = "sleep") -> None:
 def sleep(seconds: float, *, name: str = "sleep") -> None:
     """Sleep `seconds` durably (sleep_until, counted from the first call: a later run of
     the job keeps the wake time the first one recorded)."""
-    if seconds < 0:
+    if not seconds >= 0:  # nan is neither
         raise ValueError(f"cannot sleep {seconds} seconds")
     sleep_until(time.time() + seconds, name=name)
 

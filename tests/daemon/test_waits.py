@@ -268,6 +268,26 @@ def test_outside_a_job_sleep_sleeps_and_ask_takes_its_default(tmp_path):
     assert bad.returncode == 2 and "is not a duration" in bad.stderr
 
 
+def test_a_sleep_past_what_a_clock_holds_is_one_sentence_in_a_job_or_out():
+    """Ten years at most, as a delay: a wake time no clock can hold, or none at all
+    (nan), is refused before anything is recorded or slept."""
+    from sloth_tray import limits
+    from sloth_tray.for_jobs import sloth_step
+
+    for given in ("99999999999d", "3651d"):
+        done = subprocess.run([SLOTH, "sleep", given], env=environment(),
+                              capture_output=True, text=True, timeout=10)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.count("\n") == 1 and "at most" in done.stderr
+    for seconds in (float("nan"), float("inf"), 1e300, -1.0):
+        with pytest.raises(ValueError):
+            sloth_step.sleep(seconds)
+    for when in (float("nan"), float("inf"), time.time() + 1e300):
+        with pytest.raises(ValueError):
+            sloth_step.sleep_until(when)
+    assert sloth_step.SLEEP_MAX == limits.DELAY.high  # a sleep is bounded as a delay
+
+
 def test_a_sleep_called_from_a_run_that_is_over_records_nothing(home, tmp_path, tag):
     job_id = add(home, "late.sh", "#!/bin/sh\ntrue\n", tag=tag)
     env = environment(tag) | {"SLOTH_QUEUE": str(home.db), "SLOTH_JOB_ID": job_id,
