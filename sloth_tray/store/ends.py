@@ -79,9 +79,10 @@ def finish(db: sqlite3.Connection, job_id: str, now: float, state: str,
     is followed by its next run in this same transaction: a crash can never end a
     series.
     """
+    cut = False  # its steps still running, cut short already
     if state != State.CANCELLED and columns.get("reason") != Reason.STEP_UNSURE \
             and holds(db, job_id, owner):
-        unsure = steps.end_run(db, job_id, now)
+        unsure, cut = steps.end_run(db, job_id, now), True
         if unsure is not None:  # an attempt that did not count still does not
             state, event = State.FAILED, ("failed", unsure)
             columns = {"last_error": unsure, "reason": Reason.STEP_UNSURE.value,
@@ -96,7 +97,8 @@ def finish(db: sqlite3.Connection, job_id: str, now: float, state: str,
         {"state": state, "now": now, "id": job_id, "owner": owner, **columns, **params})
     if not found:
         return None
-    steps.cut(db, job_id, now)  # cancelled, or cut above already: asks nothing
+    if not cut:  # a cancel, or an end for a step that asks: cut here, nothing asked
+        steps.cut(db, job_id, now)
     if follow or state in (State.DONE, State.FAILED):
         calendar.follow_series_run(db, job_id, now, local, found[0])
     return State(state)

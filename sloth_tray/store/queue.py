@@ -83,12 +83,13 @@ def claim_statements(lane: str | None = None, skip_lanes: Collection[str] = (),
             attempts = attempts + 1, runs = runs + 1, updated_at = :now, child = :child,
             history = json_insert(history, '$[#]', json_array(:now, 'claimed',
                 'attempt ' || (attempts + 1) || ' of ' || max_attempts || ' by ' || :owner))
-        WHERE id = (SELECT id FROM jobs WHERE state = 'pending' AND not_before <= :now
-            AND lane NOT IN (SELECT lane FROM jobs INDEXED BY jobs_live_lane
-                WHERE state IN ('pending', 'running', 'failed') AND state = 'running')
-            AND lane NOT IN (SELECT name FROM lanes WHERE paused = 1)
+        WHERE rowid = (SELECT rowid FROM jobs WHERE state = 'pending' AND not_before <= :now
+            AND NOT EXISTS (SELECT 1 FROM jobs AS busy INDEXED BY jobs_live_lane
+                WHERE state NOT IN ('done', 'cancelled') AND state = 'running'
+                AND busy.lane = jobs.lane)
+            AND NOT EXISTS (SELECT 1 FROM lanes WHERE lanes.name = lane AND paused = 1)
             AND (NOT EXISTS (SELECT 1 FROM flags WHERE name = 'paused' AND value)
-                OR lane IN (SELECT name FROM lanes WHERE paused = -1))
+                OR EXISTS (SELECT 1 FROM lanes WHERE lanes.name = lane AND paused = -1))
             AND coalesce(script, name) NOT IN (SELECT series FROM paused_series)
             ORDER BY not_before, rowid LIMIT 1)
         RETURNING id, name, state, attempts, max_attempts, not_before, lease_owner,
@@ -100,16 +101,17 @@ def claim_statements(lane: str | None = None, skip_lanes: Collection[str] = (),
     it back::
 
         SELECT id FROM jobs WHERE state = 'running' AND lease_until <= :now
-            AND lane NOT IN (SELECT name FROM lanes WHERE paused = 1)
+            AND NOT EXISTS (SELECT 1 FROM lanes WHERE lanes.name = lane AND paused = 1)
             AND (NOT EXISTS (SELECT 1 FROM flags WHERE name = 'paused' AND value)
-                OR lane IN (SELECT name FROM lanes WHERE paused = -1))
+                OR EXISTS (SELECT 1 FROM lanes WHERE lanes.name = lane AND paused = -1))
             AND lease_until <= coalesce((SELECT not_before FROM jobs
                 WHERE state = 'pending' AND not_before <= :now
-                AND lane NOT IN (SELECT lane FROM jobs INDEXED BY jobs_live_lane
-                    WHERE state IN ('pending', 'running', 'failed') AND state = 'running')
-                AND lane NOT IN (SELECT name FROM lanes WHERE paused = 1)
+                AND NOT EXISTS (SELECT 1 FROM jobs AS busy INDEXED BY jobs_live_lane
+                    WHERE state NOT IN ('done', 'cancelled') AND state = 'running'
+                    AND busy.lane = jobs.lane)
+                AND NOT EXISTS (SELECT 1 FROM lanes WHERE lanes.name = lane AND paused = 1)
                 AND (NOT EXISTS (SELECT 1 FROM flags WHERE name = 'paused' AND value)
-                    OR lane IN (SELECT name FROM lanes WHERE paused = -1))
+                    OR EXISTS (SELECT 1 FROM lanes WHERE lanes.name = lane AND paused = -1))
                 AND coalesce(script, name) NOT IN (SELECT series FROM paused_series)
                 ORDER BY not_before, rowid LIMIT 1), lease_until)
         ORDER BY lease_until, rowid LIMIT 1
@@ -160,7 +162,8 @@ def claim_statements(lane: str | None = None, skip_lanes: Collection[str] = (),
     claimed = ("'$[#]', json_array(:now, 'claimed', 'attempt ' || (attempts + 1) || ' of ' "
                "|| max_attempts || ' by ' || :owner))")
     return ClaimStatements(
-        due=f"{lease}{claimed} WHERE id = (SELECT id {oldest_due}) RETURNING {JOB_COLUMNS}",
+        due=(f"{lease}{claimed} WHERE rowid = (SELECT rowid {oldest_due}) "
+             f"RETURNING {JOB_COLUMNS}"),
         lapsed=("SELECT id FROM jobs WHERE state = 'running' "
                 f"AND lease_until <= :now{in_lane} AND {lanes.NOT_PAUSED} "
                 f"AND lease_until <= coalesce((SELECT not_before {oldest_due}), lease_until) "

@@ -119,8 +119,10 @@ def end_run(db: sqlite3.Connection, job: str, now: float) -> str | None:
 
 def first_unsure(db: sqlite3.Connection, job: str) -> Step | None:
     """The first step cut short that asks before it runs again, if any."""
-    found = db.execute(f"SELECT {_COLUMNS} FROM steps WHERE job = ? AND state = 'cut' "
-                       "AND ask ORDER BY rowid LIMIT 1", (job,)).fetchone()
+    # min(rowid), not ORDER BY rowid LIMIT 1: that sorts, in a temporary table SQLite
+    # makes for it each time, and every run's end asks.
+    found = db.execute(f"SELECT {_COLUMNS} FROM steps WHERE rowid = (SELECT min(rowid) "
+                       "FROM steps WHERE job = ? AND state = 'cut' AND ask)", (job,)).fetchone()
     return None if found is None else Step(*found)
 
 

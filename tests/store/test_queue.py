@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -555,7 +556,31 @@ def test_a_queue_of_the_previous_schema_is_migrated_in_place_and_is_not_paused(t
         q.set_paused(True)
         assert q.paused()
     with sqlite3.connect(path) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 11
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 12
+
+
+def test_a_queue_whose_live_index_had_three_words_gets_two_and_runs_one_job_a_lane(tmp_path):
+    path = tmp_path / "q.db"
+    queue_file_of_schema(path, 11, rows=(
+        ("0123456789aa", "busy", "running", 0, None, "{}"),
+        ("0123456789ab", "next in main", "pending", 0, None, "{}"),
+        ("0123456789ac", "other lane", "pending", 1, None, "{}"),
+        ("0123456789ad", "old", "done", 0, None, "{}")))
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as raw:
+        raw.execute("UPDATE jobs SET lane = 'other' WHERE name = 'other lane'")
+        raw.execute("UPDATE jobs SET lease_owner = 'w', lease_until = 1e12 "
+                    "WHERE state = 'running'")
+    with Queue(path) as q:
+        assert q.claim("me").name == "other lane"  # main runs its job still
+        assert q.claim("me") is None
+        assert q.lane_counts()["main"]["running"] == 1
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        assert raw.execute("SELECT sql FROM sqlite_master WHERE name = 'jobs_live_lane'"
+                           ).fetchone()[0].endswith("WHERE state NOT IN ('done', 'cancelled')")
+        assert raw.execute("SELECT lane, state FROM jobs INDEXED BY jobs_live_lane "
+                           "WHERE state NOT IN ('done', 'cancelled') ORDER BY lane, state"
+                           ).fetchall() == [("main", "pending"), ("main", "running"),
+                                            ("other", "running")]
 
 
 def test_a_series_from_schema_5_is_followed_once_and_not_by_the_old_trigger(tmp_path, clock):
