@@ -70,7 +70,7 @@ def missed_head(db: sqlite3.Connection, now: float, waits: str,
     word): a pause keeps a job as it is, its missed run judged once it is resumed,
     never by a claim for another lane while it is held."""
     row = db.execute(
-        "SELECT id FROM jobs WHERE id = (SELECT id FROM jobs "
+        "SELECT id FROM jobs WHERE rowid = (SELECT rowid FROM jobs "
         f"WHERE state = 'pending' AND not_before <= :now{waits} AND {reads.NOT_HELD} "
         f"AND {lanes.NOT_PAUSED} ORDER BY not_before, rowid LIMIT 1) "
         "AND not_before < :late AND json_extract(options, '$.scheduled') = not_before "

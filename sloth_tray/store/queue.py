@@ -201,6 +201,8 @@ class Queue:
         # (wall, monotonic) at the last look: a wall clock that went back against the
         # monotonic one was set back, and waiting jobs count their waits again.
         self._clock_seen: tuple[float, float] | None = None
+        # claim_statements(lane, skip_lanes, unmet) by its arguments (Queue.claim).
+        self._claims: dict[tuple[Any, ...], ClaimStatements] = {}
         # Made, identified, in WAL and migrated (schema.connect); autocommit: we say
         # BEGIN and COMMIT ourselves. Shared between threads, guarded by self._lock.
         self._db = connect(self.path, self.busy_timeout, synchronous=synchronous,
@@ -355,7 +357,13 @@ class Queue:
         `token`, when given, is the coming run's token, kept as its `child` from
         the claim on (what `started` would otherwise write before the spawn).
         """
-        statements = claim_statements(lane, skip_lanes, unmet)
+        # The same arguments make the same statements: built once, not at every claim.
+        asked = (lane, frozenset(skip_lanes), frozenset(unmet))
+        statements = self._claims.get(asked)
+        if statements is None:
+            if len(self._claims) >= 64:  # lanes and conditions come and go
+                self._claims.clear()
+            statements = self._claims[asked] = claim_statements(lane, skip_lanes, unmet)
         now = self.clock()
         params = {"owner": owner, "now": now, "lease": self.lease_seconds,
                   "child": json.dumps({"token": token}) if token else None,

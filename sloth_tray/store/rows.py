@@ -67,7 +67,7 @@ class Event:
 JOB_COLUMNS = ", ".join(Job.__dataclass_fields__)
 
 
-def job(row: sqlite3.Row) -> Job:
+def job(row: sqlite3.Row | dict[str, Any]) -> Job:
     """The Job a row holds, read by column name."""
     return Job(
         id=row["id"], name=row["name"], state=State(row["state"]),
@@ -92,8 +92,13 @@ def named_rows(db: sqlite3.Connection, sql: str, params: Any = ()) -> list[sqlit
 
 
 def jobs(db: sqlite3.Connection, sql: str, params: Any = ()) -> list[Job]:
-    """The Jobs a statement that selects (or returns) JOB_COLUMNS gives."""
-    return [job(row) for row in named_rows(db, sql, params)]
+    """The Jobs a statement that selects (or returns) JOB_COLUMNS gives. Each row is
+    read by name from a dict: a claim returns one, and sqlite3.Row finds a name by
+    comparing it with each column's in turn."""
+    cursor = db.execute(sql, params)
+    found = cursor.fetchall()  # all of them: a write (UPDATE ... RETURNING) runs to its end
+    names = [column[0] for column in cursor.description]
+    return [job(dict(zip(names, values, strict=True))) for values in found]
 
 
 def history(*events: tuple[str, str]) -> tuple[str, dict[str, str]]:

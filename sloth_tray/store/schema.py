@@ -12,15 +12,13 @@ switches or migrates). SQLite's errors become one sentence (`translated_errors`)
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from sloth_tray import safety
-from sloth_tray.errors import DatabaseProblem, SlothError
+from sloth_tray.errors import DatabaseProblem
 from sloth_tray.paths import DB_SIDES
 from sloth_tray.store import lanes, steps
 
@@ -388,21 +386,30 @@ def _migrate(db: sqlite3.Connection) -> None:
     db.execute("COMMIT")
 
 
-@contextlib.contextmanager
-def translated_errors(path: Path, busy_timeout: float) -> Iterator[None]:
-    """Turn SQLite's exceptions into one sentence that names the file."""
-    try:
-        yield
-    except (SlothError, sqlite3.IntegrityError):
-        raise  # ours already, or the caller's to handle (a duplicate id)
-    except sqlite3.OperationalError as exc:
-        if is_busy(exc):
-            raise DatabaseProblem(
-                f"the queue {path} is locked by another program "
-                f"(waited {busy_timeout:g} s); try again when it lets go"
-            ) from None
-        raise DatabaseProblem(f"cannot use the queue {path}: {exc}") from None
-    except sqlite3.DatabaseError as exc:
+class translated_errors:  # lower case: called as the function it once was
+    """Turn SQLite's exceptions into one sentence that names the file. A class, not a
+    generator: the queue enters one around every statement it runs."""
+
+    __slots__ = ("path", "busy_timeout")
+
+    def __init__(self, path: Path, busy_timeout: float) -> None:
+        self.path, self.busy_timeout = path, busy_timeout
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 traceback: object) -> bool:
+        if not isinstance(exc, sqlite3.DatabaseError) or isinstance(exc, sqlite3.IntegrityError):
+            return False  # none, ours already, or the caller's to handle (a duplicate id)
+        path, busy_timeout = self.path, self.busy_timeout
+        if isinstance(exc, sqlite3.OperationalError):
+            if is_busy(exc):
+                raise DatabaseProblem(
+                    f"the queue {path} is locked by another program "
+                    f"(waited {busy_timeout:g} s); try again when it lets go"
+                ) from None
+            raise DatabaseProblem(f"cannot use the queue {path}: {exc}") from None
         raise DatabaseProblem(
             f"{path} is damaged or is not a sloth-tray queue ({exc}); it was left as it is"
         ) from None
