@@ -43,7 +43,7 @@ SCHEMA = (
     # The few live jobs per lane, for the claim's "is this lane busy" and the counts;
     # done and cancelled jobs pile up by the million and stay out of it.
     f"CREATE INDEX jobs_live_lane ON jobs(lane, state) WHERE {_LIVE_AT_FIRST}",
-    # Done and cancelled per lane, kept by triggers as `counts` keeps the totals.
+    # Done and cancelled per lane, kept by triggers (the totals are their sums).
     "CREATE TABLE lane_counts (lane TEXT NOT NULL, state TEXT NOT NULL, n INTEGER NOT NULL, "
     "PRIMARY KEY (lane, state)) WITHOUT ROWID",
     "INSERT INTO lane_counts SELECT lane, state, count(*) FROM jobs "

@@ -48,10 +48,10 @@ NOT_HELD = f"{SERIES_KEY} NOT IN (SELECT series FROM paused_series)"
 
 
 def state_counts(db: sqlite3.Connection) -> dict[str, int]:
-    """Jobs per state. Done and cancelled come from the trigger-kept `counts` table:
-    those pile up by the million; the others are few and counted on their partial
-    indexes."""
-    found = dict(db.execute("SELECT state, n FROM counts"))
+    """Jobs per state. Done and cancelled are summed from the trigger-kept
+    `lane_counts` (a row per lane): those pile up by the million; the others are few
+    and counted on their partial indexes."""
+    found = dict(db.execute("SELECT state, sum(n) FROM lane_counts GROUP BY state"))
     found.update(db.execute(
         "SELECT 'pending', count(*) FROM jobs WHERE state = 'pending' UNION ALL "
         "SELECT 'running', count(*) FROM jobs WHERE state = 'running' UNION ALL "

@@ -50,7 +50,7 @@ def test_a_new_file_gets_the_schema_in_wal_private_and_in_autocommit(tmp_path):
         assert db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
-        assert {"jobs", "counts", "flags"} <= {
+        assert {"jobs", "lane_counts", "flags"} <= {
             name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert db.isolation_level is None and not db.in_transaction  # the caller says BEGIN
         db.execute("INSERT INTO flags VALUES ('paused', 1)")  # a writer's connection writes

@@ -11,7 +11,7 @@ import sys
 import threading
 
 import pytest
-from helpers.queues import queue_file_of_schema
+from helpers.queues import queue_file_of_schema, run_once
 
 from sloth_tray.errors import DatabaseProblem, UnknownJob
 from sloth_tray.store.queue import Queue, Reason, State
@@ -556,7 +556,30 @@ def test_a_queue_of_the_previous_schema_is_migrated_in_place_and_is_not_paused(t
         q.set_paused(True)
         assert q.paused()
     with sqlite3.connect(path) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 12
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 13
+
+
+def test_a_queue_that_kept_its_totals_apart_counts_them_from_its_lanes(tmp_path):
+    path = tmp_path / "q.db"
+    queue_file_of_schema(path, 12, rows=(
+        ("0123456789aa", "a", "done", 0, None, "{}"),
+        ("0123456789ab", "b", "done", 0, None, "{}"),
+        ("0123456789ac", "c", "cancelled", 0, None, "{}"),
+        ("0123456789ad", "d", "pending", 0, None, "{}")))
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as raw:
+        raw.execute("UPDATE jobs SET lane = 'other' WHERE name IN ('b', 'd')")
+        assert raw.execute("SELECT state, n FROM counts ORDER BY state").fetchall() == [
+            ("cancelled", 1), ("done", 2)]
+    with Queue(path) as q:
+        assert q.status() == {"pending": 1, "running": 0, "done": 2, "failed": 0,
+                              "cancelled": 1, "due_now": 1}
+        assert run_once(q) == "0123456789ad"
+        assert q.prune(before=float("inf")) == [("0123456789aa", None), ("0123456789ab", None),
+                                                ("0123456789ac", None), ("0123456789ad", None)]
+        assert q.status()["done"] == q.status()["cancelled"] == 0
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        assert raw.execute("SELECT count(*) FROM sqlite_master WHERE name = 'counts' "
+                           "OR name LIKE 'count_%'").fetchone() == (0,)
 
 
 def test_a_queue_whose_live_index_had_three_words_gets_two_and_runs_one_job_a_lane(tmp_path):
