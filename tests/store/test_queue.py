@@ -778,6 +778,24 @@ def test_the_claims_docstring_shows_its_statements_whole():
                            "skip0": "a", "skip1": "b"}
 
 
+def test_a_claim_builds_no_temporary_table_but_the_one_its_returning_fills(queue, clock):
+    """SQLite makes a temporary b-tree for `x IN (a, b, c)` and `x NOT IN (SELECT ...)`
+    each time a statement runs (the live index's condition included, tested at every
+    write of a state): a claim, a lapsed lease's look and a run's end make none."""
+    from sloth_tray.store.queue import claim_statements
+
+    def temporary_tables(sql: str, params: dict) -> int:
+        return sum(row[1] == "OpenEphemeral" for row in queue._db.execute(f"EXPLAIN {sql}",
+                                                                           params))
+
+    bound = {"now": clock.now, "owner": "me", "lease": 60.0, "child": None}
+    usual = claim_statements()
+    assert temporary_tables(usual.due, bound) == 1  # RETURNING's rows
+    assert temporary_tables(usual.lapsed, bound) == 0
+    assert temporary_tables("UPDATE jobs SET state = 'done' WHERE id = :id",
+                            {"id": queue.push("job")}) == 0
+
+
 def test_a_claim_runs_the_statements_its_docstring_shows(queue, clock):
     """What SQLite ran, as it traces it, is the docstring's SQL with the values bound:
     the usual claim, then a lapsed lease taken back."""
