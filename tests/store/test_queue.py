@@ -709,7 +709,7 @@ def _once(traced: list[str]) -> list[str]:
 
 
 def test_the_claims_docstring_shows_its_statements_whole():
-    from sloth_tray.store.queue import claim_statements
+    from sloth_tray.store.claims import claim_statements
 
     usual = claim_statements()
     assert _docstring_sql(claim_statements.__doc__) == [
@@ -733,7 +733,7 @@ def test_the_claims_docstring_shows_its_statements_whole():
 def test_a_claim_runs_the_statements_its_docstring_shows(queue, clock):
     """What SQLite ran, as it traces it, is the docstring's SQL with the values bound:
     the usual claim, then a lapsed lease taken back."""
-    from sloth_tray.store.queue import claim_statements
+    from sloth_tray.store.claims import claim_statements
 
     due, lapsed, taken_back = _docstring_sql(claim_statements.__doc__)
     said: list[str] = []
