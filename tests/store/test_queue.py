@@ -778,14 +778,15 @@ def _steps_of(db: sqlite3.Connection, look) -> int:
     return steps[0]
 
 
-@pytest.mark.parametrize("look", ["waits_on", "reanchor"])
+@pytest.mark.parametrize("look", ["waits_on", "reanchor", "waiting_on"])
 def test_the_looks_of_every_pass_cost_the_same_however_long_the_line_of_due_jobs(
         tmp_path, clock, look):
     """The loop looks before each sleep whether a due job waits on an unmet condition,
-    and whether a waiting job changed "in the future" (a clock set back): in a burst,
-    with none of either, these looks must not read every due job, or a burst of n
-    costs n squared."""
-    from sloth_tray.store import calendar
+    and whether a waiting job changed "in the future" (a clock set back); each
+    snapshot counts the due jobs waiting per unmet condition. In a burst, with none
+    of either, these looks must not read every due job, or a burst of n costs n
+    squared."""
+    from sloth_tray.store import calendar, reads
 
     def cost(due: int) -> int:
         queue = Queue(tmp_path / f"q{due}.db", clock=clock, synchronous="OFF")
@@ -798,6 +799,8 @@ def test_the_looks_of_every_pass_cost_the_same_however_long_the_line_of_due_jobs
         with contextlib.closing(sqlite3.connect(queue.path)) as db:
             if look == "waits_on":
                 run = lambda: queries.waits_on(db, clock.now, frozenset({"ac", "network"}))  # noqa: E731
+            elif look == "waiting_on":
+                run = lambda: reads.waiting_on(db, clock.now, frozenset({"ac", "network"}))  # noqa: E731
             else:
                 run = lambda: calendar.any_ahead(db, clock.now)  # noqa: E731
             assert not run()
