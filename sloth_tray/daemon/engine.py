@@ -141,11 +141,18 @@ class Engine:
             work.runner.nudge()
         self.job_added()
 
-    def job_added(self) -> None:
+    def job_added(self, lane: str | None = None) -> None:
         """A job was queued (a drop): look again. Unlike wake(), the running job's
         lease needs no look: a push never takes a job from its owner, and a burst of
-        drops would otherwise cost a heartbeat commit each."""
-        self.alarm.ring()
+        drops would otherwise cost a heartbeat commit each.
+
+        `lane`: the job's. A lane a worker of ours runs needs no look of the loop: that
+        worker claims its next job with the last outcome, and rings the loop as it
+        ends (after this job was pushed, so its look finds it). A burst of drops into
+        one lane would otherwise cost a pass each, and a pass reads the line of due
+        jobs."""
+        if lane is None or lane not in {work.lane for work in self._working()}:
+            self.alarm.ring()
         self._publish_soon()
 
     def _unmet(self) -> frozenset[str]:

@@ -13,7 +13,7 @@ from collections.abc import Collection
 from typing import Any
 
 from sloth_tray.errors import UnknownJob
-from sloth_tray.store import lanes, reads, rows, schedules, steps
+from sloth_tray.store import lanes, reads, rows, schedules, schema, steps
 from sloth_tray.store.rows import JOB_COLUMNS, Event, Job
 from sloth_tray.store.states import Reason, State
 from sloth_tray.store.steps import UnknownStep
@@ -182,13 +182,14 @@ def history(db: sqlite3.Connection, job_id: str) -> list[Event]:
 
 
 def waits_on(db: sqlite3.Connection, now: float, unmet: frozenset[str]) -> bool:
-    """Whether some job due at `now` waits on a condition in `unmet`."""
+    """Whether some job due at `now` waits on a condition in `unmet`. Read among the
+    jobs that require one (their own index): the loop asks before each sleep."""
     if not unmet:
         return False
     waits, params = reads.not_waiting(unmet)
     return db.execute(
-        "SELECT 1 FROM jobs WHERE state = 'pending' AND not_before <= :now "
-        f"AND NOT (1{waits}) LIMIT 1", {"now": now, **params}
+        f"SELECT 1 FROM jobs INDEXED BY jobs_due_requiring WHERE {schema.REQUIRING} "
+        f"AND not_before <= :now AND NOT (1{waits}) LIMIT 1", {"now": now, **params}
     ).fetchone() is not None
 
 

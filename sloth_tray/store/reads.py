@@ -23,7 +23,7 @@ from pathlib import Path
 from sloth_tray.errors import SlothError, UnknownJob
 from sloth_tray.paths import Home
 from sloth_tray.store import lanes, steps
-from sloth_tray.store.schema import connect, translated_errors
+from sloth_tray.store.schema import REQUIRING, connect, translated_errors
 from sloth_tray.store.states import State
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
@@ -107,11 +107,13 @@ def not_held_back(unmet: frozenset[str] | set[str]) -> tuple[str, dict[str, str]
 def waiting_on(db: sqlite3.Connection, now: float, unmet: frozenset[str]) -> dict[str, int]:
     """Due jobs that wait, per unmet condition (only those some job waits on). Empty
     when every condition holds. A run of a series paused on its own waits for that
-    pause first (as `schedules` says): it is left out."""
+    pause first (as `schedules` says): it is left out. Counted among the jobs that
+    require a condition (their own index): each snapshot counts them."""
     found: dict[str, int] = {}
     for name in sorted(unmet):
         n = db.execute(
-            "SELECT count(*) FROM jobs WHERE state = 'pending' AND not_before <= :now "
+            f"SELECT count(*) FROM jobs INDEXED BY jobs_due_requiring WHERE {REQUIRING} "
+            "AND not_before <= :now "
             "AND instr(',' || json_extract(options, '$.require') || ',', :name) "
             f"AND {NOT_HELD}",
             {"now": now, "name": f",{name},"}).fetchone()[0]

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import pytest
 from helpers.queues import queue_file_of_schema
 
 from sloth_tray.errors import DatabaseProblem, UnknownJob
+from sloth_tray.store import queries
 from sloth_tray.store.queue import Queue, Reason, State
 from sloth_tray.store.schema import SCHEMA_VERSION
 
@@ -555,7 +557,7 @@ def test_a_queue_of_the_previous_schema_is_migrated_in_place_and_is_not_paused(t
         q.set_paused(True)
         assert q.paused()
     with sqlite3.connect(path) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 11
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 12
 
 
 def test_a_series_from_schema_5_is_followed_once_and_not_by_the_old_trigger(tmp_path, clock):
@@ -758,3 +760,53 @@ def test_a_claim_runs_the_statements_its_docstring_shows(queue, clock):
     assert said[-2:] == [back[-1], "COMMIT"]
     assert kinds(queue, job_id)[-2:] == ["reclaimed", "claimed"]
     queue._db.set_trace_callback(None)
+
+
+def _steps_of(db: sqlite3.Connection, look) -> int:
+    """The SQLite virtual machine's steps `look` costs on `db`: what a query reads."""
+    steps = [0]
+
+    def count() -> int:
+        steps[0] += 1
+        return 0
+
+    db.set_progress_handler(count, 1)
+    try:
+        look()
+    finally:
+        db.set_progress_handler(None, 1)
+    return steps[0]
+
+
+@pytest.mark.parametrize("look", ["waits_on", "reanchor", "waiting_on"])
+def test_the_looks_of_every_pass_cost_the_same_however_long_the_line_of_due_jobs(
+        tmp_path, clock, look):
+    """The loop looks before each sleep whether a due job waits on an unmet condition,
+    and whether a waiting job changed "in the future" (a clock set back); each
+    snapshot counts the due jobs waiting per unmet condition. In a burst, with none
+    of either, these looks must not read every due job, or a burst of n costs n
+    squared."""
+    from sloth_tray.store import calendar, reads
+
+    def cost(due: int) -> int:
+        queue = Queue(tmp_path / f"q{due}.db", clock=clock, synchronous="OFF")
+        with queue.batch():
+            for i in range(due):
+                queue.push(f"j{i}", script=f"/spool/{i}.sh")
+            queue.push("needs ac", script="/spool/ac.sh", delay=3600,
+                       options={"require": "ac"})
+        queue.claim("me")  # its lane is busy: the rest wait behind it
+        with contextlib.closing(sqlite3.connect(queue.path)) as db:
+            if look == "waits_on":
+                run = lambda: queries.waits_on(db, clock.now, frozenset({"ac", "network"}))  # noqa: E731
+            elif look == "waiting_on":
+                run = lambda: reads.waiting_on(db, clock.now, frozenset({"ac", "network"}))  # noqa: E731
+            else:
+                run = lambda: calendar.any_ahead(db, clock.now)  # noqa: E731
+            assert not run()
+            steps = _steps_of(db, run)
+        queue.close()
+        return steps
+
+    few, many = cost(10), cost(2000)
+    assert many < 2 * few + 100, f"{look}: {few} steps with 10 due jobs, {many} with 2000"
