@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sloth_tray import instance
-from sloth_tray.daemon import procs
+from sloth_tray.daemon import memory, procs
 from sloth_tray.daemon import snapshot as snapshots
 from sloth_tray.daemon.alarm import Alarm, make_alarm
 from sloth_tray.daemon.capture import append_note
@@ -370,6 +370,8 @@ class Engine:
                         self._raise_worker_problem()  # one that ended meanwhile
                         return
                     self._start_conditions_if_waited_on()
+                    if not self._working():  # idle now: what the runs freed goes back
+                        memory.give_back()
                     self.alarm.wait(self._wake_at())
                 except DatabaseProblem as exc:
                     self._report(exc)
