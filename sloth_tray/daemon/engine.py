@@ -150,11 +150,9 @@ class Engine:
         one lane would otherwise cost a pass each, and a pass reads the line of due
         jobs. The loop's look publishes: a publish of its own here would read the
         queue while the loop claims the new job, holding that claim up; without a
-        look, the tray is shown the new job soon (at most one read a moment)."""
+        look, the worker's next publish shows the new job."""
         if lane is None or lane not in {work.lane for work in self._working()}:
             self.alarm.ring()
-        else:
-            self._publish_soon()
 
     def _unmet(self) -> frozenset[str]:
         return self.conditions.unmet() if self.conditions is not None else frozenset()
