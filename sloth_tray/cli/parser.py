@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 
 from sloth_tray import __version__, limits
+from sloth_tray.cli.glance import STEP_VALUED
 from sloth_tray.store.states import Reason, State
 from sloth_tray.text import printable
 
@@ -284,42 +285,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="age such as 7d, 12h, 30m (default 7d)")
     return parser
 
-
-
-# A step's options that take a value: (their limit, metavar, help). Given after NAME
-# they reach the command line's step_options, not argparse (COMMAND's words follow).
-STEP_VALUED = {
-    "--retries": (limits.RETRIES, "N", "a failing COMMAND is tried again, in this run, up "
-                                       "to N more times"),
-    "--backoff": (limits.BACKOFF, "D", "the longest wait between tries: they wait 1s, 2s, "
-                                       "4s..., at most D (default 60s)"),
-    "--timeout": (limits.TIMEOUT, "D", "a try running longer has COMMAND's process group "
-                                       "stopped (SIGTERM, then SIGKILL), and failed"),
-}
-
-
-def step_options(words: list[str], found: dict[str, Any]) -> list[str]:
-    """The step's options at the head of `words` (what argparse left after NAME), put
-    in `found` by their dest ("ask", "retries", ...); the words after them. A bad value
-    raises argparse.ArgumentError's words as ValueError."""
-    while words:
-        flag, equals, value = words[0].partition("=")
-        if words[0] == "--ask":
-            found["ask"], words = True, words[1:]
-            continue
-        if flag not in STEP_VALUED:
-            break
-        if not equals:
-            if len(words) < 2:
-                raise ValueError(f"argument {flag}: expected one argument")
-            value, words = words[1], words[2:]
-        else:
-            words = words[1:]
-        try:
-            found[flag[2:]] = STEP_VALUED[flag][0].argument(value)
-        except argparse.ArgumentTypeError as exc:
-            raise ValueError(f"argument {flag}: {exc}") from None
-    return words
 
 
 def _add_waits(add: Callable[..., Any]) -> None:

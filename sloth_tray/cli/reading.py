@@ -3,7 +3,6 @@ home that does not exist they make nothing and say there is no queue there yet."
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -20,6 +19,7 @@ from sloth_tray.timefmt import clock_time, format_duration, relative
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
+    import argparse
     from typing import Any
 
     from sloth_tray.store.queue import Job, Queue
