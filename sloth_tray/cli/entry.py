@@ -73,7 +73,8 @@ def _main(argv: Sequence[str] | None) -> int:
         # `sloth-tray retry --fresh ID`: the command comes first, so only its parser is
         # needed; anything else (help, options first, no command) gets them all.
         known = line and (line[0] in MODULES or line[0] in IN_A_JOB)
-        parser = build_parser(only=line[0] if known else None)
+        parser = build_parser(only=line[0] if known else None,
+                              listing=_help_before_command(line))
         args = parser.parse_args(line)
         if args.command is None:  # plain `sloth-tray` starts the app
             args = parser.parse_args([*line, "run"])
@@ -138,6 +139,14 @@ def _command_at(line: Sequence[str]) -> int | None:
         elif not word.startswith("-"):
             return at
     return None
+
+
+def _help_before_command(line: Sequence[str]) -> bool:
+    """`sloth-tray --help`: argparse prints the commands and stops at the help, before
+    any command's own options are needed."""
+    at = _command_at(line)
+    before = line[:at] if at is not None else line[:line.index("--")] if "--" in line else line
+    return "-h" in before or "--help" in before
 
 
 def _step_name_forgotten(line: Sequence[str]) -> bool:

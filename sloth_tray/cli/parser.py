@@ -27,7 +27,10 @@ class Parser(argparse.ArgumentParser):
     # check says what it accepts instead of "expected one argument".
     NEGATIVE_VALUE = re.compile(r"^-[0-9]*\.?[0-9]+[a-zA-Z]*$")
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, columns: int | None = None, **kwargs: Any) -> None:
+        # The terminal's width, read once for the whole command line (build_parser):
+        # argparse asks it again for every option added.
+        self._columns = terminal_columns() if columns is None else columns
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = self.NEGATIVE_VALUE  # argparse's own hook (3.11)
 
@@ -37,7 +40,7 @@ class Parser(argparse.ArgumentParser):
     def _get_formatter(self) -> argparse.HelpFormatter:
         """argparse's formatter, given its width: left to itself it imports shutil (and
         with it zlib, bz2 and lzma) in every add_argument, for the terminal's width."""
-        return self.formatter_class(prog=self.prog, width=terminal_columns() - 2)
+        return self.formatter_class(prog=self.prog, width=self._columns - 2)
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         """A choice mistyped (a command, a --state) gets the nearest one: `did you mean
@@ -142,21 +145,28 @@ def daemon_options(parser: argparse.ArgumentParser) -> None:
                         help="how long a job's lease lasts between heartbeats (default 60s)")
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+def build_parser(only: str | None = None, *, listing: bool = False
+                 ) -> argparse.ArgumentParser:
     """The whole command line; with `only`, just that command's parser among the
-    commands. (Each parser argparse builds looks up translations: options shared by
-    commands are added to each, not kept in parent parsers built every time.)"""
+    commands; `listing`: the commands' names and what they do, none of their options,
+    all the main `--help` shows. (Each parser argparse builds looks up translations:
+    options shared by commands are added to each, not kept in parent parsers built
+    every time.)"""
+    columns = terminal_columns()
     parser = Parser(
-        prog="sloth-tray",
+        prog="sloth-tray", columns=columns,
         description="Run the scripts you drop in a folder, one at a time, under leases.")
     add_common(parser)
     parser.add_argument("--version", action="version", version=f"sloth-tray {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(name: str, help: str, *extras: Callable[[argparse.ArgumentParser], None]) -> Any:
+        if listing:
+            sub.add_parser(name, help=help, add_help=False, columns=columns)
+            return _NotBuilt()
         if only is not None and name != only:
             return _NotBuilt()
-        command_parser = sub.add_parser(name, help=help, description=help)
+        command_parser = sub.add_parser(name, help=help, description=help, columns=columns)
         add_common(command_parser)
         for extra in extras:
             extra(command_parser)
