@@ -105,6 +105,39 @@ def test_version_and_a_step_parse_without_argparse():
         assert heavy(modules) == [], command
 
 
+def test_a_skipped_step_loads_nothing_that_runs_its_command(tmp_path):
+    """A shell job's twenty `sloth-tray step NAME -- ...` calls, done in an earlier run:
+    each writes its output again and runs nothing, so it loads neither subprocess nor
+    argparse: it costs what a glance costs. (signal, and threading for sloth_step's
+    lock, a job's own Python steps need too.)"""
+    from sloth_tray.for_jobs import sloth_step
+    from sloth_tray.store.queue import Queue
+
+    with Queue(tmp_path / "queue.db", lease_seconds=3600) as queue:
+        job = queue.push("job")
+        queue.claim("first", token="first-run")
+        run = sloth_step.Run(str(queue.path), job, "first-run", "first")
+        db = sloth_step.connection(run.queue)
+        try:
+            decision = sloth_step.start(db, run, "fetch", ask=False, kind="shell")
+            assert sloth_step.end(db, run, "fetch", decision.occurrence, ok=True, output=b"")
+        finally:
+            db.close()
+        queue.release(job, "first")
+        queue.claim("second", token="second-run")
+    env = {sloth_step.QUEUE_ENV: str(queue.path), sloth_step.JOB_ENV: job,
+           sloth_step.TOKEN_ENV: "second-run", sloth_step.OWNER_ENV: "second"}
+    script = ("import os, runpy, sys; sys.argv = ['sloth-tray', *sys.argv[1:]]\n"
+              f"os.environ.update({env!r})\n"
+              "try:\n    runpy.run_module('sloth_tray', run_name='__main__')\n"
+              "except SystemExit as end:\n    assert end.code == 0, end.code\n")
+    modules = loaded("step", "fetch", "--", "false", code=script)
+    assert "sloth_tray.for_jobs.sloth_step" in modules
+    assert sorted(m for m in GLANCE_NEVER + ("subprocess", "selectors", "locale")
+                  if m in modules - {"signal", "threading"}) == []
+    assert heavy(modules) == []
+
+
 @pytest.mark.parametrize("waiting, calendar", [(None, False), ({"every": 3600.0}, False),
                                                ({"at": "09:00"}, True)])
 def test_status_loads_only_what_a_glance_needs(tmp_path, waiting, calendar):
