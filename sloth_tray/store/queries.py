@@ -2,21 +2,25 @@
 by the start of one, lists of jobs (by state, folded by series, failed by series, by
 name), a job's steps and history, what is due when. Functions over a connection, as
 reads.py's are; Queue's thin methods open the connection's transaction and call them,
-so a caller asks the Queue it holds and never sees this module.
+so a caller asks the Queue it holds; the commands that only read (`list`, `show`)
+call them on a connection of their own (access.reading), without the Queue.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Collection
-from typing import Any
 
 from sloth_tray.errors import UnknownJob
 from sloth_tray.store import lanes, reads, rows, schedules, schema, steps
 from sloth_tray.store.rows import JOB_COLUMNS, Event, Job
 from sloth_tray.store.states import Reason, State
 from sloth_tray.store.steps import UnknownStep
+
+TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
+if TYPE_CHECKING:
+    from collections.abc import Collection
+    from typing import Any
 
 # The few waiting, leased or failed rows sit in a partial index; left alone, the planner
 # would walk the whole table in rowid order.

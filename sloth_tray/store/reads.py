@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 BUSY_TIMEOUT = 5.0  # seconds a read waits for a writer, as the queue's own connection does
 # A recurring run's first event names the run it follows; how far back a series is walked.
-_FOLLOWS = re.compile(r"the next run after ([0-9a-f]{12})")
+_FOLLOWS = r"the next run after ([0-9a-f]{12})"  # compiled by re once a series is walked
 SERIES_WALK_LIMIT = 1000
 
 
@@ -177,7 +177,7 @@ def _walk_back(db: sqlite3.Connection, created_at: float, last_error: str | None
     """(last success, first creation, the last run's error) for the run so made."""
     error = last_error  # the head's own failed attempt (it waits for a retry)
     for _ in range(SERIES_WALK_LIMIT):
-        match = _FOLLOWS.fullmatch(first_event or "")
+        match = re.fullmatch(_FOLLOWS, first_event or "")
         if match is None:
             return None, created_at, error  # the series' first run: it never succeeded
         row = db.execute("SELECT state, updated_at, created_at, last_error, "
