@@ -171,9 +171,9 @@ def _read(path: Path, texts: dict[str, str] | None = None) -> dict[str, Any]:
 
 
 # `timeout = 30m`: a duration or a size written bare, as a header or a flag takes it.
-_BARE_AMOUNT = re.compile(r"""\s*["']?([A-Za-z0-9_-]+)["']?\s*=\s*([0-9][0-9_.]*[A-Za-z]+)"""
-                          r"\s*(?:#.*)?")
-_TOML_LINE = re.compile(r"\(at line ([0-9]+), column [0-9]+\)")
+# (Patterns, compiled by re when a bad file first needs them.)
+_BARE_AMOUNT = r"""\s*["']?([A-Za-z0-9_-]+)["']?\s*=\s*([0-9][0-9_.]*[A-Za-z]+)\s*(?:#.*)?"""
+_TOML_LINE = r"\(at line ([0-9]+), column [0-9]+\)"
 
 
 def _unquoted(path: Path, text: str, exc: Exception) -> str | None:
@@ -182,12 +182,12 @@ def _unquoted(path: Path, text: str, exc: Exception) -> str | None:
     names; None for any other."""
     where = getattr(exc, "lineno", None)  # Python 3.14; before, only in its message
     if where is None:
-        found = _TOML_LINE.search(str(exc))
+        found = re.search(_TOML_LINE, str(exc))
         where = int(found.group(1)) if found else None
     lines = text.splitlines()
     if where is None or not 1 <= where <= len(lines):
         return None
-    bare = _BARE_AMOUNT.fullmatch(lines[where - 1])
+    bare = re.fullmatch(_BARE_AMOUNT, lines[where - 1])
     if bare is None:
         return None
     key, value = bare.groups()

@@ -13,7 +13,6 @@ means as a lease.
 
 from __future__ import annotations
 
-import argparse
 import math
 import re
 from collections import namedtuple
@@ -28,8 +27,9 @@ TIB = 1024**4
 SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "kib": 1024, "mb": 1000**2, "mib": 1024**2,
               "gb": 1000**3, "gib": 1024**3, "tb": 1000**4, "tib": TIB}
 SIZE_FORM = 'a number of bytes, or a size such as "10MiB" or "500KB"'
-_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)", re.ASCII)
-_WHOLE = re.compile(r"[0-9]+", re.ASCII)
+# ASCII patterns, compiled on first use (re keeps them): a glance reads none.
+_SIZE = r"([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)"
+_WHOLE = r"[0-9]+"
 _MAX_DIGITS = 20  # more significant digits than any range here allows; int() of 5000 would fail
 _SHOWN = 40  # a refused value is quoted up to this many characters
 
@@ -120,9 +120,14 @@ class Limit(namedtuple("Limit", ["key", "kind", "low", "high", "low_open", "note
         try:
             return self.convert(text)
         except ValueError:
-            form = f": use {self.form}" if self.form else ""
-            raise argparse.ArgumentTypeError(
-                f"{shown(text)} is not {self.kind.value} {self.range_text}{form}") from None
+            import argparse  # here: a glance reads its command line without argparse
+
+            raise argparse.ArgumentTypeError(self.not_argument(text)) from None
+
+    def not_argument(self, text: str) -> str:
+        """What is wrong with `text` given to a flag, after the flag's name."""
+        form = f": use {self.form}" if self.form else ""
+        return f"{shown(text)} is not {self.kind.value} {self.range_text}{form}"
 
     def _number(self, value: object) -> int | float | None:
         """Text or a number as a number of this kind; None when it is not one at all."""
@@ -140,7 +145,7 @@ class Limit(namedtuple("Limit", ["key", "kind", "low", "high", "low_open", "note
     def _parse(self, text: str) -> int | float | None:
         text = text.strip()
         if self.kind == Kind.COUNT:
-            if not _WHOLE.fullmatch(text) or len(text.lstrip("0")) > _MAX_DIGITS:
+            if not re.fullmatch(_WHOLE, text, re.ASCII) or len(text.lstrip("0")) > _MAX_DIGITS:
                 return None
             return int(text)
         if self.kind == Kind.DURATION:
@@ -148,7 +153,7 @@ class Limit(namedtuple("Limit", ["key", "kind", "low", "high", "low_open", "note
                 return parse_duration(text)
             except ValueError:
                 return None
-        match = _SIZE.fullmatch(text.lower())
+        match = re.fullmatch(_SIZE, text.lower(), re.ASCII)
         if not match or match.group(2) not in SIZE_UNITS:
             return None
         size = float(match.group(1)) * SIZE_UNITS[match.group(2)]

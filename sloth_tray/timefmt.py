@@ -8,12 +8,13 @@ import time
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 DURATION_FORM = "a number of seconds, or a number followed by s, m, h or d (90, 90s, 10m, 2h, 1d)"
-_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)", re.ASCII)  # not '３' or '١٢'
+# Patterns are compiled on first use (re keeps them): a command that reads none pays nothing.
+_DURATION = r"([0-9]+(?:\.[0-9]+)?)([smhd]?)"  # ASCII: not '３' or '١٢'
 
 
 def parse_duration(text: str) -> float:
     """'90' / '90s' -> 90.0, '10m' -> 600.0, '2h', '1d'. ValueError names the accepted form."""
-    match = _DURATION.fullmatch(text.strip().lower())
+    match = re.fullmatch(_DURATION, text.strip().lower(), re.ASCII)
     if not match:
         raise ValueError(f"{text!r} is not a duration: use {DURATION_FORM}")
     number, unit = match.groups()

@@ -45,19 +45,97 @@ def test_reading_commands_load_nothing_they_do_not_use(tmp_path, command):
 
 # What `status` does without: the queue's writing code (store/reads.py reads), dataclasses
 # and typing (a fifth of its time), and the calendar unless a calendar job waits.
-# hashlib loads OpenSSL (5 ms): only a step's key needs it (sloth_step, a job's)
+# hashlib loads OpenSSL (5 ms): only a step's key needs it (sloth_step, a job's).
+# argparse (and gettext, locale) only for a line that is not plain (cli/glance.py);
+# signal's enums and threading for nothing a look does.
 GLANCE_NEVER = ("sloth_tray.store.queue", "sloth_tray.jobs.header", "dataclasses", "typing",
-                "hashlib")
+                "hashlib", "argparse", "gettext", "signal", "threading", "inspect")
 CALENDAR = ("sloth_tray.jobs.schedule", "zoneinfo", "croniter")
+
+
+# A step runs COMMAND (subprocess), passing on the signals that end it (signal, and a
+# thread that copies its output).
+STEP_RUNS_WITH = {"subprocess", "signal", "threading"}
 
 
 def test_the_step_command_loads_only_the_command_line_and_sloth_step():
     """`sloth-tray step` runs once per step of every job's shell script: it must not
     pay for the queue's writing code, the daemon or the tray."""
     modules = loaded(code="import sloth_tray.cli.step")
-    assert heavy(modules - {"subprocess"}) == []  # subprocess: it runs COMMAND
+    assert heavy(modules - STEP_RUNS_WITH) == []
     assert "sloth_tray.for_jobs.sloth_step" in modules
-    assert sorted(m for m in GLANCE_NEVER if m in modules) == []
+    assert sorted(m for m in GLANCE_NEVER if m in modules - STEP_RUNS_WITH) == []
+
+
+def test_list_show_and_log_read_without_the_queue_or_argparse(tmp_path):
+    """`list`, `show` and `log` are looks: the queue's functions on a connection that
+    only reads (store/queries.py), not the Queue, its writing code or its dataclasses,
+    and `log` without the watch `log -f` needs."""
+    from sloth_tray.paths import locate
+    from sloth_tray.store.queue import Queue
+
+    home = locate(tmp_path / "home").ensure()
+    with Queue(home.db) as queue:
+        ran = queue.push("ran")
+        queue.claim("test")
+        queue.complete(ran, "test", "fine")
+        queue.push("waits", options={"require": "ac"})
+        queue.set_unmet({"ac"})
+    logs = home.job_logs(ran, "ran")
+    logs.mkdir(parents=True)
+    (logs / "1.log").write_text("output\n")
+    for command in (["list"], ["list", "--json"], ["list", "--all-runs", "--state", "done"],
+                    ["show", ran], ["show", "ran", "--json"], ["log", ran],
+                    ["paths"], ["config"]):
+        modules = loaded(*command, "--home", str(home.root))
+        assert heavy(modules) == [], command
+        assert sorted(m for m in GLANCE_NEVER if m in modules) == [], command
+        assert sorted(m for m in CALENDAR if m in modules) == [], command
+        if command[0] in ("list", "show", "log"):
+            assert "sloth_tray.store.queries" in modules, command
+    assert "sloth_tray.jobs.conditions" in loaded("list", "--home", str(home.root))
+
+
+def test_version_and_a_step_parse_without_argparse():
+    """`--version`, and `sloth-tray step NAME -- COMMAND` (each step of a job's shell
+    script: twenty a job are twenty start-ups) read their line without argparse."""
+    for command in (["--version"], ["step", "fetch", "--"]):
+        modules = loaded(*command) - STEP_RUNS_WITH
+        assert sorted(m for m in GLANCE_NEVER if m in modules) == [], command
+        assert heavy(modules) == [], command
+
+
+def test_a_skipped_step_loads_nothing_that_runs_its_command(tmp_path):
+    """A shell job's twenty `sloth-tray step NAME -- ...` calls, done in an earlier run:
+    each writes its output again and runs nothing, so it loads neither subprocess nor
+    argparse: it costs what a glance costs. (signal, and threading for sloth_step's
+    lock, a job's own Python steps need too.)"""
+    from sloth_tray.for_jobs import sloth_step
+    from sloth_tray.store.queue import Queue
+
+    with Queue(tmp_path / "queue.db", lease_seconds=3600) as queue:
+        job = queue.push("job")
+        queue.claim("first", token="first-run")
+        run = sloth_step.Run(str(queue.path), job, "first-run", "first")
+        db = sloth_step.connection(run.queue)
+        try:
+            decision = sloth_step.start(db, run, "fetch", ask=False, kind="shell")
+            assert sloth_step.end(db, run, "fetch", decision.occurrence, ok=True, output=b"")
+        finally:
+            db.close()
+        queue.release(job, "first")
+        queue.claim("second", token="second-run")
+    env = {sloth_step.QUEUE_ENV: str(queue.path), sloth_step.JOB_ENV: job,
+           sloth_step.TOKEN_ENV: "second-run", sloth_step.OWNER_ENV: "second"}
+    script = ("import os, runpy, sys; sys.argv = ['sloth-tray', *sys.argv[1:]]\n"
+              f"os.environ.update({env!r})\n"
+              "try:\n    runpy.run_module('sloth_tray', run_name='__main__')\n"
+              "except SystemExit as end:\n    assert end.code == 0, end.code\n")
+    modules = loaded("step", "fetch", "--", "false", code=script)
+    assert "sloth_tray.for_jobs.sloth_step" in modules
+    assert sorted(m for m in GLANCE_NEVER + ("subprocess", "selectors", "locale")
+                  if m in modules - {"signal", "threading"}) == []
+    assert heavy(modules) == []
 
 
 @pytest.mark.parametrize("waiting, calendar", [(None, False), ({"every": 3600.0}, False),

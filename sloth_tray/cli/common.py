@@ -3,33 +3,60 @@ only for reading), a job found by id or name, and the shapes of output."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from sloth_tray.paths import Home
 from sloth_tray.store.states import State
 from sloth_tray.text import printable
 from sloth_tray.timefmt import relative
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable
     from typing import Any
 
-    from sloth_tray.store.queue import Job
+    from sloth_tray.paths import Home
+    from sloth_tray.store.rows import Job
 
+    Command = Callable[[argparse.Namespace, Home], int]
 
-Command = Callable[[argparse.Namespace, Home], int]
 BROKEN_PIPE_STATUS = 128 + 13  # 128 + SIGPIPE, as a shell reports a tool the signal stopped
 INTERRUPTED = 128 + 2  # 128 + SIGINT: Ctrl-C, after a clean stop
-COMMANDS: dict[str, Command] = {}  # filled by @command as the command modules load (entry.py)
+COMMANDS: dict[str, Command] = {}  # filled by @command as the command modules load
+
+# The module of cli/ each command lives in, loaded only when that command runs: a
+# glance pays for no other command's imports. The three a job calls (`step`, `sleep`,
+# `ask`) take no home and are called by entry.py itself.
+MODULES = {
+    "paths": "reading", "status": "reading", "list": "reading", "schedules": "reading",
+    "show": "reading", "config": "reading", "wait": "reading", "log": "reading",
+    "retry": "changing", "cancel": "changing", "run-now": "changing", "pause": "changing",
+    "resume": "changing", "add": "changing", "answer": "changing",
+    "autostart": "changing", "prune": "changing",
+    "run": "daemons", "work": "daemons", "mcp": "agents",
+}
+IN_A_JOB = ("step", "sleep", "ask")
 
 
 def command(function: Command) -> Command:
     """cmd_run_now is `sloth-tray run-now`."""
     COMMANDS[function.__name__.removeprefix("cmd_").replace("_", "-")] = function
     return function
+
+
+def command_named(name: str) -> Command:
+    """The function of command `name`, its module loaded now."""
+    __import__(f"sloth_tray.cli.{MODULES[name]}")
+    return COMMANDS[name]
+
+
+def every_command() -> dict[str, Command]:
+    """COMMANDS, every command module loaded (the README's check lists them all)."""
+    for name in MODULES:
+        command_named(name)
+    return COMMANDS
 
 
 def no_queue_here(home: Home) -> None:

@@ -3,30 +3,35 @@ and Ctrl-C into 130."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
-import signal
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
-from sloth_tray import config
-from sloth_tray.cli import (  # noqa: F401 (each registers its commands)
-    agents,
-    changing,
-    daemons,
-    reading,
+from sloth_tray.cli import glance
+from sloth_tray.cli.common import (
+    BROKEN_PIPE_STATUS,
+    IN_A_JOB,
+    INTERRUPTED,
+    MODULES,
+    command_named,
 )
-from sloth_tray.cli.common import BROKEN_PIPE_STATUS, COMMANDS, INTERRUPTED
-from sloth_tray.cli.parser import build_parser, step_options
+from sloth_tray.cli.glance import step_options
 from sloth_tray.errors import SlothError
-from sloth_tray.paths import locate
 from sloth_tray.text import printable
+
+TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
+
+    from sloth_tray import config
 
 
 def load_settings(args: argparse.Namespace) -> config.Settings:
     """config.toml, the environment, and the flags this command has."""
+    from sloth_tray import config
+
     flag = vars(args).get
     return config.load(Path(flag("config")) if flag("config") else None, flags={
         "jobs_dir": flag("jobs_dir"), "lease": flag("lease"),
@@ -61,14 +66,20 @@ def _main(argv: Sequence[str] | None) -> int:
               "[--retries N] [--backoff D] [--timeout D] -- COMMAND [ARG...]",
               file=sys.stderr)
         return 2  # argparse's code for a usage mistake
-    # `sloth-tray status --json`: the command comes first, so only its parser is
-    # needed; anything else (help, options first, no command) gets them all.
-    parser = build_parser(only=line[0] if line and line[0] in COMMANDS else None)
-    args = parser.parse_args(line)
+    args = glance.parsed(line) if inline is None else None  # a plain line: no argparse
+    if args is None:
+        from sloth_tray.cli.parser import build_parser
+
+        # `sloth-tray retry --fresh ID`: the command comes first, so only its parser is
+        # needed; anything else (help, options first, no command) gets them all.
+        known = line and (line[0] in MODULES or line[0] in IN_A_JOB)
+        parser = build_parser(only=line[0] if known else None,
+                              listing=_help_before_command(line))
+        args = parser.parse_args(line)
+        if args.command is None:  # plain `sloth-tray` starts the app
+            args = parser.parse_args([*line, "run"])
     if inline is not None:
         args.inline = inline
-    if args.command is None:  # plain `sloth-tray` starts the app
-        args = parser.parse_args([*line, "run"])
     if args.command == "step":  # inside a job: no settings, no home: the run names its queue
         from sloth_tray.cli import step
 
@@ -89,11 +100,13 @@ def _main(argv: Sequence[str] | None) -> int:
         return wait.main_ask(args.question, args.choices, args.default, args.timeout,
                              args.name)
     try:
+        from sloth_tray.paths import locate
+
         args.settings = load_settings(args)
         home = locate(getattr(args, "home", None), args.settings["jobs_dir"],
                       jobs_source=args.settings.sources.get("jobs_dir"))
         with interrupted_at_once(args.command not in (*DAEMONS, *WAITING)):
-            return COMMANDS[args.command](args, home)
+            return command_named(args.command)(args, home)
     except SlothError as exc:
         print(f"sloth-tray: {printable(exc)}", file=sys.stderr)
         return 1
@@ -128,6 +141,14 @@ def _command_at(line: Sequence[str]) -> int | None:
     return None
 
 
+def _help_before_command(line: Sequence[str]) -> bool:
+    """`sloth-tray --help`: argparse prints the commands and stops at the help, before
+    any command's own options are needed."""
+    at = _command_at(line)
+    before = line[:at] if at is not None else line[:line.index("--")] if "--" in line else line
+    return "-h" in before or "--help" in before
+
+
 def _step_name_forgotten(line: Sequence[str]) -> bool:
     """`sloth-tray step -- echo x`: the `--` comes before any NAME (nothing but the
     step's options between `step` and it), where argparse would take COMMAND's first
@@ -155,6 +176,11 @@ def interrupted_at_once(one_shot: bool):
     for good. A one-shot command has nothing to clean up: each write is one
     SQLite transaction, and `add` copies where no start would queue it.
     """
+    # The C module signal wraps: signal's enums cost a glance a twentieth of its time.
+    try:
+        import _signal as signal
+    except ImportError:  # an interpreter without it
+        import signal
     previous = None
     if one_shot:
         try:

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 
 from sloth_tray import __version__, limits
+from sloth_tray.cli.glance import STEP_VALUED
 from sloth_tray.store.states import Reason, State
 from sloth_tray.text import printable
 
@@ -26,7 +27,10 @@ class Parser(argparse.ArgumentParser):
     # check says what it accepts instead of "expected one argument".
     NEGATIVE_VALUE = re.compile(r"^-[0-9]*\.?[0-9]+[a-zA-Z]*$")
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, columns: int | None = None, **kwargs: Any) -> None:
+        # The terminal's width, read once for the whole command line (build_parser):
+        # argparse asks it again for every option added.
+        self._columns = terminal_columns() if columns is None else columns
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = self.NEGATIVE_VALUE  # argparse's own hook (3.11)
 
@@ -36,7 +40,7 @@ class Parser(argparse.ArgumentParser):
     def _get_formatter(self) -> argparse.HelpFormatter:
         """argparse's formatter, given its width: left to itself it imports shutil (and
         with it zlib, bz2 and lzma) in every add_argument, for the terminal's width."""
-        return self.formatter_class(prog=self.prog, width=terminal_columns() - 2)
+        return self.formatter_class(prog=self.prog, width=self._columns - 2)
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         """A choice mistyped (a command, a --state) gets the nearest one: `did you mean
@@ -141,21 +145,28 @@ def daemon_options(parser: argparse.ArgumentParser) -> None:
                         help="how long a job's lease lasts between heartbeats (default 60s)")
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+def build_parser(only: str | None = None, *, listing: bool = False
+                 ) -> argparse.ArgumentParser:
     """The whole command line; with `only`, just that command's parser among the
-    commands. (Each parser argparse builds looks up translations: options shared by
-    commands are added to each, not kept in parent parsers built every time.)"""
+    commands; `listing`: the commands' names and what they do, none of their options,
+    all the main `--help` shows. (Each parser argparse builds looks up translations:
+    options shared by commands are added to each, not kept in parent parsers built
+    every time.)"""
+    columns = terminal_columns()
     parser = Parser(
-        prog="sloth-tray",
+        prog="sloth-tray", columns=columns,
         description="Run the scripts you drop in a folder, one at a time, under leases.")
     add_common(parser)
     parser.add_argument("--version", action="version", version=f"sloth-tray {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(name: str, help: str, *extras: Callable[[argparse.ArgumentParser], None]) -> Any:
+        if listing:
+            sub.add_parser(name, help=help, add_help=False, columns=columns)
+            return _NotBuilt()
         if only is not None and name != only:
             return _NotBuilt()
-        command_parser = sub.add_parser(name, help=help, description=help)
+        command_parser = sub.add_parser(name, help=help, description=help, columns=columns)
         add_common(command_parser)
         for extra in extras:
             extra(command_parser)
@@ -284,42 +295,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="age such as 7d, 12h, 30m (default 7d)")
     return parser
 
-
-
-# A step's options that take a value: (their limit, metavar, help). Given after NAME
-# they reach the command line's step_options, not argparse (COMMAND's words follow).
-STEP_VALUED = {
-    "--retries": (limits.RETRIES, "N", "a failing COMMAND is tried again, in this run, up "
-                                       "to N more times"),
-    "--backoff": (limits.BACKOFF, "D", "the longest wait between tries: they wait 1s, 2s, "
-                                       "4s..., at most D (default 60s)"),
-    "--timeout": (limits.TIMEOUT, "D", "a try running longer has COMMAND's process group "
-                                       "stopped (SIGTERM, then SIGKILL), and failed"),
-}
-
-
-def step_options(words: list[str], found: dict[str, Any]) -> list[str]:
-    """The step's options at the head of `words` (what argparse left after NAME), put
-    in `found` by their dest ("ask", "retries", ...); the words after them. A bad value
-    raises argparse.ArgumentError's words as ValueError."""
-    while words:
-        flag, equals, value = words[0].partition("=")
-        if words[0] == "--ask":
-            found["ask"], words = True, words[1:]
-            continue
-        if flag not in STEP_VALUED:
-            break
-        if not equals:
-            if len(words) < 2:
-                raise ValueError(f"argument {flag}: expected one argument")
-            value, words = words[1], words[2:]
-        else:
-            words = words[1:]
-        try:
-            found[flag[2:]] = STEP_VALUED[flag][0].argument(value)
-        except argparse.ArgumentTypeError as exc:
-            raise ValueError(f"argument {flag}: {exc}") from None
-    return words
 
 
 def _add_waits(add: Callable[..., Any]) -> None:

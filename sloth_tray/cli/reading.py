@@ -3,7 +3,6 @@ home that does not exist they make nothing and say there is no queue there yet."
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -12,7 +11,7 @@ from sloth_tray import config, limits
 from sloth_tray.cli.common import command, emit_json, in_lane, no_queue_here, table, when
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home
-from sloth_tray.store.access import find_job, queue_to_read, read_queue
+from sloth_tray.store.access import find_job, queue_to_read, reading
 from sloth_tray.store.states import State
 from sloth_tray.store.steps import NEVER, short_time
 from sloth_tray.text import printable
@@ -20,9 +19,13 @@ from sloth_tray.timefmt import clock_time, format_duration, relative
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
-    from typing import Any
+    import argparse
+    import sqlite3
+    from pathlib import Path
+    from typing import Any, BinaryIO
 
-    from sloth_tray.store.queue import Job, Queue
+    from sloth_tray.store.queue import Queue
+    from sloth_tray.store.rows import Job
 
 
 @command
@@ -126,20 +129,21 @@ def _lane_doing(lane: dict[str, Any], running: dict[str, Any] | None, now: float
 
 @command
 def cmd_list(args: argparse.Namespace, home: Home) -> int:
-    queue = read_queue(home)
-    if queue is None:
-        no_queue_here(home)
-        if args.json:
-            emit_json([])
-        return 0
-    with queue:
+    from sloth_tray.store import lanes, queries, reads, steps
+
+    with reading(home) as db:  # the queue's functions on a connection that only reads
+        if db is None:
+            no_queue_here(home)
+            if args.json:
+                emit_json([])
+            return 0
         limit = args.limit or None
         want = limit + 1 if limit else None  # one more: is there more than shown?
-        jobs, earlier = _listed(queue, args, want)
+        jobs, earlier = _listed(db, args, want)
         more = limit is not None and len(jobs) > limit
         jobs = jobs[:limit]
+        waiting = steps.waiting_for(db, [job.id for job in jobs if job.state == State.PENDING])
         if args.json:
-            waiting = queue.waiting_for([job.id for job in jobs if job.state == State.PENDING])
             emit_json([job.as_dict() | {"waiting_for": _wait_json(waiting.get(job.id))}
                        | ({} if args.all_runs else {"earlier_runs": earlier.get(job.id, 0)})
                        for job in jobs])
@@ -150,16 +154,15 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
             print(nothing if args.lane is None else
                   f"no {which + ' ' if which else ''}jobs in lane {printable(args.lane)}")
             return 0
-        now = queue.clock()
-        unmet = queue.unmet()
-        paused_lanes = queue.paused_lanes()
-        running = _running_by_lane(queue)
+        now = time.time()
+        unmet = reads.unmet(db)
+        paused_lanes = lanes.paused_lanes(db, reads.paused(db))
+        running = _running_by_lane(db)
         cut = _cut_short_note(home) if running else None
         # The lane column, once there is more than one lane to tell apart.
-        with_lane = args.lane is None and len({job.lane for job in jobs} | set(queue.lanes())) > 1
+        with_lane = args.lane is None and len({job.lane for job in jobs} | set(lanes.known(db))) > 1
         rows = [("ID", *(("LANE",) if with_lane else ()), "NAME", "STATE", "TRIES", "WHEN",
                  "NOTE")]
-        waiting = queue.waiting_for([job.id for job in jobs if job.state == State.PENDING])
         for job in jobs:
             note = job.last_error if job.state in (State.FAILED, State.PENDING) else job.result
             wait = waiting.get(job.id)
@@ -169,7 +172,7 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
                 note = f"{cut}; {note}" if note else cut
             if earlier.get(job.id):
                 note = _folded_note(earlier[job.id], note)
-            rows.append((queue.shortest_unique_prefix(job.id),
+            rows.append((queries.shortest_unique_prefix(db, job.id),
                          *((job.lane,) if with_lane else ()), job.name, job.state.value,
                          f"{job.attempts}/{job.max_attempts}",
                          wait["words"] if wait else when(job, now, job.lane in paused_lanes),
@@ -180,13 +183,16 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
     return 0
 
 
-def _listed(queue: Queue, args: argparse.Namespace, want: int | None
+def _listed(db: sqlite3.Connection, args: argparse.Namespace, want: int | None
             ) -> tuple[list[Job], dict[str, int]]:
     """The jobs `list` shows, and for each that stands for older done runs of its
     series, how many: a series' done runs fold into its newest unless --all-runs."""
+    from sloth_tray.store import queries
+
     if args.all_runs:
-        return queue.jobs(args.state, limit=want, reason=args.reason, lane=args.lane), {}
-    folded = queue.jobs_folded(args.state, limit=want, reason=args.reason, lane=args.lane)
+        return queries.jobs(db, args.state, limit=want, reason=args.reason, lane=args.lane), {}
+    folded = queries.jobs_folded(db, args.state, limit=want, reason=args.reason,
+                                 lane=args.lane)
     return [job for job, _ in folded], {job.id: n for job, n in folded if n}
 
 
@@ -196,8 +202,10 @@ def _folded_note(earlier: int, note: str | None) -> str:
     return f"{said}; {note}" if note else said
 
 
-def _running_by_lane(queue: Queue) -> dict[str, Job]:
-    return {job.lane: job for job in queue.jobs(State.RUNNING)}
+def _running_by_lane(db: sqlite3.Connection) -> dict[str, Job]:
+    from sloth_tray.store import queries
+
+    return {job.lane: job for job in queries.jobs(db, State.RUNNING)}
 
 
 def _cut_short_note(home: Home, job: Job | None = None) -> str | None:
@@ -235,18 +243,20 @@ def cmd_show(args: argparse.Namespace, home: Home) -> int:
         print("sloth-tray: --occurrence goes with --step (`sloth-tray show ID --step NAME "
               "--occurrence N`: that step's Nth call)", file=sys.stderr)
         return 2  # argparse's code for a usage mistake
-    queue = queue_to_read(home)
-    with queue:
-        job = queue.get(find_job(queue, args.id))
+    from sloth_tray.store import lanes, queries, reads
+    from sloth_tray.store import steps as recorded
+
+    with reading(home, required=True) as db:  # the queue's functions, a look only
+        job = queries.get(db, reads.find_job(db, args.id))
         if args.step is not None:
-            return _print_step_output(queue.step(job.id, args.step, args.occurrence))
-        history = queue.history(job.id)
-        steps = queue.steps(job.id)
-        now = queue.clock()
-        unmet = queue.unmet()
-        paused = queue.paused(job.lane)
-        running = _running_by_lane(queue)
-        wait = queue.waiting_for([job.id]).get(job.id)
+            return _print_step_output(queries.step(db, job.id, args.step, args.occurrence))
+        history = queries.history(db, job.id)
+        steps = [step.as_dict(output=False) for step in recorded.listed(db, job.id)]
+        now = time.time()
+        unmet = reads.unmet(db)
+        paused = lanes.paused(db, job.lane, reads.paused(db))
+        running = _running_by_lane(db)
+        wait = recorded.waiting_for(db, [job.id]).get(job.id)
     logs = home.job_logs(job.id, job.name)
     if args.json:
         emit_json(job.as_dict() | {"history": [event.as_dict() for event in history],
@@ -481,21 +491,21 @@ def _live_in_lane(queue: Queue, lane: str) -> list[str]:
 
 @command
 def cmd_log(args: argparse.Namespace, home: Home) -> int:
-    from sloth_tray.daemon.follow import read_new
-
-    queue = queue_to_read(home)
-    with queue:
-        job = queue.get(find_job(queue, args.id))
-        who = f"{printable(job.name)} ({job.id})"
-        if args.run is not None and args.run > max(job.runs, 1 if args.follow else 0):
-            raise SlothError(f"{who} has run {job.runs} time{'' if job.runs == 1 else 's'}: "
-                             + (f"--run takes 1 to {job.runs}" if job.runs else
-                                "it has no log yet"))
-        if args.follow:
+    if args.follow:
+        queue = queue_to_read(home)
+        with queue:
+            job = queue.get(find_job(queue, args.id))
+            _refuse_a_run_not_there(job, args.run, follow=True)
             return _follow_log(queue, home, job, args.run or max(job.runs, 1))
-        if not job.runs:
-            raise SlothError(f"{who} has not run yet: it has no log (`sloth-tray log -f "
-                             f"{job.id}` waits for it)")
+    from sloth_tray.store import queries, reads
+
+    with reading(home, required=True) as db:  # a look: no Queue, no watch
+        job = queries.get(db, reads.find_job(db, args.id))
+    who = f"{printable(job.name)} ({job.id})"
+    _refuse_a_run_not_there(job, args.run, follow=False)
+    if not job.runs:
+        raise SlothError(f"{who} has not run yet: it has no log (`sloth-tray log -f "
+                         f"{job.id}` waits for it)")
     run = args.run or job.runs
     path = home.job_logs(job.id, job.name) / f"{run}.log"
     if not path.is_file():
@@ -506,10 +516,35 @@ def cmd_log(args: argparse.Namespace, home: Home) -> int:
     return 0
 
 
+def _refuse_a_run_not_there(job: Job, run: int | None, *, follow: bool) -> None:
+    """`--run N` past the job's runs (`-f` may wait for the first) is one sentence."""
+    if run is not None and run > max(job.runs, 1 if follow else 0):
+        raise SlothError(f"{printable(job.name)} ({job.id}) has run {job.runs} "
+                         f"time{'' if job.runs == 1 else 's'}: "
+                         + (f"--run takes 1 to {job.runs}" if job.runs else
+                            "it has no log yet"))
+
+
+def read_new(path: Path, offset: int, out: BinaryIO) -> int:
+    """Copy what `path` holds past `offset` to the binary stream `out`: the new offset.
+    A file not there (yet) holds nothing."""
+    try:
+        file = open(path, "rb")  # noqa: SIM115 (closed below)
+    except FileNotFoundError:
+        return offset
+    with file:
+        file.seek(offset)
+        while chunk := file.read(64 * 1024):
+            out.write(chunk)
+            offset += len(chunk)
+    out.flush()
+    return offset
+
+
 def _follow_log(queue: Queue, home: Home, job: Job, run: int) -> int:
     """`log -f`: the run's log as it grows, then each later run's, until the job ends:
     0 when it ended done, else 1."""
-    from sloth_tray.daemon.follow import Changes, read_new
+    from sloth_tray.daemon.follow import Changes
 
     folder = home.job_logs(job.id, job.name)
     offset = 0

@@ -10,7 +10,8 @@ of the job a done step does not run: its output is written again and the call ex
 Outside a job, COMMAND is exec'd (with SIGPIPE as any program starts with it).
 
 Loaded with the command line's fast path (as `status`): only the standard library
-and sloth_step.
+and sloth_step; subprocess and threading once COMMAND is to run (a skipped step
+writes its output again, and runs nothing).
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from __future__ import annotations
 import errno
 import os
 import signal
-import subprocess
 import sys
-import threading
 
 from sloth_tray.for_jobs import sloth_step
+
+TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
+if TYPE_CHECKING:
+    import subprocess
 
 # As env(1), nice(1) and timeout(1) say it: the step itself could not be run or recorded
 # (COMMAND never ran); COMMAND cannot be run; COMMAND was not found.
@@ -189,6 +192,8 @@ def _run_tries(record: _Record | None, name: str, command: list[str], env: dict[
                tries: Tries) -> int:
     """COMMAND tried up to tries.total times in this run, until a try ends well; the
     step recorded (`record`; None outside a job) as the last try ended."""
+    import threading  # here, as subprocess in _one_try: a step skipped runs neither
+
     ended_by: list[int] = []
     woken = threading.Event()
     group: list[int] = []  # COMMAND's own group while it runs, if it has one (timeout)
@@ -268,6 +273,8 @@ def _one_try(command: list[str], env: dict[str, str], tries: Tries, *, held: boo
     run's log), so the output a script reads is the one kept and replayed. Else it
     is copied through as it comes. With a timeout COMMAND has a group of its own, which
     is stopped once the timeout passes."""
+    import subprocess
+
     _flush_stdout()
     # A closed stdout (`>&-`) stays closed for COMMAND, as without the step: nothing kept.
     piped = _stdout_open()
@@ -364,6 +371,8 @@ class _Deadline:
     on an Event with a timeout: no polling."""
 
     def __init__(self, child: subprocess.Popen, timeout: float) -> None:
+        import threading
+
         self.child, self.passed = child, False
         self._over = threading.Event()
         self._lock = threading.Lock()  # no signal once over: COMMAND's pid may be reused

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sloth_tray.config import KEYS, Settings
-from sloth_tray.daemon import stopsignals
+from sloth_tray.daemon import memory, stopsignals
 from sloth_tray.daemon.engine import Engine, default_owner
 from sloth_tray.daemon.inbox import Inbox, start_inbox
 from sloth_tray.daemon.lock import InstanceLock
@@ -104,6 +104,7 @@ class Daemon:
         self.power: PowerSource | None = None
 
     def __enter__(self) -> Daemon:
+        memory.one_arena()  # before any thread of ours starts
         self.lock.acquire()  # before touching the queue: recovery is the lock holder's job
         if self.log_to_stderr is not None:
             setup_logging(self.home, to_stderr=self.log_to_stderr)

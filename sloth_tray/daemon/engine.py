@@ -9,9 +9,10 @@ job, a retry, the CLI's doorbell, pause, quit, a lane's worker ending) or until 
 queue's next wake-up time. With nothing running, no other thread of it exists.
 
 After every change it publishes an immutable Snapshot to its listeners, so a UI
-never has to touch SQLite: the workers publish around each job, and every wake()
-and menu action publishes from the action thread, so a change shows at once even
-while a job runs for hours.
+never has to touch SQLite: the loop publishes at each look it takes (a wake(), a
+drop), the workers around each job (once it is spawned: never on its way there),
+and every menu action from the action thread, so a change shows at once even while
+a job runs for hours.
 
 The pause lives in the queue's file (Queue.paused), read on every pass of the
 loop: the command line's `pause` and a restart see the same one.
@@ -27,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sloth_tray import instance
-from sloth_tray.daemon import procs
+from sloth_tray.daemon import memory, procs
 from sloth_tray.daemon import snapshot as snapshots
 from sloth_tray.daemon.alarm import Alarm, make_alarm
 from sloth_tray.daemon.capture import append_note
@@ -47,7 +48,6 @@ log = logging.getLogger("sloth_tray")
 
 PROBLEM_RETRY = 30.0  # seconds before trying the database again after an error
 RECORD_RETRY = 2.0  # seconds between tries to record an outcome while the db is locked
-PUBLISH_SPACING = 0.1  # seconds at least between two publishes from the action thread
 SHOW_RUNNING_AFTER = 0.05  # back to back, a job shorter than this is not shown running
 PROBE_EVERY = 60.0  # at most this often are conditions without a service read (desktop/probes.py)
 
@@ -107,8 +107,6 @@ class Engine:
         self._stopping = False
         self._paused = queue.paused()  # the file's, refreshed at every read of it
         self._pause_seen: bool | None = None  # what the loop last said of the pause
-        self._publish_queued = False  # a publish waits on the action thread
-        self._publish_queued_lock = threading.Lock()
         self._problem: str | None = None
         self._workers: list[LaneWork] = []  # the lanes running a job now
         self._workers_lock = threading.Lock()
@@ -135,18 +133,26 @@ class Engine:
     def wake(self) -> None:
         """The queue changed: look again (and let a running job check its lease).
 
-        Jobs may run for hours, so the new state is published from the action thread
-        too (the CLI's retry must clear the red badge now)."""
+        The loop publishes the new state as it looks, also while jobs run for hours
+        (they run on their lanes' workers): the CLI's retry clears the red badge now."""
         for work in self._working():
             work.runner.nudge()
         self.job_added()
 
-    def job_added(self) -> None:
+    def job_added(self, lane: str | None = None) -> None:
         """A job was queued (a drop): look again. Unlike wake(), the running job's
         lease needs no look: a push never takes a job from its owner, and a burst of
-        drops would otherwise cost a heartbeat commit each."""
-        self.alarm.ring()
-        self._publish_soon()
+        drops would otherwise cost a heartbeat commit each.
+
+        `lane`: the job's. A lane a worker of ours runs needs no look of the loop: that
+        worker claims its next job with the last outcome, and rings the loop as it
+        ends (after this job was pushed, so its look finds it). A burst of drops into
+        one lane would otherwise cost a pass each, and a pass reads the line of due
+        jobs. The loop's look publishes: a publish of its own here would read the
+        queue while the loop claims the new job, holding that claim up; without a
+        look, the worker's next publish shows the new job."""
+        if lane is None or lane not in {work.lane for work in self._working()}:
+            self.alarm.ring()
 
     def _unmet(self) -> frozenset[str]:
         return self.conditions.unmet() if self.conditions is not None else frozenset()
@@ -292,27 +298,6 @@ class Engine:
 
         self._actions.submit(act)
 
-    def _publish_soon(self) -> None:
-        """A publish on the action thread; a burst of wakes (a thousand drops)
-        shares the one that is still waiting to run, and publishes come at most
-        PUBLISH_SPACING apart (each reads the queue, under its lock)."""
-        with self._publish_queued_lock:
-            if self._publish_queued:
-                return
-            self._publish_queued = True
-
-        def publish() -> None:
-            early = self._published_at + PUBLISH_SPACING - time.monotonic()
-            if early > 0:
-                time.sleep(early)  # the changes meanwhile join this publish
-            with self._publish_queued_lock:
-                self._publish_queued = False  # a change after this reads again
-            self._publish()
-
-        if not self._actions.submit(publish):
-            with self._publish_queued_lock:
-                self._publish_queued = False
-
     # -- the loop -------------------------------------------------------------
 
     def recover(self) -> None:
@@ -365,11 +350,14 @@ class Engine:
                     started = self._start_due()
                     self._raise_worker_problem()
                     self._problem = None
-                    self._publish()
+                    if not started:  # else each worker publishes, its job spawned
+                        self._publish()
                     if drain and not started and not self._working():
                         self._raise_worker_problem()  # one that ended meanwhile
                         return
                     self._start_conditions_if_waited_on()
+                    if not self._working():  # idle now: what the runs freed goes back
+                        memory.give_back()
                     self.alarm.wait(self._wake_at())
                 except DatabaseProblem as exc:
                     self._report(exc)
@@ -511,13 +499,11 @@ class Engine:
         work.job = job
         work.running = RunningJob(job.id, job.name, job.attempts, job.max_attempts,
                                   self.queue.clock(), lane=job.lane, by=agent_of(job.source))
-        # Back to back, a job is shown as running only once it has run a moment:
-        # a burst of tiny jobs would otherwise pay a full snapshot each.
-        running_for = None
-        if time.monotonic() - self._published_at < SHOW_RUNNING_AFTER:
-            running_for = (SHOW_RUNNING_AFTER, self._publish)
-        else:
-            self._publish()
+        # Shown running once spawned: a snapshot read before would hold the spawn up.
+        # Back to back, only once it has run a moment: a burst of tiny jobs would
+        # otherwise pay a full snapshot each.
+        back_to_back = time.monotonic() - self._published_at < SHOW_RUNNING_AFTER
+        running_for = (SHOW_RUNNING_AFTER if back_to_back else 0.0, self._publish)
         if job.options.get("interrupt") and waiting_for(job.options, self._unmet()):
             # Lost between the claim and now: the change's interrupt may have come
             # before this job was running.

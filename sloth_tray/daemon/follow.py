@@ -87,20 +87,3 @@ class Changes:
         if wd == self._home_wd and name not in self._queue_files:
             return  # the lock, the -shm index (a reader's own), anything else in home
         self._changed.set()
-
-
-def read_new(path: Path, offset: int, out) -> int:
-    """Copy what `path` holds past `offset` to the binary stream `out`: the new offset.
-    A file not there (yet) holds nothing."""
-    try:
-        file = open(path, "rb")  # noqa: SIM115 (closed below)
-    except FileNotFoundError:
-        return offset
-    with file:
-        file.seek(offset)
-        while chunk := file.read(64 * 1024):
-            out.write(chunk)
-            offset += len(chunk)
-    out.flush()
-    return offset
-

@@ -64,7 +64,7 @@ CLOSE_TOLD_EVENTS: list[type[FileSystemEvent]] = [
 
 
 class Inbox(FileSystemEventHandler):
-    def __init__(self, home: Home, queue: Queue, on_push: Callable[[], None], *,
+    def __init__(self, home: Home, queue: Queue, on_push: Callable[[str], None], *,
                  settle: float = SETTLE, quiet: float = QUIET,
                  close_events: bool = sys.platform.startswith("linux"),
                  monotonic: Callable[[], float] = time.monotonic) -> None:
@@ -280,7 +280,7 @@ class Inbox(FileSystemEventHandler):
         log.info("queued %s as %s%s%s", source.name, job_id,
                  "" if lane == lanes.MAIN else f" in lane {lane}",
                  f" ({refusal})" if refusal else "")
-        self.on_push()
+        self.on_push(lane)
 
     def _place(self, path: str, lane: str) -> tuple[Path, str, os.stat_result] | None:
         """Move the drop into the spool: (where it is now, its job id, the lstat of
@@ -319,7 +319,7 @@ class Inbox(FileSystemEventHandler):
 
 
 def start_inbox(home: Home, queue: Queue, observer: BaseObserver,
-                on_push: Callable[[], None]) -> Inbox:
+                on_push: Callable[[str], None]) -> Inbox:
     """Reconcile the spool, then watch the jobs folder and its lane folders and scan
     them."""
     spool.reconcile(home, queue)

@@ -61,9 +61,11 @@ def appended(value: str | None, folder: str) -> str:
     return os.pathsep.join([*parts, folder])
 
 
+@cache
 def step_module_folder() -> str:
     """The folder holding the job's sloth_step.py and nothing else, which checks the
-    job's Python and runs the app's sloth_step (in a bundle: their copies there)."""
+    job's Python and runs the app's sloth_step (in a bundle: their copies there).
+    Resolved once: a module's place does not move while it is loaded."""
     return str(Path(sloth_step.__file__).resolve().parent / "pythonpath")
 
 

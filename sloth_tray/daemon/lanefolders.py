@@ -264,14 +264,15 @@ class LaneFolders:
     def _let_go(self, path: Path, *, gone: bool) -> None:
         """The entry at `path` is no lane folder in use (any more): unwatched, and its
         lane forgotten (the queue keeps it while it has jobs)."""
+        was_watched = str(path) in self._watches.watched()  # (its identity is gone with it)
         if gone:
             self._told.pop(str(path), None)
-            if str(path) in self._watches.watched():  # (its identity is gone with it)
-                log.info("the lane folder %s is gone; lane %s stays listed only while it "
-                         "has jobs", path, path.name)
         self._watches.drop(path)
         if lane_name_problem(path.name) is None:
             self.queue.forget_lane(path.name)
+        if gone and was_watched:  # said once the queue knows: what it says is so
+            log.info("the lane folder %s is gone; lane %s stays listed only while it "
+                     "has jobs", path, path.name)
 
     def _say_once(self, path: Path, info: os.stat_result, sentence: str) -> None:
         """Log why a folder is not used, once for as long as that stays so."""

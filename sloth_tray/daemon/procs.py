@@ -126,10 +126,14 @@ FINDS_RUNS_BY_ENVIRONMENT = sys.platform.startswith("linux")  # /proc/<pid>/envi
 def _environments(since: int | None = None) -> Iterator[tuple[int, list[bytes]]]:
     """(pid, environment entries) of every process we may read, but our own; with
     `since`, only of those whose pid was handed out from `since` on."""
-    pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
-    if since is not None:
-        last = _last_pid()
-        if last is not None:
+    last = _last_pid() if since is not None else None
+    if since is not None and last is not None and 0 <= last - since < FEW_PIDS:
+        # Each pid handed out since, looked up by its number: a listing of /proc
+        # names every process on the machine, and a short run's are a handful.
+        pids: list[int] = list(range(since, last + 1))
+    else:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+        if since is not None and last is not None:
             pids = [pid for pid in pids if handed_out_since(pid, since, last)]
     for pid in pids:
         if pid == os.getpid():
@@ -141,6 +145,7 @@ def _environments(since: int | None = None) -> Iterator[tuple[int, list[bytes]]]
             continue
 
 
+FEW_PIDS = 256  # pids handed out since a run's spawn looked up one by one, at most
 PID_MAX_FOR_SINCE = 32768  # below this, pids may wrap around twice within a short run
 
 

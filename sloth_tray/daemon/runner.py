@@ -112,7 +112,8 @@ class Runner:
     def run(self, job: Job, *, running_for: tuple[float, Callable[[], None]] | None = None
             ) -> Attempt:
         """Run one claimed job and say how it ended. `running_for` (seconds, call):
-        call once the job has run that long (the engine shows it as running then)."""
+        call once the job has run that long (the engine shows it as running then);
+        0: as soon as it is spawned."""
         sleep_watch = SleepWatch(self.queue.clock, self.monotonic)  # from the claim on
         if not job.script:  # pushed by a program with nothing to run
             return Attempt.failed(Reason.UNRUNNABLE, "the job has no script to run")
@@ -186,6 +187,9 @@ class Runner:
         # When to call running_for's call: monotonic, like the timeout.
         show_at, show = (None, None) if running_for is None else \
             (started + running_for[0], running_for[1])
+        if show is not None and running_for[0] <= 0:
+            show()  # spawned and watched: now, not after a wait that its end may cut
+            show_at, show = None, None
         while child.returncode is None:
             self.alarm.wait(self._deadline(next_beat, show_at, timeout_at))
             # Its own end first, before a stop or a timeout, even if the watcher has not

@@ -17,9 +17,11 @@ service nor a probe) stays holding: such jobs must never wait forever.
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+
+TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
+if TYPE_CHECKING:
+    from typing import Any
 
 CONDITIONS = ("ac", "network", "unmetered")  # also the order they are written in
 # What each condition waits for, as a person would say it ("waiting for AC power").
@@ -83,6 +85,8 @@ class Conditions:
     def __init__(self, start: Callable[[], None] | None = None) -> None:
         self._start = start
         self._holds = dict.fromkeys(CONDITIONS, start is None)
+        import threading  # here: `list` reads a job's require= without loading it
+
         self._lock = threading.Lock()
         self._listeners: list[Listener] = []
         self._probes: dict[str, Probe] = {}  # condition -> what reads it, where probed

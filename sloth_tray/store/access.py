@@ -5,12 +5,17 @@ does not fit a job's state. Below both clients, so neither imports the other."""
 
 from __future__ import annotations
 
+import contextlib
+
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home
 from sloth_tray.store.states import State
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
+    import sqlite3
+    from collections.abc import Iterator
+
     from sloth_tray.store.queue import Job, Queue
 
 
@@ -50,6 +55,32 @@ def queue_to_read(home: Home) -> Queue:
     if queue is None:
         raise SlothError(home.no_queue)
     return queue
+
+
+@contextlib.contextmanager
+def reading(home: Home, *, required: bool = False) -> Iterator[sqlite3.Connection | None]:
+    """For a command that only reads (`list`, `show`, `log`), without the Queue and its
+    writing code: the file read whole first (schema.verify), as read_queue does, then
+    one read transaction on a connection that cannot write (reads.reader), its errors
+    one sentence. None where there is no queue to read (Home.readable), nothing made;
+    `required`: the sentence that says so instead (exit 1), as queue_to_read."""
+    from sloth_tray.store import reads
+    from sloth_tray.store.schema import translated_errors, verify
+
+    if not home.readable():
+        if required:
+            raise SlothError(home.no_queue)
+        yield None
+        return
+    verify(home.db)
+    db = reads.reader(home.db)
+    try:
+        with translated_errors(home.db, reads.BUSY_TIMEOUT):
+            db.execute("BEGIN")  # every read from the same moment
+            yield db
+            db.execute("COMMIT")
+    finally:
+        db.close()
 
 
 def find_job(queue: Queue, given: str) -> str:

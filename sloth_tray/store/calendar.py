@@ -24,7 +24,7 @@ from sloth_tray.timefmt import format_duration
 Zone = Callable[[], tzinfo]  # this machine's zone (or the injected one), read when needed
 
 # Waiting jobs last changed after a time (by a clock that was ahead), to count again.
-_AHEAD = ("SELECT id, not_before, updated_at, options FROM jobs INDEXED BY jobs_due "
+_AHEAD = ("SELECT id, not_before, updated_at, options FROM jobs INDEXED BY jobs_due_changed "
           "WHERE state = 'pending' AND updated_at > ?")
 
 

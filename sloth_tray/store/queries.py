@@ -2,21 +2,25 @@
 by the start of one, lists of jobs (by state, folded by series, failed by series, by
 name), a job's steps and history, what is due when. Functions over a connection, as
 reads.py's are; Queue's thin methods open the connection's transaction and call them,
-so a caller asks the Queue it holds and never sees this module.
+so a caller asks the Queue it holds; the commands that only read (`list`, `show`)
+call them on a connection of their own (access.reading), without the Queue.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Collection
-from typing import Any
 
 from sloth_tray.errors import UnknownJob
-from sloth_tray.store import lanes, reads, rows, schedules, steps
+from sloth_tray.store import lanes, reads, rows, schedules, schema, steps
 from sloth_tray.store.rows import JOB_COLUMNS, Event, Job
 from sloth_tray.store.states import Reason, State
 from sloth_tray.store.steps import UnknownStep
+
+TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
+if TYPE_CHECKING:
+    from collections.abc import Collection
+    from typing import Any
 
 # The few waiting, leased or failed rows sit in a partial index; left alone, the planner
 # would walk the whole table in rowid order.
@@ -182,13 +186,14 @@ def history(db: sqlite3.Connection, job_id: str) -> list[Event]:
 
 
 def waits_on(db: sqlite3.Connection, now: float, unmet: frozenset[str]) -> bool:
-    """Whether some job due at `now` waits on a condition in `unmet`."""
+    """Whether some job due at `now` waits on a condition in `unmet`. Read among the
+    jobs that require one (their own index): the loop asks before each sleep."""
     if not unmet:
         return False
     waits, params = reads.not_waiting(unmet)
     return db.execute(
-        "SELECT 1 FROM jobs WHERE state = 'pending' AND not_before <= :now "
-        f"AND NOT (1{waits}) LIMIT 1", {"now": now, **params}
+        f"SELECT 1 FROM jobs INDEXED BY jobs_due_requiring WHERE {schema.REQUIRING} "
+        f"AND not_before <= :now AND NOT (1{waits}) LIMIT 1", {"now": now, **params}
     ).fetchone() is not None
 
 

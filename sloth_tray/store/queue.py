@@ -8,24 +8,21 @@ A running job is a lease, not a flag. `claim` hands a job out until
 WHERE clause). A worker that dies or sleeps simply stops renewing, and the
 next `claim` after `lease_until` takes the job back. Nothing needs a reaper.
 
-Each public method is one statement or one short transaction. A job's history
-lives in its own row, appended by the same UPDATE that changes its state, so a
-transition and its event can never part. Wall time comes from the injected
-`clock`, so tests move time instead of sleeping.
+Each public method is one statement or one short transaction (connection.py); the
+claim's statements are built in claims.py. A job's history lives in its own row,
+appended by the same UPDATE that changes its state, so a transition and its event
+can never part. Wall time comes from the injected `clock`, so tests move time
+instead of sleeping.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import sqlite3
-import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable
 from datetime import UTC, tzinfo
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from sloth_tray import limits
 from sloth_tray.errors import UnknownJob
@@ -43,11 +40,12 @@ from sloth_tray.store import (
     steps,
     words,
 )
+from sloth_tray.store.claims import ClaimStatements, claim_statements
+from sloth_tray.store.connection import SharedConnection
 from sloth_tray.store.ends import LATER_FOR_AT_MOST as LATER_FOR_AT_MOST
-from sloth_tray.store.rows import JOB_COLUMNS, Event, Job
 from sloth_tray.store.rows import VALID_ID as VALID_ID
+from sloth_tray.store.rows import Event, Job
 from sloth_tray.store.rows import new_job_id as new_job_id
-from sloth_tray.store.schema import connect, translated_errors
 from sloth_tray.store.states import PERMANENT as PERMANENT
 from sloth_tray.store.states import Reason, State
 from sloth_tray.store.steps import NotCutShort as NotCutShort
@@ -58,123 +56,9 @@ from sloth_tray.store.words import Refused as Refused
 Clock = Callable[[], float]
 
 
-class ClaimStatements(NamedTuple):
-    """What a claim runs (claim_statements), and what its clauses bind."""
-
-    due: str
-    lapsed: str
-    taken_back: str
-    params: dict[str, str]
-
-
-def claim_statements(lane: str | None = None, skip_lanes: Collection[str] = (),
-                     unmet: frozenset[str] | set[str] = frozenset()) -> ClaimStatements:
-    """The statements a claim runs, built here alone; as they read with no lane given,
-    none skipped and every condition met:
-
-    `due`, the usual claim: one statement leases the oldest due pending job of a lane
-    that takes one (none of its jobs running, lease live or lapsed; the lane not
-    paused, by itself or with the whole queue, unless resumed by itself), of a series
-    not paused on its own (reads.NOT_HELD). Atomic on
-    its own, so two claims, from any processes, never lease two jobs of one lane::
-
-        UPDATE jobs SET state = 'running', lease_owner = :owner,
-            lease_until = :now + coalesce(json_extract(options, '$.lease'), :lease),
-            attempts = attempts + 1, runs = runs + 1, updated_at = :now, child = :child,
-            history = json_insert(history, '$[#]', json_array(:now, 'claimed',
-                'attempt ' || (attempts + 1) || ' of ' || max_attempts || ' by ' || :owner))
-        WHERE rowid = (SELECT rowid FROM jobs WHERE state = 'pending' AND not_before <= :now
-            AND NOT EXISTS (SELECT 1 FROM jobs AS busy INDEXED BY jobs_live_lane
-                WHERE state NOT IN ('done', 'cancelled') AND state = 'running'
-                AND busy.lane = jobs.lane)
-            AND NOT EXISTS (SELECT 1 FROM lanes WHERE lanes.name = lane AND paused = 1)
-            AND (NOT EXISTS (SELECT 1 FROM flags WHERE name = 'paused' AND value)
-                OR EXISTS (SELECT 1 FROM lanes WHERE lanes.name = lane AND paused = -1))
-            AND coalesce(script, name) NOT IN (SELECT series FROM paused_series)
-            ORDER BY not_before, rowid LIMIT 1)
-        RETURNING id, name, state, attempts, max_attempts, not_before, lease_owner,
-            lease_until, last_error, result, script, options, created_at, updated_at,
-            child, reason, runs, lane, key, source
-
-    `lapsed`: the lapsed lease to take back first, if one lapsed no later than that
-    job fell due. It is its lane's one running job, so only the lane's pause holds
-    it back::
-
-        SELECT id FROM jobs WHERE state = 'running' AND lease_until <= :now
-            AND NOT EXISTS (SELECT 1 FROM lanes WHERE lanes.name = lane AND paused = 1)
-            AND (NOT EXISTS (SELECT 1 FROM flags WHERE name = 'paused' AND value)
-                OR EXISTS (SELECT 1 FROM lanes WHERE lanes.name = lane AND paused = -1))
-            AND lease_until <= coalesce((SELECT not_before FROM jobs
-                WHERE state = 'pending' AND not_before <= :now
-                AND NOT EXISTS (SELECT 1 FROM jobs AS busy INDEXED BY jobs_live_lane
-                    WHERE state NOT IN ('done', 'cancelled') AND state = 'running'
-                    AND busy.lane = jobs.lane)
-                AND NOT EXISTS (SELECT 1 FROM lanes WHERE lanes.name = lane AND paused = 1)
-                AND (NOT EXISTS (SELECT 1 FROM flags WHERE name = 'paused' AND value)
-                    OR EXISTS (SELECT 1 FROM lanes WHERE lanes.name = lane AND paused = -1))
-                AND coalesce(script, name) NOT IN (SELECT series FROM paused_series)
-                ORDER BY not_before, rowid LIMIT 1), lease_until)
-        ORDER BY lease_until, rowid LIMIT 1
-
-    `taken_back`: that job (:id), once ends.reclaim took it back, leased as `due`
-    leases one, its history saying why (:reclaimed)::
-
-        UPDATE jobs SET state = 'running', lease_owner = :owner,
-            lease_until = :now + coalesce(json_extract(options, '$.lease'), :lease),
-            attempts = attempts + 1, runs = runs + 1, updated_at = :now, child = :child,
-            history = json_insert(history,
-                '$[#]', json_array(:now, 'reclaimed', :reclaimed),
-                '$[#]', json_array(:now, 'claimed',
-                'attempt ' || (attempts + 1) || ' of ' || max_attempts || ' by ' || :owner))
-        WHERE id = :id
-        RETURNING id, name, state, attempts, max_attempts, not_before, lease_owner,
-            lease_until, last_error, result, script, options, created_at, updated_at,
-            child, reason, runs, lane, key, source
-
-    Right after each `<= :now`, in this order: for a pending job, when a condition is
-    unmet, reads.not_waiting's `AND NOT coalesce(instr(',' ||
-    json_extract(options, '$.require') || ',', :unmet0) OR ..., 0)`; then `AND lane =
-    :lane` for one lane (`lane`), and `AND lane NOT IN (:skip0, ...)` for the lanes
-    skipped (`skip_lanes`). `params` binds them.
-    """
-    # Glued from the conditions others share: lanes.CLAIMABLE, lanes.NOT_PAUSED and
-    # reads.NOT_HELD (next_wakeup's too), reads.not_waiting (status's too). No
-    # clause for a condition met or a lane not named: the usual claim is the same
-    # statement every time.
-    waits, params = reads.not_waiting(unmet)
-    in_lane = ""
-    if lane is not None:
-        in_lane, params = " AND lane = :lane", params | {"lane": lane}
-    if skip_lanes:
-        skipped = {f"skip{i}": name for i, name in enumerate(sorted(skip_lanes))}
-        in_lane += f" AND lane NOT IN ({', '.join(':' + key for key in skipped)})"
-        params |= skipped
-    oldest_due = (f"FROM jobs WHERE state = 'pending' AND not_before <= :now{waits}{in_lane} "
-                  f"AND {lanes.CLAIMABLE} AND {reads.NOT_HELD} "
-                  "ORDER BY not_before, rowid LIMIT 1")
-    # The lease, given to :owner at :now for the job's own lease= or :lease seconds;
-    # the run's token (:child) is kept from the claim on. Its expressions read the row
-    # as it was: `attempts + 1` is the attempt this claim starts.
-    lease = ("UPDATE jobs SET state = 'running', lease_owner = :owner, "
-             "lease_until = :now + coalesce(json_extract(options, '$.lease'), :lease), "
-             "attempts = attempts + 1, runs = runs + 1, updated_at = :now, child = :child, "
-             "history = json_insert(history, ")
-    claimed = ("'$[#]', json_array(:now, 'claimed', 'attempt ' || (attempts + 1) || ' of ' "
-               "|| max_attempts || ' by ' || :owner))")
-    return ClaimStatements(
-        due=(f"{lease}{claimed} WHERE rowid = (SELECT rowid {oldest_due}) "
-             f"RETURNING {JOB_COLUMNS}"),
-        lapsed=("SELECT id FROM jobs WHERE state = 'running' "
-                f"AND lease_until <= :now{in_lane} AND {lanes.NOT_PAUSED} "
-                f"AND lease_until <= coalesce((SELECT not_before {oldest_due}), lease_until) "
-                "ORDER BY lease_until, rowid LIMIT 1"),
-        taken_back=(f"{lease}'$[#]', json_array(:now, 'reclaimed', :reclaimed), {claimed} "
-                    f"WHERE id = :id RETURNING {JOB_COLUMNS}"),
-        params=params)
-
-
-class Queue:
-    """A SQLite lease queue. Safe to share between threads; one file, many processes."""
+class Queue(SharedConnection):
+    """A SQLite lease queue. Safe to share between threads; one file, many processes.
+    Its transactions are SharedConnection's (store/connection.py)."""
 
     def __init__(
         self,
@@ -188,121 +72,17 @@ class Queue:
         busy_timeout: float = 5.0,
         tz: tzinfo | None = None,
     ) -> None:
-        self.path = Path(path)
         self.clock = clock
         self._tz = tz  # calendar jobs' zone; None: this machine's, read when first needed
         self.lease_seconds = float(limits.LEASE.check(lease_seconds))
         self.max_attempts = int(limits.ATTEMPTS.check(max_attempts))
         self.backoff_cap = float(backoff_cap)
-        self.busy_timeout = float(busy_timeout)
-        self._lock = threading.RLock()  # re-entered by the writes inside a batch()
-        self._in_transaction = False  # ours, open (under the lock): a batch's writes join it
-        self._synchronous = synchronous
         # (wall, monotonic) at the last look: a wall clock that went back against the
         # monotonic one was set back, and waiting jobs count their waits again.
         self._clock_seen: tuple[float, float] | None = None
         # claim_statements(lane, skip_lanes, unmet) by its arguments (Queue.claim).
         self._claims: dict[tuple[Any, ...], ClaimStatements] = {}
-        # Made, identified, in WAL and migrated (schema.connect); autocommit: we say
-        # BEGIN and COMMIT ourselves. Shared between threads, guarded by self._lock.
-        self._db = connect(self.path, self.busy_timeout, synchronous=synchronous,
-                           check_same_thread=False)
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    def __enter__(self) -> Queue:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # -- plumbing ----------------------------------------------------------
-
-    def _translated_errors(self) -> contextlib.AbstractContextManager[None]:
-        return translated_errors(self.path, self.busy_timeout)
-
-    @contextlib.contextmanager
-    def batch(self) -> Iterator[None]:
-        """The writes made inside, on this thread, as one transaction: one commit,
-        one fsync where each would have had its own. All or none of them land.
-
-        The daemon's loop records an attempt's outcome and claims the next job in
-        one (outcome.record + claim): two commits per job where there were four.
-        """
-        with self._transaction():
-            yield
-
-    @contextlib.contextmanager
-    def savepoint(self) -> Iterator[None]:
-        """Inside a batch: what is written in here is undone alone if it raises,
-        and the batch's other writes still commit."""
-        with self._lock, self._translated_errors():
-            self._db.execute("SAVEPOINT part")
-            try:
-                yield
-            except BaseException:
-                self._db.execute("ROLLBACK TO part")
-                self._db.execute("RELEASE part")
-                raise
-            self._db.execute("RELEASE part")
-
-    @contextlib.contextmanager
-    def read(self) -> Iterator[None]:
-        """The reads made inside, on this thread, as one read transaction (a deferred
-        BEGIN ... COMMIT): each sees the file as of the same commit, whatever other
-        connections commit meanwhile, and no writer elsewhere waits for it (WAL).
-
-        This Queue's other threads wait until it ends: reads only, and short. A write
-        inside would make it a write transaction, which a commit elsewhere since its
-        first read refuses. Inside a batch, the batch is the transaction."""
-        with self._lock, self._translated_errors():
-            if self._db.in_transaction:
-                yield
-                return
-            self._db.execute("BEGIN")
-            try:
-                yield
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._roll_back()
-                raise
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """BEGIN IMMEDIATE ... COMMIT: take the write lock before reading. Inside one
-        already open on this connection (a batch), that one is the transaction."""
-        with self._lock, self._translated_errors():
-            if self._in_transaction:
-                yield self._db
-                return
-            self._db.execute("BEGIN IMMEDIATE")
-            self._in_transaction = True
-            try:
-                yield self._db
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._roll_back()
-                raise
-            finally:
-                self._in_transaction = False
-
-    def _roll_back(self) -> None:
-        """After a failure inside a transaction, or of its COMMIT (a full disk): never
-        leave the connection inside one, holding the write lock with nothing to end it.
-        SQLite may have rolled it back itself already."""
-        if self._db.in_transaction:
-            with contextlib.suppress(sqlite3.Error):  # the first failure is the one to say
-                self._db.execute("ROLLBACK")
-
-    @contextlib.contextmanager
-    def _autocommit(self) -> Iterator[sqlite3.Connection]:
-        """The connection with no transaction of ours: for reads, or one write
-        statement, which is its own transaction (a lone UPDATE needs no BEGIN/COMMIT
-        round trips). Inside a batch, its statements join the batch's."""
-        with self._lock, self._translated_errors():
-            yield self._db
+        super().__init__(path, synchronous=synchronous, busy_timeout=busy_timeout)
 
     # -- writes --------------------------------------------------------------
 
@@ -450,24 +230,6 @@ class Queue:
                 return leases.started(db, job_id, owner, child, self.clock())
         with self._without_own_fsync(), self._autocommit() as db:
             return leases.started(db, job_id, owner, child, self.clock())
-
-    @contextlib.contextmanager
-    def _without_own_fsync(self) -> Iterator[None]:
-        """A write committed without waiting for the disk (synchronous=NORMAL, in WAL
-        mode): a crash of this process loses nothing (the system holds the WAL), and
-        the next full commit makes it durable with its own fsync, the WAL being
-        written in order. Only a power cut before that can lose it: fit for notes
-        like `started`, whose token the claim already made durable. Back to back, a
-        job then waits for the disk twice (push; outcome + next claim), not three."""
-        if self._synchronous.upper() != "FULL" or self._db.in_transaction:
-            yield  # the level cannot change inside a transaction: it commits as it is
-            return
-        with self._lock, self._translated_errors():
-            self._db.execute("PRAGMA synchronous = NORMAL")
-            try:
-                yield
-            finally:
-                self._db.execute(f"PRAGMA synchronous = {self._synchronous}")
 
     def release(self, job_id: str, owner: str, why: str | None = None) -> State | None:
         """Give the lease back (a clean quit, or `why`); the attempt does not count.

@@ -23,7 +23,7 @@ from pathlib import Path
 from sloth_tray.errors import SlothError, UnknownJob
 from sloth_tray.paths import Home
 from sloth_tray.store import lanes, steps
-from sloth_tray.store.schema import connect, translated_errors
+from sloth_tray.store.schema import REQUIRING, connect, translated_errors
 from sloth_tray.store.states import State
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 BUSY_TIMEOUT = 5.0  # seconds a read waits for a writer, as the queue's own connection does
 # A recurring run's first event names the run it follows; how far back a series is walked.
-_FOLLOWS = re.compile(r"the next run after ([0-9a-f]{12})")
+_FOLLOWS = r"the next run after ([0-9a-f]{12})"  # compiled by re once a series is walked
 SERIES_WALK_LIMIT = 1000
 
 
@@ -107,11 +107,13 @@ def not_held_back(unmet: frozenset[str] | set[str]) -> tuple[str, dict[str, str]
 def waiting_on(db: sqlite3.Connection, now: float, unmet: frozenset[str]) -> dict[str, int]:
     """Due jobs that wait, per unmet condition (only those some job waits on). Empty
     when every condition holds. A run of a series paused on its own waits for that
-    pause first (as `schedules` says): it is left out."""
+    pause first (as `schedules` says): it is left out. Counted among the jobs that
+    require a condition (their own index): each snapshot counts them."""
     found: dict[str, int] = {}
     for name in sorted(unmet):
         n = db.execute(
-            "SELECT count(*) FROM jobs WHERE state = 'pending' AND not_before <= :now "
+            f"SELECT count(*) FROM jobs INDEXED BY jobs_due_requiring WHERE {REQUIRING} "
+            "AND not_before <= :now "
             "AND instr(',' || json_extract(options, '$.require') || ',', :name) "
             f"AND {NOT_HELD}",
             {"now": now, "name": f",{name},"}).fetchone()[0]
@@ -175,7 +177,7 @@ def _walk_back(db: sqlite3.Connection, created_at: float, last_error: str | None
     """(last success, first creation, the last run's error) for the run so made."""
     error = last_error  # the head's own failed attempt (it waits for a retry)
     for _ in range(SERIES_WALK_LIMIT):
-        match = _FOLLOWS.fullmatch(first_event or "")
+        match = re.fullmatch(_FOLLOWS, first_event or "")
         if match is None:
             return None, created_at, error  # the series' first run: it never succeeded
         row = db.execute("SELECT state, updated_at, created_at, last_error, "

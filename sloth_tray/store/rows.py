@@ -8,15 +8,54 @@ import json
 import os
 import re
 import sqlite3
-from dataclasses import dataclass, field
-from typing import Any
 
 from sloth_tray.errors import SlothError
 from sloth_tray.store.states import Reason, State
 
+TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
+if TYPE_CHECKING:
+    from typing import Any
 
-@dataclass(frozen=True)
-class Job:
+
+class _Record:
+    """A row as read, frozen: equal to a record of its class with the same fields, its
+    hash of the fields but UNHASHED, and shown as `Job(id='...', ...)`. Written out,
+    not a dataclass: dataclasses (and the inspect, ast and typing it loads, and the code
+    it compiles at import) cost `list` and `show` more than the rest of their work."""
+
+    FIELDS: tuple[str, ...] = ()
+    UNHASHED: tuple[str, ...] = ()
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, name) for name in self.FIELDS
+                          if name not in self.UNHASHED))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.FIELDS)
+        return f"{self.__class__.__qualname__}({fields})"
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}")
+
+
+class Job(_Record):
+    FIELDS = ("id", "name", "state", "attempts", "max_attempts", "not_before",
+              "lease_owner", "lease_until", "last_error", "result", "script", "options",
+              "created_at", "updated_at", "child", "reason", "runs", "lane", "key", "source")
+    UNHASHED = ("options", "child")
+    __match_args__ = FIELDS
+
     id: str
     name: str
     state: State
@@ -28,17 +67,31 @@ class Job:
     last_error: str | None
     result: str | None
     script: str | None
-    options: dict[str, Any] = field(hash=False)
+    options: dict[str, Any]
     created_at: float
     updated_at: float
     # The running attempt's process (pid, pgid, start time, run token), so a
     # later start-up can stop an orphan without ever killing a reused pid.
-    child: dict[str, Any] | None = field(default=None, hash=False)
-    reason: Reason | None = None  # why the last attempt failed (see Reason)
-    runs: int = 0  # runs ever started, across retries; names the log of each
-    lane: str = "main"  # the lane it runs in, one job at a time (store/lanes.py)
-    key: str | None = None  # its adder's own name for it: adding the key again adds nothing
-    source: str | None = None  # who added it: DROPPED, SHELL, or an agent's name
+    child: dict[str, Any] | None
+    reason: Reason | None  # why the last attempt failed (see Reason)
+    runs: int  # runs ever started, across retries; names the log of each
+    lane: str  # the lane it runs in, one job at a time (store/lanes.py)
+    key: str | None  # its adder's own name for it: adding the key again adds nothing
+    source: str | None  # who added it: DROPPED, SHELL, or an agent's name
+
+    def __init__(self, id: str, name: str, state: State, attempts: int, max_attempts: int,
+                 not_before: float, lease_owner: str | None, lease_until: float | None,
+                 last_error: str | None, result: str | None, script: str | None,
+                 options: dict[str, Any], created_at: float, updated_at: float,
+                 child: dict[str, Any] | None = None, reason: Reason | None = None,
+                 runs: int = 0, lane: str = "main", key: str | None = None,
+                 source: str | None = None) -> None:
+        vars(self).update(
+            id=id, name=name, state=state, attempts=attempts, max_attempts=max_attempts,
+            not_before=not_before, lease_owner=lease_owner, lease_until=lease_until,
+            last_error=last_error, result=result, script=script, options=options,
+            created_at=created_at, updated_at=updated_at, child=child, reason=reason,
+            runs=runs, lane=lane, key=key, source=source)
 
     @property
     def lease_seconds(self) -> float | None:
@@ -47,24 +100,29 @@ class Job:
         return float(lease) if lease else None
 
     def as_dict(self) -> dict[str, Any]:
-        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        data = {name: getattr(self, name) for name in self.FIELDS}
         data["state"] = self.state.value
         data["reason"] = self.reason.value if self.reason else None
         return data
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(_Record):
+    FIELDS = ("at", "kind", "detail")
+    __match_args__ = FIELDS
+
     at: float
     kind: str
     detail: str
+
+    def __init__(self, at: float, kind: str, detail: str) -> None:
+        vars(self).update(at=at, kind=kind, detail=detail)
 
     def as_dict(self) -> dict[str, Any]:
         return {"at": self.at, "kind": self.kind, "detail": self.detail}
 
 
 # The columns a Job is read from (a statement selecting them may select more).
-JOB_COLUMNS = ", ".join(Job.__dataclass_fields__)
+JOB_COLUMNS = ", ".join(Job.FIELDS)
 
 
 def job(row: sqlite3.Row | dict[str, Any]) -> Job:

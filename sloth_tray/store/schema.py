@@ -51,6 +51,10 @@ _CALENDARLESS_EVERY_RUN_ENDS = """CREATE TRIGGER recur AFTER UPDATE OF state ON 
              AND json_type(NEW.options, '$.at') IS NULL
              AND json_type(NEW.options, '$.cron') IS NULL"""
 
+# A waiting job that requires a condition: jobs_due_requiring's clause, which a query
+# says word for word to be read on it.
+REQUIRING = "state = 'pending' AND json_extract(options, '$.require') IS NOT NULL"
+
 # Each entry moves the schema one version forward; user_version = entries applied.
 # Statements are kept apart (not one script) so a migration runs inside our own
 # BEGIN IMMEDIATE: executescript() would commit behind our back.
@@ -196,6 +200,15 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # Steps that wait and steps that retry (store/steps.py): a sleep's wake time, an
     # ask's question and answer, a step's try.
     steps.WAITS,
+    (
+        # The looks the daemon makes before each sleep, on partial indexes of their
+        # own: whether a waiting job changed after now (a clock set back,
+        # calendar.any_ahead), and whether a due job waits on an unmet condition
+        # (queries.waits_on). On jobs_due they read every waiting job, in each pass:
+        # a burst of n drops cost n squared.
+        "CREATE INDEX jobs_due_changed ON jobs(updated_at) WHERE state = 'pending'",
+        f"CREATE INDEX jobs_due_requiring ON jobs(not_before) WHERE {REQUIRING}",
+    ),
     # The live jobs' index on two words where it had three (store/lanes.py, LIVE): the
     # same rows, and a job's every change of state keeps it for less. The new schema
     # number keeps an older sloth-tray, whose statements name the index by its old

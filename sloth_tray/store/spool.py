@@ -201,7 +201,8 @@ def unplace(target: Path, source: Path) -> None:
 
 def _mark_queued(folder: Path) -> None:
     try:
-        (folder / QUEUED).touch(mode=0o600)
+        # An empty file made, or found made: one call (Path.touch sets its times first).
+        os.close(os.open(folder / QUEUED, os.O_WRONLY | os.O_CREAT, 0o600))
     except OSError as exc:  # the job is queued all the same; reconcile marks it later
         log.warning("could not mark %s as queued: %s", folder, exc.strerror)
 

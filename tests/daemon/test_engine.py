@@ -14,6 +14,7 @@ from helpers.clock import FakeClock
 from helpers.processes import wait_for
 
 from sloth_tray.daemon import snapshot as snapshot_module
+from sloth_tray.daemon.alarm import make_alarm
 from sloth_tray.daemon.engine import Engine
 from sloth_tray.daemon.snapshot import FailedSeries, Snapshot, StepProgress
 from sloth_tray.store.queue import Queue, Reason, State
@@ -609,3 +610,41 @@ def test_a_listener_that_raises_leaves_no_lane_stuck_behind_a_job_claimed_for_it
     engine.on_result(broken)
     engine.run(drain=True)
     assert [queue.get(job).state for job in (first, second)] == [State.DONE, State.DONE]
+
+
+def test_a_drop_into_a_lane_the_engine_runs_rings_no_pass_of_the_loop(home, tmp_path):
+    """A burst of drops into a lane whose worker runs: that worker claims each with the
+    last outcome, so the loop is not woken for them (each pass reads the whole line of
+    due jobs); a drop into a lane with no worker still wakes it, and the busy lane's
+    jobs all run."""
+    rings = [0]
+
+    class CountedAlarm(type(make_alarm())):
+        def ring(self) -> None:
+            rings[0] += 1
+            super().ring()
+
+    queue = Queue(home.db)
+    go, effects = tmp_path / "go", tmp_path / "effects"
+    push_script(queue, home, "long.sh", f"echo start >> {effects}\n{until(go)}\n")
+    engine = Engine(queue, home, alarm=CountedAlarm())
+    thread = threading.Thread(target=engine.run)
+    thread.start()
+    try:
+        wait_for(lambda: effects.exists(), what="the long job to start")
+        before = rings[0]
+        burst = [push_script(queue, home, f"b{i}.sh", "true") for i in range(20)]
+        for _ in burst:
+            engine.job_added("main")
+        assert rings[0] == before, "a drop into the running lane woke the loop"
+        other = push_script(queue, home, "tidy.sh", "true", lane="net")
+        engine.job_added("net")
+        assert rings[0] == before + 1
+        wait_for(lambda: queue.get(other).state == State.DONE, what="the other lane's job")
+        go.touch()
+        wait_for(lambda: all(queue.get(job).state == State.DONE for job in burst),
+                 what="the burst, run by the main lane's worker")
+    finally:
+        go.touch()
+        engine.stop()
+        thread.join(15)

@@ -36,7 +36,7 @@ class Running:
         self.inbox = Inbox(home, queue, self._wake, settle=settle)
         self.inbox.start(self.observer)
 
-    def _wake(self) -> None:
+    def _wake(self, lane: str) -> None:
         self.wakes += 1
 
     def stop(self) -> None:

@@ -40,7 +40,7 @@ class Watching:
     def __init__(self, home, queue, *, settle: float = 0.1, quiet: float = 0.2) -> None:
         self.observer = make_observer()
         self.observer.start()
-        self.inbox = Inbox(home, queue, lambda: None, settle=settle, quiet=quiet)
+        self.inbox = Inbox(home, queue, lambda lane: None, settle=settle, quiet=quiet)
         self.inbox.start(self.observer)
 
     def stop(self) -> None:

@@ -233,6 +233,22 @@ def test_a_fork_that_outlives_its_parent_is_stopped_when_the_job_ends(home, tmp_
     wait_for(lambda: not alive(int(stray.read_text())), timeout=2, what="the stray to die")
 
 
+@pytest.mark.parametrize("few", [0, 10**6], ids=["listed", "looked-up-by-pid"])
+def test_a_short_runs_stray_is_stopped_whether_its_pids_are_listed_or_looked_up(
+        home, tmp_path, pids, monkeypatch, few):
+    """The pids handed out since a short run's spawn are few: each is opened by its
+    number (past FEW_PIDS, /proc is listed). Either way the setsid stray goes."""
+    monkeypatch.setattr(procs, "FEW_PIDS", few)
+    queue = Queue(home.db)
+    stray = tmp_path / "stray"
+    path = script(home, "fork.sh", f"(setsid sleep 300 & echo $! > {stray}) ; echo parent done")
+    job = start(queue, path)
+    result = run_and_record(Runner(queue, home, "me"), job)
+    pids.add(int(stray.read_text()))
+    assert result.effect == Effect.DONE
+    wait_for(lambda: not alive(int(stray.read_text())), timeout=2, what="the stray to die")
+
+
 def test_a_long_runs_stray_is_found_among_every_process(home, tmp_path, pids, monkeypatch):
     """Past SHORT_RUN the pids may have wrapped around: every process is looked at."""
     seen = sweeps(monkeypatch)

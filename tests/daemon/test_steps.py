@@ -323,7 +323,7 @@ def test_step_done_naming_no_cut_step_is_refused_naming_the_step_that_asks(home,
     none the job has) must not count as the word that lets the asking step run again."""
     effects, flag = tmp_path / "effects", tmp_path / "flag"
     job_id = add(home, "pay.sh", f"""#!/bin/sh
-# sloth: max_attempts=1 timeout=1
+# sloth: max_attempts=1 timeout=4
 sloth-tray step prepare -- sh -c 'echo prepare >> {effects}' || exit 9
 sloth-tray step charge --ask -- sh -c 'echo charge >> {effects}
     test -e {flag} || exec sleep 60' || exit 9

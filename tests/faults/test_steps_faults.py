@@ -224,7 +224,7 @@ def test_quit_mid_asking_step_stops_the_job_and_a_plain_retry_runs_the_step_agai
 def test_a_timeout_mid_step_cuts_it(setup, tmp_path, pids, ask):
     home, tag, effects, go = setup
     job_id = add(home, tag, "slow.sh", three_steps(effects, go, ask=ask,
-                                                   header="# sloth: timeout=1 max_attempts=1"))
+                                                   header="# sloth: timeout=3 max_attempts=1"))
     daemon = start_daemon(pids, home, tag, tmp_path / "d.log")
     child = wait_for_middle(home, tag, job_id, effects)
     wait_for(lambda: show(home, tag, job_id)["state"] == "failed", what="the timeout")

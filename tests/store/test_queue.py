@@ -14,6 +14,7 @@ import pytest
 from helpers.queues import queue_file_of_schema, run_once
 
 from sloth_tray.errors import DatabaseProblem, UnknownJob
+from sloth_tray.store import queries
 from sloth_tray.store.queue import Queue, Reason, State
 from sloth_tray.store.schema import SCHEMA_VERSION
 
@@ -556,12 +557,12 @@ def test_a_queue_of_the_previous_schema_is_migrated_in_place_and_is_not_paused(t
         q.set_paused(True)
         assert q.paused()
     with sqlite3.connect(path) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 13
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 14
 
 
 def test_a_queue_that_kept_its_totals_apart_counts_them_from_its_lanes(tmp_path):
     path = tmp_path / "q.db"
-    queue_file_of_schema(path, 12, rows=(
+    queue_file_of_schema(path, 13, rows=(
         ("0123456789aa", "a", "done", 0, None, "{}"),
         ("0123456789ab", "b", "done", 0, None, "{}"),
         ("0123456789ac", "c", "cancelled", 0, None, "{}"),
@@ -584,7 +585,7 @@ def test_a_queue_that_kept_its_totals_apart_counts_them_from_its_lanes(tmp_path)
 
 def test_a_queue_whose_live_index_had_three_words_gets_two_and_runs_one_job_a_lane(tmp_path):
     path = tmp_path / "q.db"
-    queue_file_of_schema(path, 11, rows=(
+    queue_file_of_schema(path, 12, rows=(
         ("0123456789aa", "busy", "running", 0, None, "{}"),
         ("0123456789ab", "next in main", "pending", 0, None, "{}"),
         ("0123456789ac", "other lane", "pending", 1, None, "{}"),
@@ -757,7 +758,7 @@ def _once(traced: list[str]) -> list[str]:
 
 
 def test_the_claims_docstring_shows_its_statements_whole():
-    from sloth_tray.store.queue import claim_statements
+    from sloth_tray.store.claims import claim_statements
 
     usual = claim_statements()
     assert _docstring_sql(claim_statements.__doc__) == [
@@ -799,7 +800,7 @@ def test_a_claim_builds_no_temporary_table_but_the_one_its_returning_fills(queue
 def test_a_claim_runs_the_statements_its_docstring_shows(queue, clock):
     """What SQLite ran, as it traces it, is the docstring's SQL with the values bound:
     the usual claim, then a lapsed lease taken back."""
-    from sloth_tray.store.queue import claim_statements
+    from sloth_tray.store.claims import claim_statements
 
     due, lapsed, taken_back = _docstring_sql(claim_statements.__doc__)
     said: list[str] = []
@@ -824,3 +825,53 @@ def test_a_claim_runs_the_statements_its_docstring_shows(queue, clock):
     assert said[-2:] == [back[-1], "COMMIT"]
     assert kinds(queue, job_id)[-2:] == ["reclaimed", "claimed"]
     queue._db.set_trace_callback(None)
+
+
+def _steps_of(db: sqlite3.Connection, look) -> int:
+    """The SQLite virtual machine's steps `look` costs on `db`: what a query reads."""
+    steps = [0]
+
+    def count() -> int:
+        steps[0] += 1
+        return 0
+
+    db.set_progress_handler(count, 1)
+    try:
+        look()
+    finally:
+        db.set_progress_handler(None, 1)
+    return steps[0]
+
+
+@pytest.mark.parametrize("look", ["waits_on", "reanchor", "waiting_on"])
+def test_the_looks_of_every_pass_cost_the_same_however_long_the_line_of_due_jobs(
+        tmp_path, clock, look):
+    """The loop looks before each sleep whether a due job waits on an unmet condition,
+    and whether a waiting job changed "in the future" (a clock set back); each
+    snapshot counts the due jobs waiting per unmet condition. In a burst, with none
+    of either, these looks must not read every due job, or a burst of n costs n
+    squared."""
+    from sloth_tray.store import calendar, reads
+
+    def cost(due: int) -> int:
+        queue = Queue(tmp_path / f"q{due}.db", clock=clock, synchronous="OFF")
+        with queue.batch():
+            for i in range(due):
+                queue.push(f"j{i}", script=f"/spool/{i}.sh")
+            queue.push("needs ac", script="/spool/ac.sh", delay=3600,
+                       options={"require": "ac"})
+        queue.claim("me")  # its lane is busy: the rest wait behind it
+        with contextlib.closing(sqlite3.connect(queue.path)) as db:
+            if look == "waits_on":
+                run = lambda: queries.waits_on(db, clock.now, frozenset({"ac", "network"}))  # noqa: E731
+            elif look == "waiting_on":
+                run = lambda: reads.waiting_on(db, clock.now, frozenset({"ac", "network"}))  # noqa: E731
+            else:
+                run = lambda: calendar.any_ahead(db, clock.now)  # noqa: E731
+            assert not run()
+            steps = _steps_of(db, run)
+        queue.close()
+        return steps
+
+    few, many = cost(10), cost(2000)
+    assert many < 2 * few + 100, f"{look}: {few} steps with 10 due jobs, {many} with 2000"

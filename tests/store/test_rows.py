@@ -27,6 +27,33 @@ def test_a_job_is_read_by_column_name_whatever_order_the_columns_come_in(queue):
         "tidy", State.PENDING, {"timeout": 60}, None)
 
 
+def test_a_job_is_a_frozen_record_equal_by_its_fields(queue):
+    """What a dataclass(frozen=True) gave: fields in order, defaults, equality and a
+    hash of the fields (its options and child left out of the hash), no assignment."""
+    job = queue.get(queue.push("tidy", options={"timeout": 60}))
+    again = rows.Job(**{name: getattr(job, name) for name in rows.Job.FIELDS})
+    assert again == job and hash(again) == hash(job) and again is not job
+    assert rows.Job(*[getattr(job, name) for name in rows.Job.FIELDS]) == job
+    changed = rows.Job(**{**job.as_dict(), "state": job.state, "reason": None,
+                          "options": {"timeout": 61}})
+    assert changed != job and hash(changed) == hash(job)  # options are not hashed
+    assert job != job.as_dict() and job != rows.Event(1.0, "x", "y")
+    assert list(job.as_dict()) == list(rows.Job.FIELDS) == rows.JOB_COLUMNS.split(", ")
+    assert repr(job).startswith(f"Job(id={job.id!r}, name='tidy', state=<State.PENDING:")
+    with pytest.raises(AttributeError, match="cannot assign to field 'name'"):
+        job.name = "other"
+    with pytest.raises(AttributeError):
+        del job.name
+    minimal = rows.Job("0123456789ab", "n", State.PENDING, 0, 5, 0.0, None, None, None,
+                       None, None, {}, 0.0, 0.0)
+    assert (minimal.child, minimal.reason, minimal.runs, minimal.lane, minimal.key,
+            minimal.source) == (None, None, 0, "main", None, None)
+    event = rows.Event(1.5, "added", "from the shell")
+    assert event == rows.Event(1.5, "added", "from the shell")
+    assert {event: 1}[rows.Event(1.5, "added", "from the shell")] == 1
+    assert repr(event) == "Event(at=1.5, kind='added', detail='from the shell')"
+
+
 def test_named_rows_leave_the_connections_own_rows_tuples(queue):
     queue.push("tidy")
     with queue._autocommit() as db:

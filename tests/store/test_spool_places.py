@@ -60,7 +60,7 @@ def inbox(home):
     queue = Queue(home.db, busy_timeout=0.2)
     observer = make_observer()
     observer.start()
-    inbox = Inbox(home, queue, lambda: None, settle=0.2)
+    inbox = Inbox(home, queue, lambda lane: None, settle=0.2)
     inbox.start(observer)
     yield inbox
     observer.stop()
@@ -166,7 +166,7 @@ def test_a_link_renamed_over_a_drop_while_it_is_taken_is_refused_and_never_run(
         monkeypatch.setattr(os, "link", swapping_link)
     queue = Queue(home.db)
     try:
-        Inbox(home, queue, lambda: None)._take(str(drop))  # no watcher: nothing else looks
+        Inbox(home, queue, lambda lane: None)._take(str(drop))  # no watcher: nothing else looks
         assert swapped, "the swap did not happen"
         (job,) = queue.jobs()
         assert (job.state, job.reason) == (State.FAILED, Reason.REFUSED), \
