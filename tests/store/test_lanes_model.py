@@ -16,13 +16,12 @@ and restarts; after every step the queue is held to its user's rules:
 from __future__ import annotations
 
 import shutil
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from helpers.clock import FakeClock
 from helpers.examples import examples
+from helpers.scratch import scratch_folder
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -51,7 +50,7 @@ class Seen:
 class LaneMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.tmp = Path(tempfile.mkdtemp(prefix="sloth-lanes-"))
+        self.tmp = scratch_folder("sloth-lanes-")
         self.path = self.tmp / "queue.db"
         self.clock = FakeClock(START)
         self.queue = self._open()

@@ -34,14 +34,13 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers.clock import FakeClock
 from helpers.examples import examples
+from helpers.scratch import scratch_folder
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -134,7 +133,7 @@ class StepMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.tmp = Path(tempfile.mkdtemp(prefix="sloth-steps-"))
+        self.tmp = scratch_folder("sloth-steps-")
         self.path = self.tmp / "queue.db"
         self.clock = FakeClock(START)
         # Durability is not what is checked here: no fsync per commit.
