@@ -36,7 +36,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +45,7 @@ from unittest import mock
 import pytest
 from helpers.clock import FakeClock
 from helpers.examples import examples
+from helpers.scratch import scratch_folder
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -210,7 +210,7 @@ class SpoolMachine(RuleBasedStateMachine):
         super().__init__()
         # Function-scoped fixtures do not reset between examples: each example
         # gets a home of its own.
-        self.tmp = Path(tempfile.mkdtemp(prefix="sloth-model-"))
+        self.tmp = scratch_folder("sloth-model-")
         self.home: Home = locate(self.tmp / "home", env={}).ensure()
         self.outside = self.tmp / "outside"
         self.outside.mkdir()
@@ -288,12 +288,13 @@ class SpoolMachine(RuleBasedStateMachine):
     def _model_look(self) -> list[Row]:
         """What the queue does when it next looks (a claim, next_wakeup) after the clock
         was set back: each waiting job last changed more than a second in the future
-        keeps the wait it had, counted from now; a series' clock moves with it."""
+        keeps the wait it had, counted from now, and is never due later than it was (a
+        run overdue already keeps its place in line); a series' clock moves with it."""
         now, moved = self.now, []
         for row in self.m.rows:
             if row.state != State.PENDING or row.updated_at - now <= REANCHOR_SLACK:
                 continue
-            due = now + max(row.not_before - row.updated_at, 0.0)
+            due = min(now + max(row.not_before - row.updated_at, 0.0), row.not_before)
             if "scheduled" in row.options:
                 shift = due - row.not_before
                 row.options = {**row.options, "scheduled": row.options["scheduled"] + shift}
@@ -1324,6 +1325,24 @@ def test_a_clock_set_back_a_year_reanchors_a_delayed_job_and_the_series_next_run
         step("advance_clock", seconds=20)
         step("work", outcome="complete", reason=Reason.EXIT_CODE)
         assert step.queue.get(delayed.id).state == State.DONE, "the delayed job ran on time"
+
+
+def test_a_series_run_overdue_when_the_clock_is_set_back_keeps_its_place_in_line():
+    """A series' run ends an hour late, so its next run is overdue as it is queued; the
+    clock is then set back 2 s. That run is due already: it stays due when it was (not
+    "now"), ahead in line of anything due since, and says it was looked at again."""
+    with Steps() as step:
+        step("add", kind="every", crash="none")
+        step("work", outcome="running", reason=Reason.EXIT_CODE)
+        step("advance_clock", seconds=3600)
+        step("complete", pick=0, who="holder")
+        (following,) = step.waiting("every")
+        due = following.not_before
+        assert due < step.now, "the next run is overdue as it is queued"
+        step("set_clock_back", seconds=2)
+        moved = step.queue.get(following.id)
+        assert (moved.not_before, moved.options["scheduled"]) == (due, due)
+        assert "reanchored" in [e.kind for e in step.queue.history(following.id)]
 
 
 def test_a_job_queued_after_a_sleep_keeps_its_wait_when_the_clock_is_then_set_back():
