@@ -2176,6 +2176,18 @@ def measure(mode: Mode, results: dict[str, Any], out: Path | None) -> list[Row]:
     return rows
 
 
+def in_bytecode() -> None:
+    """sloth-tray's modules compiled before anything is timed, as an installed package
+    has them (pip compiles what it installs; an editable checkout is compiled by its
+    first run). Where PYTHONDONTWRITEBYTECODE is set, every command timed would
+    otherwise compile each module it loads, and the peers' installed code would not."""
+    import compileall
+
+    import sloth_tray
+
+    compileall.compile_dir(Path(sloth_tray.__file__).parent, quiet=2)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if not sys.platform.startswith("linux"):
@@ -2185,6 +2197,7 @@ def main(argv: list[str] | None = None) -> None:
     results: dict[str, Any] = {"peers": peer_versions(mode), "notes": [], "absent": {},
                                "failed": {}, "mode": {**asdict(mode), "queue": asdict(mode.queue)}}
     signal.signal(signal.SIGTERM, on_sigterm)
+    in_bytecode()
     if mode.smoke:  # quiet: progress is not wanted; a failure says it in one sentence
         try:
             with redirect_stderr(io.StringIO()):
