@@ -8,9 +8,10 @@ A line of the app's own can end a log (`append_note`: a run a crash cut short).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-import selectors
+import select
 import subprocess
 import threading
 from collections.abc import Callable
@@ -138,33 +139,142 @@ def pump(stream: BinaryIO, tail: LastLine, into: CappedLog) -> None:
             into.write(chunk)
 
 
-def watch_child(child: subprocess.Popen, pidfd: int, out: LastLine, err: LastLine,
-                into: CappedLog, exited: Callable[[], None]) -> None:
-    """Linux, one thread a run: copy stdout and stderr into the log (keeping each
-    one's last line) and call `exited` when the main process ends, told by its
-    pidfd; until both pipes are closed (strays may hold them after the exit)."""
-    tails = {child.stdout.fileno(): out, child.stderr.fileno(): err}
-    told = False
-    try:
-        with selectors.DefaultSelector() as selector, child.stdout, child.stderr:
-            for fd in (*tails, pidfd):
-                selector.register(fd, selectors.EVENT_READ)
-            while len(selector.get_map()):
-                for key, _ in selector.select():
-                    if key.fd == pidfd:
-                        selector.unregister(pidfd)
-                        child.wait()  # it has exited: this only reaps it
-                        told = True
-                        exited()
-                    elif chunk := os.read(key.fd, CHUNK):
-                        tails[key.fd].feed(chunk)
-                        into.write(chunk)
-                    else:
-                        selector.unregister(key.fd)
-    except Exception:  # a bug of ours: the output is lost, the exit must not be
-        log.exception("watching the output of pid %d failed", child.pid)
-    finally:
-        os.close(pidfd)
-    if not told:
-        child.wait()
-        exited()
+class Watched:
+    """One run's part of an OutputWatcher: its pipes, its pidfd, where its output goes,
+    and whom to tell of its end. `join` waits for both pipes to close."""
+
+    def __init__(self, child: subprocess.Popen, pidfd: int, out: LastLine, err: LastLine,
+                 into: CappedLog, exited: Callable[[], None]) -> None:
+        self.child = child
+        self.pidfd = pidfd
+        assert child.stdout is not None and child.stderr is not None
+        # fd -> (the pipe's file, its last line); the pidfd has neither
+        self.pipes: dict[int, tuple[BinaryIO, LastLine]] = {
+            child.stdout.fileno(): (child.stdout, out), child.stderr.fileno(): (child.stderr, err)}
+        self.into = into
+        self.exited = exited
+        self.told = False  # `exited` was called
+        self.closed = threading.Event()  # both pipes read to their end, and closed
+
+    def join(self, timeout: float | None = None) -> None:
+        """Until both pipes are closed, or `timeout` seconds (a stray that left with
+        them open: the watcher goes on reading them, and the next run is not held)."""
+        self.closed.wait(timeout)
+
+
+class OutputWatcher:
+    """Linux: one thread and one epoll for every run of a lane's worker, not one each:
+    copies each run's stdout and stderr into its log (keeping each one's last line),
+    and tells of its main process's end by its pidfd; a run is over once both pipes
+    are closed (strays may hold them after the exit).
+
+    A run is added from the runner's thread (`watch`) straight into the epoll, which
+    the kernel allows while the thread waits in it: nothing is handed over. The
+    thread waits with no timeout; once closed, it ends when its last run's pipes do.
+    """
+
+    def __init__(self) -> None:
+        self._epoll = select.epoll()
+        self._wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)  # close() rings it
+        self._epoll.register(self._wake, select.EPOLLIN)
+        self._lock = threading.Lock()  # guards _runs and _closing
+        self._runs: dict[int, Watched] = {}  # fd (a pipe's or a pidfd) -> its run
+        self._closing = False
+        self._thread = threading.Thread(target=self._loop, name="output", daemon=True)
+        self._thread.start()
+
+    def watch(self, child: subprocess.Popen, pidfd: int, out: LastLine, err: LastLine,
+              into: CappedLog, exited: Callable[[], None]) -> Watched:
+        """Watch a run just spawned; `exited` is called once its main process has
+        ended and been reaped. Takes the pidfd and the pipes (closed here once done)."""
+        watched = Watched(child, pidfd, out, err, into, exited)
+        fds = (*watched.pipes, pidfd)
+        with self._lock:
+            for fd in fds:
+                self._runs[fd] = watched
+        for fd in fds:
+            self._epoll.register(fd, select.EPOLLIN)
+        return watched
+
+    def alive(self) -> bool:
+        """Its thread still runs (a bug of ours could end it: a run then gets a new one)."""
+        return self._thread.is_alive()
+
+    def close(self) -> None:
+        """No run comes after this: the thread ends once the pipes it still reads are
+        closed (at once, unless a stray holds some open)."""
+        with self._lock:
+            self._closing = True
+        os.eventfd_write(self._wake, 1)
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    if self._closing and not self._runs:
+                        return
+                for fd, _ in self._epoll.poll():
+                    if fd == self._wake:
+                        with contextlib.suppress(BlockingIOError):
+                            os.eventfd_read(fd)
+                        continue
+                    with self._lock:
+                        watched = self._runs.get(fd)
+                    if watched is not None:
+                        self._ready(watched, fd)
+        finally:
+            self._epoll.close()
+            os.close(self._wake)
+
+    def _ready(self, watched: Watched, fd: int) -> None:
+        try:
+            if fd == watched.pidfd:
+                self._forget(fd)
+                os.close(fd)
+                self._ended(watched)
+            elif chunk := os.read(fd, CHUNK):
+                file, tail = watched.pipes[fd]
+                tail.feed(chunk)
+                watched.into.write(chunk)
+            else:
+                self._close_pipe(watched, fd)
+        except Exception:  # a bug of ours: this run's output is lost, its exit must not be
+            log.exception("watching the output of pid %d failed", watched.child.pid)
+            self._give_up(watched)
+
+    def _ended(self, watched: Watched) -> None:
+        """The main process has ended (its pidfd said): reaped, and its end told."""
+        watched.child.wait()  # it has exited: this only reaps it
+        watched.told = True
+        watched.exited()
+
+    def _close_pipe(self, watched: Watched, fd: int) -> None:
+        self._forget(fd)
+        file, _ = watched.pipes.pop(fd)
+        file.close()
+        if not watched.pipes:
+            watched.closed.set()
+
+    def _forget(self, fd: int) -> None:
+        """Out of the epoll and the map before the fd is closed: its number, reused by
+        the next run's pipes, must not name this run."""
+        self._epoll.unregister(fd)
+        with self._lock:
+            del self._runs[fd]
+
+    def _give_up(self, watched: Watched) -> None:
+        for fd in [*watched.pipes, watched.pidfd]:
+            with self._lock:
+                known = self._runs.get(fd) is watched
+            if known:
+                with contextlib.suppress(OSError, KeyError):
+                    self._forget(fd)
+        for file, _ in watched.pipes.values():
+            with contextlib.suppress(OSError):
+                file.close()
+        watched.pipes.clear()
+        if not watched.told:  # its end is still told, without holding the other runs
+            with contextlib.suppress(OSError):
+                os.close(watched.pidfd)
+            threading.Thread(target=self._ended, args=(watched,), daemon=True).start()
+        watched.closed.set()

@@ -422,6 +422,7 @@ class Engine:
         except Exception:  # a bug of ours must not leave the lane's job unsaid
             log.exception("the worker of lane %s failed", work.lane)
         finally:
+            work.runner.close()  # its output watcher's thread ends with the worker
             if work.claimed is not None:  # claimed for this worker, which will not run it
                 self._give_back(work.claimed)
                 work.claimed = None

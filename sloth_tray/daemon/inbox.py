@@ -6,7 +6,8 @@ QUIET seconds after its writer's last close where the platform says when a
 writer closes (Linux inotify: `echo ... > x.sh` and then `echo ... >> x.sh` is
 one job, not two), and otherwise once its size and mtime have held still for a
 settle time. Taking it moves it into the spool and then pushes it (see spool.py
-for why that order survives a crash).
+for why that order survives a crash); the drops whole at the same moment (a burst)
+are pushed in one commit, on the inbox-settle thread.
 
 A folder right inside the jobs folder is a lane: its drops are taken the same way
 and run in that lane. Which folders are lanes, and their watches, is lanefolders.py's
@@ -16,6 +17,7 @@ to say; its bookkeeping runs here, on the inbox-settle thread, between the takes
 from __future__ import annotations
 
 import heapq
+import itertools
 import logging
 import os
 import stat
@@ -53,6 +55,9 @@ SETTLE = 0.5
 # A file written in place is taken this long after its writer's last close: a second
 # write (`>>`) a moment later belongs to the same drop. Renamed in, it is taken at once.
 QUIET = 1.0
+# At most this many drops pushed in one commit: a burst is a few commits, and a drop
+# that is slow to take holds few others back.
+BATCH = 64
 # What the inbox acts on where the platform tells a writer's close (Linux). Not
 # "modified": a drop written in a thousand pieces would wake three of watchdog's
 # threads and the inbox a thousand times, for a file taken at its close anyway.
@@ -84,6 +89,7 @@ class Inbox(FileSystemEventHandler):
         # path -> (size, mtime_ns, deadline): as it was when armed, and its one deadline
         self._settling: dict[str, tuple[int, int, float]] = {}
         self._due: list[tuple[float, str]] = []  # heap of settle deadlines
+        self._ready: dict[str, None] = {}  # whole now, to take: in told order, each once
         self._lane_work: deque[Callable[[], None]] = deque()  # lane changes, in told order
         self._wake = threading.Condition()
         self._stopping = False
@@ -191,7 +197,7 @@ class Inbox(FileSystemEventHandler):
         if settle and stat.S_ISREG(info.st_mode):
             self._arm(path, info, wait)
         else:
-            self._take(path)
+            self._ready_to_take(path)
 
     def _arm(self, path: str, info: os.stat_result, wait: float | None = None) -> None:
         """Look at the file again in `wait` (the settle time) seconds; an earlier
@@ -200,6 +206,15 @@ class Inbox(FileSystemEventHandler):
         with self._wake:
             self._settling[path] = (info.st_size, info.st_mtime_ns, deadline)
             heapq.heappush(self._due, (deadline, path))
+            self._wake.notify()
+
+    def _ready_to_take(self, path: str) -> None:
+        """Have the settle thread take `path` with the others ready by then: a burst of
+        drops is pushed in a few commits, not one each (one fsync a commit). It takes
+        at once what is there, and while it commits, the next drops gather: nothing
+        waits for a batch to fill."""
+        with self._wake:
+            self._ready[path] = None
             self._wake.notify()
 
     def _lane_task(self, work: Callable[..., None], *args: str) -> None:
@@ -229,13 +244,20 @@ class Inbox(FileSystemEventHandler):
         """The next thing to do, once it is time to do it; None when stopping."""
         with self._wake:
             while True:
-                while not self._stopping and not self._lane_work and (
+                while not self._stopping and not self._lane_work and not self._ready and (
                         not self._due or self._due[0][0] > self.monotonic()):
                     self._wake.wait(self._due[0][0] - self.monotonic() if self._due else None)
                 if self._stopping:
                     return None
                 if self._lane_work:
                     return self._lane_work.popleft()
+                if not self._due or self._due[0][0] > self.monotonic():
+                    # Every deadline passed has been looked at: what held still since
+                    # is in this batch too.
+                    paths = list(itertools.islice(self._ready, BATCH))
+                    for path in paths:
+                        del self._ready[path]
+                    return lambda: self._take(paths)
                 deadline, path = heapq.heappop(self._due)
                 seen = self._settling.get(path)
                 if seen is None or seen[2] != deadline:
@@ -250,37 +272,63 @@ class Inbox(FileSystemEventHandler):
         except FileNotFoundError:
             return
         if (info.st_size, info.st_mtime_ns) == seen[:2] and path not in self._open:
-            self._take(path)
+            self._ready_to_take(path)
         else:
             self._arm(path, info)  # still changing: give it another settle time
 
     # -- taking -------------------------------------------------------------------------
 
-    def _take(self, path: str) -> None:
+    def _take(self, paths: list[str]) -> None:
+        """Move each drop into the spool, then push them all in one commit (see
+        spool.push_drops for why each is as safe as alone). A drop whose push fails
+        fails alone: given back to the jobs folder when the queue said no (locked,
+        unwell), to be tried again after a settle time."""
+        pushed_lanes: list[str] = []
         with self._lock:
-            lane = self.lane_folders.lane_to_take_from(os.path.dirname(path))
-            if lane is None:
+            placed: list[tuple[str, spool.Drop]] = []
+            for path in paths:
+                lane = self.lane_folders.lane_to_take_from(os.path.dirname(path))
+                if lane is None:
+                    continue
+                spooled = self._place(path, lane)
+                if spooled is not None:
+                    target, job_id, info = spooled
+                    placed.append((path, spool.Drop(target, job_id,
+                                                    spool.refusal(info, self.folder), lane)))
+            if not placed:
                 return
-            placed = self._place(path, lane)
-            if placed is None:
-                return
-            source, (target, job_id, info) = Path(path), placed
-            refusal = spool.refusal(info, self.folder)
             try:
-                spool.push(self.queue, target, job_id, refused=refusal, lane=lane)
-            except SlothError as exc:
-                # The queue is locked or unwell: give the file back to the inbox
-                # and try again after a settle time, rather than strand it.
-                log.warning("could not queue %s yet: %s", source.name, exc)
-                spool.unplace(target, source)
-                self._arm(path, os.lstat(source))
-                return
-            with self._wake:
-                self._settling.pop(path, None)
-        log.info("queued %s as %s%s%s", source.name, job_id,
-                 "" if lane == lanes.MAIN else f" in lane {lane}",
-                 f" ({refusal})" if refusal else "")
-        self.on_push(lane)
+                outcomes = spool.push_drops(self.queue, [drop for _, drop in placed])
+            except SlothError as exc:  # the commit failed: none of them is queued
+                outcomes = [exc] * len(placed)
+            for (path, drop), outcome in zip(placed, outcomes, strict=True):
+                if isinstance(outcome, str):
+                    with self._wake:
+                        self._settling.pop(path, None)
+                    log.info("queued %s as %s%s%s", os.path.basename(path), drop.job_id,
+                             "" if drop.lane == lanes.MAIN else f" in lane {drop.lane}",
+                             f" ({drop.refused})" if drop.refused else "")
+                    if drop.lane not in pushed_lanes:
+                        pushed_lanes.append(drop.lane)
+                elif isinstance(outcome, SlothError):
+                    self._give_back(path, drop, outcome)
+                else:  # left in the spool: the next start queues it
+                    log.error("could not queue %s", os.path.basename(path),
+                              exc_info=outcome)
+        for lane in pushed_lanes:
+            self.on_push(lane)
+
+    def _give_back(self, path: str, drop: spool.Drop, problem: SlothError) -> None:
+        """The queue is locked or unwell: give the file back to the inbox and try
+        again after a settle time, rather than strand it."""
+        source = Path(path)
+        log.warning("could not queue %s yet: %s", source.name, problem)
+        try:
+            spool.unplace(drop.script, source)
+            self._arm(path, os.lstat(source))
+        except OSError as exc:  # left in the spool: the next start queues it
+            log.warning("could not give %s back to the jobs folder: %s", source.name,
+                        exc.strerror)
 
     def _place(self, path: str, lane: str) -> tuple[Path, str, os.stat_result] | None:
         """Move the drop into the spool: (where it is now, its job id, the lstat of

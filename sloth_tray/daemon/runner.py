@@ -30,7 +30,7 @@ from pathlib import Path
 
 from sloth_tray.daemon import jobenv, procs
 from sloth_tray.daemon.alarm import Alarm, make_alarm
-from sloth_tray.daemon.capture import CappedLog, LastLine, pump, watch_child
+from sloth_tray.daemon.capture import CappedLog, LastLine, OutputWatcher, Watched, pump
 from sloth_tray.daemon.outcome import Attempt, Ending
 from sloth_tray.errors import DatabaseProblem
 from sloth_tray.for_jobs import sloth_step
@@ -52,6 +52,10 @@ TAKEN = "the job was cancelled, or another worker holds it now"
 # among the pids handed out since it was spawned.
 SHORT_RUN = 1.0
 
+
+# What is joined once a run is over: its output is all in (a pipe's reader, or a run's
+# part of the output watcher).
+Joinable = threading.Thread | Watched
 
 class Runner:
     """Runs claimed jobs for one owner, one at a time."""
@@ -80,6 +84,7 @@ class Runner:
         self._nudges = 0  # the queue changed this often: check the lease before the beat
         self._spawned_at = 0.0  # monotonic time of the current run's spawn
         self._interrupted: tuple[str, int, str] | None = None  # (job id, run, why)
+        self._watcher: OutputWatcher | None = None  # Linux: every run's output, one thread
 
     def twin(self) -> Runner:
         """A runner like this one (its settings), with a run and an alarm of its own:
@@ -87,6 +92,13 @@ class Runner:
         return Runner(self.queue, self.home, self.owner, monotonic=self.monotonic,
                       log_cap=self.log_cap, grace=self.grace,
                       default_timeout=self.default_timeout)
+
+    def close(self) -> None:
+        """No run comes after this one: the output watcher's thread ends (once the pipes
+        a stray may still hold are closed)."""
+        if self._watcher is not None:
+            self._watcher.close()
+            self._watcher = None
 
     # -- called from other threads -----------------------------------------
 
@@ -152,7 +164,7 @@ class Runner:
         except OSError as exc:
             run_log.close()
             return Attempt.failed(Reason.COULD_NOT_START, spawn_error(command[0], exc))
-        readers: list[threading.Thread] = []
+        readers: list[Joinable] = []
         try:
             return self._supervise(job, child, run_log, token, sleep_watch, readers, running_for)
         except BaseException:
@@ -164,7 +176,7 @@ class Runner:
             run_log.close()
 
     def _supervise(self, job: Job, child: subprocess.Popen, run_log: CappedLog, token: str,
-                   sleep_watch: SleepWatch, readers: list[threading.Thread],
+                   sleep_watch: SleepWatch, readers: list[Joinable],
                    running_for: tuple[float, Callable[[], None]] | None) -> Attempt:
         """The spawned child until it ends, or the run is cut short: each wake-up looks
         at its end, the requests, the timeout, then (when due) the lease."""
@@ -274,19 +286,19 @@ class Runner:
             log.warning("could not note the renewal of %s: %s", job.name, exc)
 
     def _start_watching(self, child: subprocess.Popen, out: LastLine, err: LastLine,
-                        run_log: CappedLog) -> list[threading.Thread]:
-        """The threads that copy the child's output and ring when it exits: one on
-        Linux (a pidfd beside the two pipes), else a reader per pipe and a waiter.
-        Returns those to join once the run is over."""
+                        run_log: CappedLog) -> list[Joinable]:
+        """What copies the child's output and rings when it exits: on Linux this
+        runner's output watcher (a pidfd beside the two pipes, one thread for every
+        run until close()), else a reader thread per pipe and a waiter. Returns those
+        to join once the run is over."""
         try:
             pidfd = os.pidfd_open(child.pid)
         except (AttributeError, OSError):  # not Linux, or a kernel before 5.3
             pidfd = None
         if pidfd is not None:
-            watch = threading.Thread(target=watch_child, daemon=True,
-                                     args=(child, pidfd, out, err, run_log, self.alarm.ring))
-            watch.start()
-            return [watch]
+            if self._watcher is None or not self._watcher.alive():
+                self._watcher = OutputWatcher()
+            return [self._watcher.watch(child, pidfd, out, err, run_log, self.alarm.ring)]
         readers = [threading.Thread(target=pump, args=(child.stdout, out, run_log), daemon=True),
                    threading.Thread(target=pump, args=(child.stderr, err, run_log), daemon=True)]
         waiter = threading.Thread(target=self._wait_for_exit, args=(child,), daemon=True)
@@ -298,7 +310,7 @@ class Runner:
         child.wait()  # a blocking waitpid: no polling
         self.alarm.ring()
 
-    def _end(self, child: subprocess.Popen, readers: list[threading.Thread], token: str) -> None:
+    def _end(self, child: subprocess.Popen, readers: list[Joinable], token: str) -> None:
         """SIGTERM to the group, a grace period, then SIGKILL."""
         procs.terminate_group(child)
         try:
@@ -307,7 +319,7 @@ class Runner:
             pass
         self._reap_group(child, readers, token)
 
-    def _reap_group(self, child: subprocess.Popen, readers: list[threading.Thread],
+    def _reap_group(self, child: subprocess.Popen, readers: list[Joinable],
                     token: str) -> None:
         """The main process is done: whatever it left behind goes too (like
         systemd's control-group kill), and the output pipes are drained."""

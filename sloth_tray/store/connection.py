@@ -74,6 +74,13 @@ class SharedConnection:
                 raise
             self._db.execute("RELEASE part")
 
+    def still_in_transaction(self) -> bool:
+        """Inside a batch, after a savepoint failed: whether the batch's transaction is
+        still open. SQLite ends it itself on some failures (a full disk); the batch's
+        later writes would then each commit alone, so it must end there."""
+        with self._lock:
+            return self._db.in_transaction
+
     @contextlib.contextmanager
     def read(self) -> Iterator[None]:
         """The reads made inside, on this thread, as one read transaction (a deferred

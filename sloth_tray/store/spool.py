@@ -25,8 +25,9 @@ import os
 import shutil
 import stat
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sloth_tray.errors import SlothError
 from sloth_tray.fileid import FileId, same_entry
@@ -236,6 +237,60 @@ def push(queue: Queue, script: Path, job_id: str, *, name: str | None = None,
     folder it runs in (`add`'s; else the home folder); `lane` the lane it runs in;
     `key` and `source` as Queue.push takes them (a key some job has: that job's id).
     """
+    read = _read(script, job_id, refused=refused, name=name, delay=delay,
+                 max_attempts=max_attempts, final=final, cwd=cwd, lane=lane, key=key,
+                 source=source)
+    pushed = queue.push(**read.row)
+    _pushed(read, pushed)
+    return pushed
+
+
+class Drop(NamedTuple):
+    """A drop placed in the spool (spool/<job_id>/<name>), to push: why it is refused,
+    if it is, and its lane."""
+    script: Path
+    job_id: str
+    refused: str | None
+    lane: str
+
+
+def push_drops(queue: Queue, drops: Sequence[Drop]) -> list[str | Exception]:
+    """Push drops placed in the spool in one commit: one fsync for them all, each its
+    own job, as push() makes it. For each drop, in order: its job id, or what stopped
+    its push alone (its savepoint undone, the others' kept).
+
+    Each marker is made once the commit that holds its job is done, as push() makes
+    it, so a crash at any moment leaves each folder as reconcile() expects: before the
+    commit, no job and no marker (pushed at the next start); after it, a job, its
+    marker made there if lost. A failed commit (SlothError) raises: none was queued."""
+    reads = [_read(drop.script, drop.job_id, refused=drop.refused, lane=drop.lane)
+             for drop in drops]  # the headers read before the write lock is taken
+    outcomes: list[str | Exception] = []
+    with queue.batch():
+        for read in reads:
+            try:
+                with queue.savepoint():
+                    outcomes.append(queue.push(**read.row))
+            except Exception as exc:  # this drop's alone: the batch goes on
+                if not queue.still_in_transaction():
+                    raise  # undone whole: none of them is queued
+                outcomes.append(exc)
+    for read, outcome in zip(reads, outcomes, strict=True):
+        if isinstance(outcome, str):
+            _pushed(read, outcome)
+    return outcomes
+
+
+class _Read(NamedTuple):
+    """A script's push, read and decided before it is made: Queue.push's arguments."""
+    script: Path
+    row: dict[str, Any]
+
+
+def _read(script: Path, job_id: str, *, refused: str | None, name: str | None = None,
+          delay: float | None = None, max_attempts: int | None = None,
+          final: Path | None = None, cwd: str | None = None, lane: str = lanes.MAIN,
+          key: str | None = None, source: str = DROPPED) -> _Read:
     options: dict = {}
     error, reason = refused, Reason.REFUSED
     if error is None and script.is_file() and not script.is_symlink():
@@ -247,20 +302,24 @@ def push(queue: Queue, script: Path, job_id: str, *, name: str | None = None,
         else:
             error = empty_sentence(script.name, head)
             reason = Reason.UNRUNNABLE
-    name = name or job_name(script)
     if cwd is not None:
         options["cwd"] = cwd
-    pushed = queue.push(
-        name, script=str(final or script), job_id=job_id,
+    return _Read(script, dict(
+        name=name or job_name(script), script=str(final or script), job_id=job_id,
         delay=delay if delay is not None else options.get("delay", 0.0),
         max_attempts=max_attempts if max_attempts is not None else options.get("max_attempts"),
-        options=options, error=error, reason=reason, lane=lane, key=key, source=source)
-    if pushed != job_id:  # the key's job, already queued: this copy is not a job
-        return pushed
-    _mark_queued(script.parent)
-    if error is not None and reason is not Reason.REFUSED:  # a refusal is said by the caller
-        log.warning("failed %s (%s): %s", name, pushed, error)
-    return pushed
+        options=options, error=error, reason=reason, lane=lane, key=key, source=source))
+
+
+def _pushed(read: _Read, pushed: str) -> None:
+    """After the commit that queued `read`'s job: its marker, and a failure said."""
+    row = read.row
+    if pushed != row["job_id"]:  # the key's job, already queued: this copy is not a job
+        return
+    _mark_queued(read.script.parent)
+    if row["error"] is not None and row["reason"] is not Reason.REFUSED:
+        # a refusal is said by the caller
+        log.warning("failed %s (%s): %s", row["name"], pushed, row["error"])
 
 
 class AlreadyAdded(str):

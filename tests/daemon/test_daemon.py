@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from helpers.processes import add_script as add
@@ -189,3 +190,47 @@ def test_a_burst_of_drops_survives_kill_9_at_any_moment_exactly_once(home, pids)
     assert names == sorted(dropped), "a drop was lost or doubled"
     assert all(os.path.isfile(script) for script in scripts)
     assert not list(home.spool.glob("*/*.partial"))
+
+
+@pytest.mark.slow
+def test_a_burst_renamed_in_at_once_survives_kill_9_mid_commit_exactly_once(home, pids):
+    """Files renamed in together are pushed a batch to a commit; the daemon is killed at
+    random moments of that. After a last restart every file is exactly one job."""
+    rng = random.Random(20261202)
+    dropped: list[str] = []
+    kills_mid_burst = 0
+    for trial in range(12):
+        daemon = start_daemon(pids, home)
+        probe = f"probe{trial:02}"
+        (home.jobs / f"{probe}.sh").write_text("exit 0\n")
+        dropped.append(probe)
+        with Queue(home.db) as queue:  # the inbox watches: the burst is renamed in
+            wait_for(lambda probe=probe: any(job.name == probe
+                                             for job in queue.jobs(limit=None)),
+                     what="the probe's job")
+        drafts = []
+        for i in range(24):
+            draft = home.jobs / f".t{trial:02}-{i}.draft"
+            draft.write_text("exit 0\n")
+            drafts.append(draft)
+        killer = threading.Timer(rng.uniform(0.0, 0.04), daemon.kill)
+        killer.start()
+        for i, draft in enumerate(drafts):
+            os.rename(draft, home.jobs / f"t{trial:02}-{i}.sh")
+            dropped.append(f"t{trial:02}-{i}")
+        killer.join()
+        daemon.wait(timeout=10)
+        unmarked = [f for f in home.spool.iterdir() if not (f / ".queued").exists()]
+        kills_mid_burst += bool(unmarked) or any(
+            not name.name.startswith(".") for name in home.jobs.iterdir())
+    start_daemon(pids, home)
+    wait_for(lambda: not any(home.jobs.iterdir()), timeout=30, what="the inbox to empty")
+    with Queue(home.db) as queue:
+        wait_for(lambda: len(queue.jobs(limit=None)) >= len(dropped), what="every job")
+        names = sorted(job.name for job in queue.jobs(limit=None))
+        scripts = [job.script for job in queue.jobs(limit=None)]
+    print(f"{len(dropped)} files, 12 kills ({kills_mid_burst} mid-burst), {len(names)} jobs")
+    assert kills_mid_burst >= 3, f"only {kills_mid_burst} of 12 kills landed mid-burst"
+    assert names == sorted(dropped), "a drop was lost or doubled"
+    assert all(os.path.isfile(script) for script in scripts)
+    assert all((Path(script).parent / ".queued").exists() for script in scripts)

@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 import random
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 from helpers.processes import start_daemon, wait_for
 
 from sloth_tray.daemon.inbox import Inbox, ignored
 from sloth_tray.daemon.watch import make_observer
+from sloth_tray.errors import SlothError
 from sloth_tray.paths import locate
 from sloth_tray.store import spool
 from sloth_tray.store.queue import Queue, Reason, State
@@ -137,6 +140,97 @@ def test_a_file_renamed_in_is_taken_at_once(home, queue, running, tmp_path):
     assert job.name == "draft"
 
 
+def rename_in(home, tmp_path, name: str, text: str = "echo hi\n") -> None:
+    outside = tmp_path / name
+    outside.write_text(text)
+    os.rename(outside, home.jobs / name)
+
+
+def pushes_counted(monkeypatch) -> list[list[str]]:
+    """The names in each commit of the inbox's pushes, as they happen."""
+    batches: list[list[str]] = []
+    real = spool.push_drops
+
+    def counted(queue, drops):
+        batches.append([d.script.name for d in drops])
+        return real(queue, drops)
+
+    monkeypatch.setattr(spool, "push_drops", counted)
+    return batches
+
+
+def held_while_dropped(inbox, home, tmp_path, names: list[tuple[str, str]],
+                       monkeypatch) -> None:
+    """Drop `first.sh`, then `names` while the inbox is still taking it (held here as
+    it places it): they are all ready by its next look."""
+    real_place, taking, go = inbox._place, threading.Event(), threading.Event()
+
+    def held(path: str, lane: str):
+        if path.endswith("first.sh"):
+            taking.set()
+            go.wait(30)
+        return real_place(path, lane)
+
+    monkeypatch.setattr(inbox, "_place", held)
+    try:
+        rename_in(home, tmp_path, "first.sh")
+        wait_for(taking.is_set, what="the first drop's take to begin")
+        for name, text in names:
+            rename_in(home, tmp_path, name, text)
+        wait_for(lambda: len(inbox._ready) == len(names), what="every drop to be told")
+    finally:
+        go.set()
+
+
+def test_drops_ready_at_once_are_queued_in_one_commit_each_its_own_job(
+        home, queue, running, tmp_path, monkeypatch):
+    inbox = running(settle=60)
+    batches = pushes_counted(monkeypatch)
+    names = [f"b{i}.sh" for i in range(9)]
+    held_while_dropped(inbox.inbox, home, tmp_path, [(name, "echo hi\n") for name in names],
+                       monkeypatch)
+    wait_for(lambda: len(queue.jobs()) == 10, timeout=10, what="ten jobs")
+    assert batches == [["first.sh"], names], "one commit for what was ready together"
+    jobs = queue.jobs()
+    assert sorted(job.name for job in jobs) == sorted(["first", *(n[:-3] for n in names)])
+    assert all(job.state == State.PENDING for job in jobs)
+    assert all((Path(job.script).parent / spool.QUEUED).exists() for job in jobs)
+    assert list(home.jobs.iterdir()) == []
+    wait_for(lambda: inbox.wakes == 2, what="one wake a commit")
+
+
+def test_a_bad_drop_in_a_commit_fails_alone(home, queue, running, tmp_path, monkeypatch):
+    inbox = running(settle=0.2)
+    real_push, refused = queue.push, []
+
+    def locked_once(name: str, **row):
+        if name == "unlucky" and not refused:
+            refused.append(name)
+            raise SlothError("the queue is locked by another program")
+        return real_push(name, **row)
+
+    monkeypatch.setattr(queue, "push", locked_once)
+    batches = pushes_counted(monkeypatch)
+    held_while_dropped(inbox.inbox, home, tmp_path, [
+        ("good.sh", "echo good\n"), ("unlucky.sh", "echo again\n"),
+        ("bad.sh", "# sloth: timeout=soon\necho bad\n"), ("fine.sh", "echo fine\n")],
+        monkeypatch)
+    named = wait_for(lambda: len(queue.jobs()) == 5 and jobs_named(queue), timeout=10,
+                     what="five jobs, the unlucky one given back and taken again")
+    assert refused == ["unlucky"]
+    assert batches == [["first.sh"], ["good.sh", "unlucky.sh", "bad.sh", "fine.sh"],
+                       ["unlucky.sh"]], "only the unlucky drop is given back, and taken again"
+    assert {name: [job.state for job in jobs] for name, jobs in named.items()} == {
+        "first": [State.PENDING], "good": [State.PENDING], "unlucky": [State.PENDING],
+        "bad": [State.FAILED], "fine": [State.PENDING]}
+    (bad,) = named["bad"]
+    assert bad.reason == Reason.BAD_HEADER and "bad value 'soon' for timeout" in bad.last_error
+    (unlucky,) = named["unlucky"]
+    assert open(unlucky.script).read() == "echo again\n"
+    assert sorted(folder.name for folder in home.spool.iterdir()) == sorted(
+        job.id for job in queue.jobs())
+
+
 def test_temp_and_dot_files_are_left_alone(home, queue, running):
     running()
     names = [".hidden.sh", "notes.txt~", "x.swp", "y.tmp", "dl.part", "dl.partial",
@@ -258,11 +352,11 @@ def test_an_error_in_the_handler_does_not_kill_the_watcher(home, queue, running,
     inbox = running()
     real_take, calls = inbox.inbox._take, []
 
-    def flaky(path: str) -> None:
-        calls.append(path)
+    def flaky(paths: list[str]) -> None:
+        calls.append(paths)
         if len(calls) == 1:
             raise RuntimeError("boom")
-        real_take(path)
+        real_take(paths)
 
     monkeypatch.setattr(inbox.inbox, "_take", flaky)
     drop(home, "first.sh")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers.processes import alive, wait_for
 
-from sloth_tray.daemon import procs
+from sloth_tray.daemon import capture, procs
 from sloth_tray.daemon import runner as runner_module
 from sloth_tray.daemon.capture import LastLine
 from sloth_tray.daemon.engine import Engine
@@ -272,6 +272,50 @@ def test_a_long_runs_stray_is_found_among_every_process(home, tmp_path, pids, mo
 ])
 def test_the_pids_handed_out_since_a_spawn_wrap_at_pid_max(pid, first, last, since):
     assert procs.handed_out_since(pid, first, last) is since
+
+
+def output_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "output"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the pidfd watcher is Linux's")
+def test_a_runners_runs_share_one_output_thread_that_a_pipe_held_open_never_holds_up(
+        home, tmp_path, pids):
+    """A stray that escaped the run's token (its environment cleared) keeps the first
+    run's pipes open: that run ends after the grace, and the next run's output is
+    still caught whole, at once, by the same thread, which ends once closed and the
+    pipes it still reads are."""
+    queue = Queue(home.db)
+    before = set(output_threads())
+    stray = tmp_path / "stray"
+    runner = Runner(queue, home, "me", grace=0.5)
+    holding = start(queue, script(home, "holding.sh", "echo first\n"
+                                  f"setsid env -i /bin/sleep 300 & echo $! > {stray}\n"
+                                  # until it has left the token behind (its exec)
+                                  'while [ "$(cat /proc/$!/comm)" != sleep ]; do :; done\n'))
+    try:
+        assert run_and_record(runner, holding).effect == Effect.DONE
+        pids.add(int(stray.read_text()))
+        watchers = set(output_threads()) - before
+        assert len(watchers) == 1, watchers
+        for i in range(3):
+            job = start(queue, script(home, f"next{i}.sh", f"echo second {i}\necho err >&2\n"))
+            began = time.monotonic()
+            assert run_and_record(runner, job).effect == Effect.DONE
+            assert time.monotonic() - began < 2 * runner.grace, "held up by the first's pipe"
+            assert queue.get(job.id).result == f"second {i}"
+            assert (home.job_logs(job.id) / "1.log").read_text() == f"second {i}\nerr\n"
+        assert set(output_threads()) - before == watchers, "one thread for every run"
+        assert alive(int(stray.read_text()))
+        runner.close()
+        (watcher,) = watchers
+        assert watcher.is_alive(), "it still reads the pipe the stray holds"
+        os.kill(int(stray.read_text()), signal.SIGKILL)
+        watcher.join(10)
+        assert not watcher.is_alive(), "closed, it ends once the last pipe closes"
+    finally:
+        runner.close()
+        queue.close()
 
 
 def test_200_mb_of_output_is_capped_and_memory_stays_flat(home):
@@ -559,13 +603,13 @@ def test_a_job_that_ended_as_the_quit_came_is_recorded_done_not_given_back(
     run to its end all the same. Given back, it would run a second time at the next
     start."""
     gate = threading.Event()
-    watch = runner_module.watch_child
+    ended = capture.OutputWatcher._ended
 
-    def lagging_watch(*args) -> None:  # the watcher thread, not yet scheduled
+    def lagging(watcher, watched) -> None:  # the watcher thread, not yet scheduled
         gate.wait(10)
-        watch(*args)
+        ended(watcher, watched)
 
-    monkeypatch.setattr(runner_module, "watch_child", lagging_watch)
+    monkeypatch.setattr(capture.OutputWatcher, "_ended", lagging)
     queue = Queue(home.db)
     pidfile = tmp_path / "pid"
     job = start(queue, script(home, "quick.sh", f"echo $$ > {pidfile}.new; "
@@ -599,7 +643,7 @@ def test_a_job_the_watcher_is_reaping_as_the_quit_comes_is_recorded_done(
     second time at the next start."""
     looked, reaping = threading.Event(), threading.Event()
     runner = None
-    real_poll, watch = subprocess.Popen.poll, runner_module.watch_child
+    real_poll, ended = subprocess.Popen.poll, capture.OutputWatcher._ended
 
     def poll(child):
         code = real_poll(child)
@@ -607,15 +651,16 @@ def test_a_job_the_watcher_is_reaping_as_the_quit_comes_is_recorded_done(
             looked.set()
         return code
 
-    def watch_reaping(child, *args) -> None:
+    def reaping_slowly(watcher, watched) -> None:
+        child = watched.child
         wait_for(lambda: zombie(child.pid), what="the job to end")
         with child._waitpid_lock:  # as Popen.wait holds it while it reaps
             reaping.set()
             looked.wait(10)  # until the runner has looked for the end, or given up
-        watch(child, *args)
+        ended(watcher, watched)
 
     monkeypatch.setattr(subprocess.Popen, "poll", poll)
-    monkeypatch.setattr(runner_module, "watch_child", watch_reaping)
+    monkeypatch.setattr(capture.OutputWatcher, "_ended", reaping_slowly)
     queue = Queue(home.db)
     job = start(queue, script(home, "quick.sh", "true\n"))
     runner = Runner(queue, home, "me")
@@ -637,9 +682,9 @@ def test_a_quit_that_lands_between_the_check_for_the_end_and_the_stop_records_do
     quit comes before the runner looks at the quit. The job has run to its end: given
     back, it would run a second time at the next start."""
     gate = threading.Event()
-    watch = runner_module.watch_child
-    monkeypatch.setattr(runner_module, "watch_child",
-                        lambda *args: (gate.wait(10), watch(*args)))
+    ended = capture.OutputWatcher._ended
+    monkeypatch.setattr(capture.OutputWatcher, "_ended",
+                        lambda *args: (gate.wait(10), ended(*args)))
     fifo = tmp_path / "go"
     os.mkfifo(fifo)
     queue = Queue(home.db)

@@ -594,6 +594,50 @@ class SpoolMachine(RuleBasedStateMachine):
         if crash == "marker_lost":
             self._crash()
 
+    @rule(kinds=st.lists(st.sampled_from(DROPPED), min_size=2, max_size=4),
+          crash=st.sampled_from(["none", "none", "before_commit", "mid_batch",
+                                 "markers_lost"]))
+    def drop_burst(self, kinds: list[str], crash: str) -> None:
+        """Files dropped at once, each placed in the spool, then all pushed in one commit
+        (as the inbox pushes a burst); or a crash: before_commit: all placed, none
+        pushed; mid_batch: killed as the last one's push is written, before the commit;
+        markers_lost: committed, then killed before any `.queued` marker."""
+        if not self.up:
+            self._start()
+        placed: list[tuple[spool.Drop, str]] = []
+        for kind in kinds:
+            source = self._write_drop(kind)
+            del self.m.inbox[source.name]
+            refusal = spool.refusal(os.lstat(source), self.home.jobs)
+            job_id = self._new_job_id()
+            target = spool.place(self.home, source, job_id, move=True)
+            self.m.kinds[str(target)] = kind
+            self.m.folders[job_id] = Folder(target.name, marker=crash == "none")
+            placed.append((spool.Drop(target, job_id, refusal, "main"), kind))
+        if crash in ("before_commit", "mid_batch"):
+            if crash == "mid_batch":
+                real_push, last = self.queue.push, placed[-1][0].job_id
+
+                def killed_at_the_last(name: str, **row: object) -> str:
+                    if row["job_id"] == last:
+                        raise Killed()
+                    return real_push(name, **row)
+
+                with mock.patch.object(self.queue, "push", killed_at_the_last), \
+                        pytest.raises(Killed):
+                    spool.push_drops(self.queue, [drop for drop, _ in placed])
+            self.m.never_pushed.update(drop.job_id for drop, _ in placed)
+            self._crash()
+            return
+        outcomes = spool.push_drops(self.queue, [drop for drop, _ in placed])
+        assert outcomes == [drop.job_id for drop, _ in placed]
+        for drop, kind in placed:
+            self._model_push(drop.job_id, drop.script, kind)
+        if crash == "markers_lost":
+            for drop, _ in placed:
+                (drop.script.parent / spool.QUEUED).unlink()
+            self._crash()
+
     @rule(kind=st.sampled_from(list(HEADERS)),
           crash=st.sampled_from(["none", "none", "before_push", "before_push_long_ago",
                                  "before_rename"]))

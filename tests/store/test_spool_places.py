@@ -166,7 +166,7 @@ def test_a_link_renamed_over_a_drop_while_it_is_taken_is_refused_and_never_run(
         monkeypatch.setattr(os, "link", swapping_link)
     queue = Queue(home.db)
     try:
-        Inbox(home, queue, lambda lane: None)._take(str(drop))  # no watcher: nothing else looks
+        Inbox(home, queue, lambda lane: None)._take([str(drop)])  # no watcher: nothing else looks
         assert swapped, "the swap did not happen"
         (job,) = queue.jobs()
         assert (job.state, job.reason) == (State.FAILED, Reason.REFUSED), \
