@@ -171,6 +171,10 @@ class Snapshot:
     # The newest SHOWN_FAILED of failed_count, at most SHOWN_RUNS_PER_SERIES a series
     failed_jobs: tuple[FailedJob, ...] = ()
     failed_series: tuple[FailedSeries, ...] = ()  # the series of the runs in failed_jobs
+    # Of failed_count, those whose script is at fault (a bad header, a refused drop):
+    # what the failures past failed_jobs are made of. Counted only when failed_jobs
+    # cannot carry them all (0 otherwise).
+    failed_at_fault: int = 0
     waiting: tuple[WaitingJob, ...] = ()  # the next SHOWN_WAITING of pending
     next_wakeup: float | None = None
     paused: bool = False
@@ -200,6 +204,7 @@ def read(queue: Queue, running: Iterable[RunningJob], unmet: frozenset[str], *,
         paused = bool(counts["paused"])
         failed_runs = queue.failed_by_series(SHOWN_FAILED, SHOWN_RUNS_PER_SERIES)
         failed = _failed_jobs(queue, [(job, series) for job, series, _, _ in failed_runs])
+        at_fault = queue.failed_at_fault() if len(failed) < counts["failed"] else 0
         upcoming = queue.upcoming(SHOWN_WAITING)
         waits = queue.waiting_for([j.id for j in upcoming])
         # A job that asks is shown with its question (asking, below), not as due.
@@ -221,7 +226,7 @@ def read(queue: Queue, running: Iterable[RunningJob], unmet: frozenset[str], *,
     return Snapshot(
         pending=counts["pending"], done=counts["done"], failed_count=counts["failed"],
         due_now=counts["due_now"], running=runs[0] if runs else None,
-        lanes=_lanes(counts["lanes"], runs), failed_jobs=failed,
+        lanes=_lanes(counts["lanes"], runs), failed_jobs=failed, failed_at_fault=at_fault,
         failed_series=tuple(failing_series.values()), waiting=waiting,
         next_wakeup=next_wakeup, paused=paused, problem=problem, stopped=stopped,
         overdue=verdict.overdue, schedules=series, asking=asking, asking_count=len(asks),

@@ -14,7 +14,7 @@ import sqlite3
 from sloth_tray.errors import UnknownJob
 from sloth_tray.store import lanes, reads, rows, schedules, schema, steps
 from sloth_tray.store.rows import JOB_COLUMNS, Event, Job
-from sloth_tray.store.states import Reason, State
+from sloth_tray.store.states import PERMANENT, Reason, State
 from sloth_tray.store.steps import UnknownStep
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
@@ -118,6 +118,15 @@ def failed_by_series(db: sqlite3.Connection, limit: int | None = None,
     found = rows.named_rows(db, sql, {"per_series": per_series,
                                       "limit": -1 if limit is None else limit})
     return [(rows.job(row), row["series"], row["failures"], row["since"]) for row in found]
+
+
+def failed_at_fault(db: sqlite3.Connection) -> int:
+    """How many failed jobs failed for a reason only a change to their script can help
+    (states.PERMANENT): what a burst of failures too long to list is made of."""
+    reasons = sorted(reason.value for reason in PERMANENT)
+    marks = ", ".join("?" * len(reasons))
+    return db.execute(f"SELECT count(*) FROM jobs WHERE state = 'failed' "
+                      f"AND reason IN ({marks})", reasons).fetchone()[0]
 
 
 def upcoming(db: sqlite3.Connection, limit: int) -> list[Job]:

@@ -454,6 +454,11 @@ class Queue(SharedConnection):
         with self._autocommit() as db:
             return queries.failed_by_series(db, limit, per_series)
 
+    def failed_at_fault(self) -> int:
+        """Failed jobs whose script is at fault (queries.failed_at_fault)."""
+        with self._autocommit() as db:
+            return queries.failed_at_fault(db)
+
     def upcoming(self, limit: int) -> list[Job]:
         """Pending jobs, soonest due first."""
         with self._autocommit() as db:

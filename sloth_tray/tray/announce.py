@@ -113,6 +113,8 @@ class _Up:
     # Failures it counts that no snapshot carried: more failed between two snapshots
     # than one carries (its newest SHOWN_FAILED), so their ids were never seen.
     unlisted: int = 0
+    # Whether those were scripts at fault, as every failed job was when they came.
+    unlisted_at_fault: bool = True
 
 
 class Announcer:
@@ -140,6 +142,7 @@ class Announcer:
         if unseen:
             up = self._burst(now)
             up.unlisted += unseen
+            up.unlisted_at_fault &= after.failed_at_fault >= after.failed_count
             up.last_failure = now
         changes: list[Notice | Withdraw] = []
         for up in list(self._up):
@@ -149,7 +152,7 @@ class Announcer:
                     changes.append(Withdraw(up.key))
                 continue
             notice = _notice(up.key, tuple(up.jobs.values()), first=up.said is None,
-                             unlisted=up.unlisted)
+                             unlisted=up.unlisted, unlisted_at_fault=up.unlisted_at_fault)
             if up.said is None or _reads(notice) != _reads(up.said):
                 changes.append(notice)
             up.said = notice
@@ -169,7 +172,7 @@ class Announcer:
         whole = len(after.failed_jobs) >= after.failed_count
         for up in self._up:
             if whole:  # every failed job is carried now: none is left unseen
-                up.unlisted = 0
+                up.unlisted, up.unlisted_at_fault = 0, True
             for job_id in list(up.jobs):
                 current = failed.get(job_id)
                 if current is None and whole:
@@ -194,10 +197,13 @@ def _reads(notice: Notice) -> tuple:
 
 
 def _notice(key: str, jobs: tuple[FailedJob, ...], *, first: bool,
-            unlisted: int = 0) -> Notice:
-    if unlisted:  # more than the jobs it can name: a burst, whatever they are
+            unlisted: int = 0, unlisted_at_fault: bool = False) -> Notice:
+    if unlisted:  # more than the jobs it can name: a burst, of scripts at fault or not
+        at_fault = unlisted_at_fault and all(script_at_fault(job) for job in jobs)
         return Notice(key, f"sloth-tray: {len(jobs) + unlisted} jobs failed",
-                      names(jobs, unlisted=unlisted), (RETRY_ALL, SHOW_LOGS), jobs, first)
+                      names(jobs, unlisted=unlisted),
+                      (SHOW_SCRIPTS, RETRY_ALL) if at_fault else (RETRY_ALL, SHOW_LOGS),
+                      jobs, first)
     if len(jobs) == 1 and asks(jobs[0]):
         [job] = jobs
         name = step_name(job.unsure_step or "")

@@ -3,6 +3,8 @@ place, withdrawn once nothing it tells of is failed, with buttons that fit the f
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sloth_tray.daemon.snapshot import FailedJob, Snapshot
 from sloth_tray.store.states import Reason
 from sloth_tray.tray.announce import (
@@ -72,6 +74,21 @@ def test_more_failures_between_two_snapshots_than_one_carries_are_all_counted():
     assert notice.title == "sloth-tray: 60 jobs failed"
     assert notice.body.endswith(" and 57 more")
     assert len(notice.jobs) == 50  # what its buttons act on by id; Retry all takes all
+
+
+def test_bad_headers_past_what_a_snapshot_carries_still_show_their_scripts_first():
+    """60 drops with a bad header fail between two snapshots (pushed in one commit), and
+    the second carries the newest 50: the 10 it leaves out are scripts at fault too
+    (its count of those says so), so the scripts come first, as for 50 of them."""
+    newest = tuple(job(number, Reason.BAD_HEADER) for number in range(10, 60))
+    after = replace(failed(*newest, count=60), failed_at_fault=60)
+    [notice] = Announcer().failures(Snapshot(), after, NOW)
+    assert notice.title == "sloth-tray: 60 jobs failed"
+    assert notice.actions == (("show-scripts", "Show scripts"), ("retry-all", "Retry all"))
+    # One of the ten unseen failed otherwise: it may have a log to read.
+    mixed = replace(failed(*newest, count=60), failed_at_fault=59)
+    [notice] = Announcer().failures(Snapshot(), mixed, NOW)
+    assert notice.actions == (("retry-all", "Retry all"), ("show-logs", "Show logs"))
 
 
 def test_unlisted_failures_leave_the_count_once_the_snapshot_is_whole_again():
