@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -138,11 +139,45 @@ def _environments(since: int | None = None) -> Iterator[tuple[int, list[bytes]]]
     for pid in pids:
         if pid == os.getpid():
             continue
+        environ = _environment(pid)
+        if environ is not None:
+            yield pid, environ.split(b"\0")
+
+
+EXEC_WAIT = 0.05  # seconds at most to read again an environment that reads empty
+PF_KTHREAD = 0x00200000  # /proc/<pid>/stat's flags: a kernel thread (it has none)
+
+
+def _environment(pid: int) -> bytes | None:
+    """The process's environment, None when it is gone or not ours to read. A process
+    inside an exec reads empty for a moment, until the kernel has set up its new
+    program's: a stray forked just before its run ended often is. An empty one is read
+    again, for at most EXEC_WAIT (a process started with no environment at all, or a
+    kernel thread, costs a sweep that long at most, or nothing)."""
+    deadline = None
+    while True:
         try:
             with open(f"/proc/{pid}/environ", "rb") as environ:
-                yield pid, environ.read().split(b"\0")
+                entries = environ.read()
         except OSError:
-            continue
+            return None
+        if entries or _kernel_thread(pid):
+            return entries
+        now = time.monotonic()
+        if deadline is None:
+            deadline = now + EXEC_WAIT
+        elif now >= deadline:
+            return entries
+        time.sleep(0.001)
+
+
+def _kernel_thread(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            flags = int(stat.read().rsplit(b")", 1)[1].split()[6])
+    except (OSError, ValueError, IndexError):
+        return True  # gone, or unreadable: nothing to wait for
+    return bool(flags & PF_KTHREAD)
 
 
 FEW_PIDS = 256  # pids handed out since a run's spawn looked up one by one, at most

@@ -249,6 +249,26 @@ def test_a_short_runs_stray_is_stopped_whether_its_pids_are_listed_or_looked_up(
     wait_for(lambda: not alive(int(stray.read_text())), timeout=2, what="the stray to die")
 
 
+@pytest.mark.skipif(not procs.FINDS_RUNS_BY_ENVIRONMENT, reason="finds runs in /proc")
+def test_a_stray_swept_while_it_is_still_starting_its_program_is_stopped(pids):
+    """A stray forked just before its run ends may still be inside its exec when the
+    sweep reads its environment, which then reads empty for a moment (about one sweep
+    in ten here, right after the fork). It carries the token all the same: each one of
+    a hundred goes."""
+    token = "t" * 32
+    env = {**os.environ, procs.RUN_TOKEN_ENV: token}
+    for _ in range(100):
+        run = subprocess.Popen(["sh", "-c", "setsid sleep 300 & echo $! >&2"],
+                               stderr=subprocess.PIPE, env=env)
+        pids.add(run.pid)
+        stray = int(run.stderr.readline())
+        pids.add(stray)
+        procs.kill_strays(token, since=run.pid)
+        run.wait()
+        run.stderr.close()
+        wait_for(lambda stray=stray: not alive(stray), timeout=5, what="the stray to die")
+
+
 def test_a_long_runs_stray_is_found_among_every_process(home, tmp_path, pids, monkeypatch):
     """Past SHORT_RUN the pids may have wrapped around: every process is looked at."""
     seen = sweeps(monkeypatch)
