@@ -19,7 +19,7 @@ from helpers.processes import Pids  # noqa: E402
 from sloth_tray.paths import locate  # noqa: E402
 from sloth_tray.store.queue import Queue  # noqa: E402
 
-# -- how the suite runs: two workers side by side (pytest-xdist, `-n 2 --dist loadgroup`) --
+# -- how the suite runs: three workers side by side (pytest-xdist, `-n 3 --dist loadgroup`) --
 
 # Hypothesis: `ci` (CI sets CI=true) tries as many examples as each test asks for; `dev`
 # a fifth of them, for a quicker run at a desk. A test that asks for a count of its own
