@@ -339,8 +339,8 @@ class Engine:
                         f"{clock_time(self.recovered_at)} found it and {then}")
 
     def run(self, *, drain: bool = False) -> None:
-        """Run jobs until stop(); with `drain`, return once nothing is due now and
-        nothing runs."""
+        """Run jobs until stop(); with `drain`, return once nothing is due now, nothing
+        runs and no change asked for (a retry from the menu) is still being made."""
         try:
             while not self._stopping:
                 try:
@@ -353,6 +353,8 @@ class Engine:
                     if not started:  # else each worker publishes, its job spawned
                         self._publish()
                     if drain and not started and not self._working():
+                        if self._actions.settle():  # a change still being made: look again
+                            continue
                         self._raise_worker_problem()  # one that ended meanwhile
                         return
                     self._start_conditions_if_waited_on()

@@ -20,6 +20,8 @@ class SerialThread:
         self.name = name
         self._calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # told as the last call queued ends
+        self._unfinished = 0  # calls queued and not yet ended
         self._thread: threading.Thread | None = None
         self._closed = False
 
@@ -31,8 +33,17 @@ class SerialThread:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
+            self._unfinished += 1
             self._calls.put(call)
         return True
+
+    def settle(self) -> bool:
+        """Wait until every call queued so far has ended; whether there was one to wait
+        for (its changes are then in, to be looked at)."""
+        with self._lock:
+            waited = self._unfinished > 0
+            self._idle.wait_for(lambda: self._unfinished == 0)
+        return waited
 
     def shutdown(self) -> None:
         """Run what was queued, then end the thread; later calls are refused."""
@@ -50,3 +61,8 @@ class SerialThread:
                 call()
             except Exception:  # a bug of ours: said in the log, the worker goes on
                 log.exception("%s: a queued call failed", self.name)
+            finally:
+                with self._lock:
+                    self._unfinished -= 1
+                    if not self._unfinished:
+                        self._idle.notify_all()

@@ -540,6 +540,31 @@ def test_the_menus_answers_to_a_cut_step_retry_the_job_and_a_stale_click_does_no
     assert (queue.get(done).state, queue.get(done).runs) == (State.DONE, runs)
 
 
+def test_a_drained_run_waits_for_the_menus_retry_still_being_made(home):
+    """`run(drain=True)` ends once nothing is due and nothing runs: a retry asked for
+    from the menu just before, still on its way to the file as the loop finds nothing
+    due, is waited for and run, not left pending."""
+    queue = Queue(home.db)
+    failed = push_script(queue, home, "fails.sh", "exit 3", max_attempts=1)
+    engine = Engine(queue, home)
+    engine.run(drain=True)
+    assert queue.get(failed).state == State.FAILED
+    engine = Engine(queue, home)
+    looked, gate = threading.Event(), threading.Event()
+    engine.subscribe(lambda snapshot: looked.set())
+    engine._actions.submit(gate.wait)  # the change is held up behind this one
+    engine.retry(failed)
+    loop = threading.Thread(target=engine.run, kwargs={"drain": True})
+    loop.start()
+    try:
+        assert looked.wait(15), "the loop took no look"
+    finally:
+        gate.set()
+        loop.join(15)
+    assert not loop.is_alive()
+    assert (queue.get(failed).state, queue.get(failed).runs) == (State.FAILED, 2)
+
+
 def test_retry_all_failed_from_the_menu_leaves_a_step_that_asks(tmp_path):
     """The tray's Retry all: a job cut short in a step that asks waits for its own
     answer, while the other failed jobs go back in line."""
