@@ -179,17 +179,25 @@ def test_a_burst_of_drops_survives_kill_9_at_any_moment_exactly_once(home, pids)
         killer.join()
         daemon.wait(timeout=10)
         kills_mid_burst += any(home.jobs.iterdir())  # killed before it took them all
+    every_drop_is_one_job(pids, home, dropped, kills=20, mid_burst=kills_mid_burst)
+    assert not list(home.spool.glob("*/*.partial"))
+
+
+def every_drop_is_one_job(pids, home, dropped: list[str], *, kills: int,
+                          mid_burst: int) -> list[str]:
+    """After a last start: each dropped file is one job, its script in place; the
+    scripts."""
     start_daemon(pids, home)
     wait_for(lambda: not any(home.jobs.iterdir()), timeout=30, what="the inbox to empty")
     with Queue(home.db) as queue:
         wait_for(lambda: len(queue.jobs(limit=None)) >= len(dropped), what="every job")
         names = sorted(job.name for job in queue.jobs(limit=None))
         scripts = [job.script for job in queue.jobs(limit=None)]
-    print(f"{len(dropped)} files, 20 kills ({kills_mid_burst} mid-burst), {len(names)} jobs")
-    assert kills_mid_burst >= 3, f"only {kills_mid_burst} of 20 kills landed mid-burst"
+    print(f"{len(dropped)} files, {kills} kills ({mid_burst} mid-burst), {len(names)} jobs")
+    assert mid_burst >= 3, f"only {mid_burst} of {kills} kills landed mid-burst"
     assert names == sorted(dropped), "a drop was lost or doubled"
     assert all(os.path.isfile(script) for script in scripts)
-    assert not list(home.spool.glob("*/*.partial"))
+    return scripts
 
 
 @pytest.mark.slow
@@ -223,14 +231,5 @@ def test_a_burst_renamed_in_at_once_survives_kill_9_mid_commit_exactly_once(home
         unmarked = [f for f in home.spool.iterdir() if not (f / ".queued").exists()]
         kills_mid_burst += bool(unmarked) or any(
             not name.name.startswith(".") for name in home.jobs.iterdir())
-    start_daemon(pids, home)
-    wait_for(lambda: not any(home.jobs.iterdir()), timeout=30, what="the inbox to empty")
-    with Queue(home.db) as queue:
-        wait_for(lambda: len(queue.jobs(limit=None)) >= len(dropped), what="every job")
-        names = sorted(job.name for job in queue.jobs(limit=None))
-        scripts = [job.script for job in queue.jobs(limit=None)]
-    print(f"{len(dropped)} files, 12 kills ({kills_mid_burst} mid-burst), {len(names)} jobs")
-    assert kills_mid_burst >= 3, f"only {kills_mid_burst} of 12 kills landed mid-burst"
-    assert names == sorted(dropped), "a drop was lost or doubled"
-    assert all(os.path.isfile(script) for script in scripts)
+    scripts = every_drop_is_one_job(pids, home, dropped, kills=12, mid_burst=kills_mid_burst)
     assert all((Path(script).parent / ".queued").exists() for script in scripts)

@@ -219,8 +219,13 @@ def sweeps(monkeypatch) -> list:
     return seen
 
 
-def test_a_fork_that_outlives_its_parent_is_stopped_when_the_job_ends(home, tmp_path, pids,
-                                                                       monkeypatch):
+@pytest.mark.parametrize("few", [0, 10**6], ids=["listed", "looked-up-by-pid"])
+def test_a_fork_that_outlives_its_parent_is_stopped_when_the_job_ends(
+        home, tmp_path, pids, monkeypatch, few):
+    """A short run's sweep reads the pids handed out since its spawn: few, so each is
+    opened by its number (past FEW_PIDS, /proc is listed). Either way the setsid stray
+    goes."""
+    monkeypatch.setattr(procs, "FEW_PIDS", few)
     seen = sweeps(monkeypatch)
     queue = Queue(home.db)
     stray = tmp_path / "stray"
@@ -230,22 +235,6 @@ def test_a_fork_that_outlives_its_parent_is_stopped_when_the_job_ends(home, tmp_
     pids.add(int(stray.read_text()))
     assert (result.effect, result.detail) == (Effect.DONE, "parent done")
     assert seen == [queue.get(job.id).child["pid"]]  # a short run: the pids since its own
-    wait_for(lambda: not alive(int(stray.read_text())), timeout=2, what="the stray to die")
-
-
-@pytest.mark.parametrize("few", [0, 10**6], ids=["listed", "looked-up-by-pid"])
-def test_a_short_runs_stray_is_stopped_whether_its_pids_are_listed_or_looked_up(
-        home, tmp_path, pids, monkeypatch, few):
-    """The pids handed out since a short run's spawn are few: each is opened by its
-    number (past FEW_PIDS, /proc is listed). Either way the setsid stray goes."""
-    monkeypatch.setattr(procs, "FEW_PIDS", few)
-    queue = Queue(home.db)
-    stray = tmp_path / "stray"
-    path = script(home, "fork.sh", f"(setsid sleep 300 & echo $! > {stray}) ; echo parent done")
-    job = start(queue, path)
-    result = run_and_record(Runner(queue, home, "me"), job)
-    pids.add(int(stray.read_text()))
-    assert result.effect == Effect.DONE
     wait_for(lambda: not alive(int(stray.read_text())), timeout=2, what="the stray to die")
 
 
