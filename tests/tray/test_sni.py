@@ -274,7 +274,10 @@ def test_the_item_is_registered_with_the_watcher_before_ready_and_uses_one_threa
         surface.stop()
         thread.join(10)
     assert not thread.is_alive()
-    assert not panel.owned(surface.bus_name), "a stopped item must leave the panel at once"
+    # Its connection is closed as run() returns; the bus daemon reads the hang-up in
+    # its own time, and on a busy machine that is a moment later.
+    wait_for(lambda: not panel.owned(surface.bus_name), timeout=5,
+             what="the stopped item to leave the panel")
     surface.post(lambda: None)  # after the end: dropped, not an error
 
 
