@@ -8,7 +8,6 @@ a job really ran. Every process is known by pid or by the tag in its environment
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers.processes import wait_for
+from helpers.tagged import carrying
 from test_steps import (  # the steps' own helpers: one way to start and read
     add,
     environment,
@@ -34,16 +34,7 @@ SLOTH = str(Path(sys.executable).with_name("sloth-tray"))
 
 def job_processes(job_id: str) -> list[int]:
     """The processes of a job's runs (they carry its id; the daemon does not)."""
-    needle = f"SLOTH_JOB_ID={job_id}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if needle in (entry / "environ").read_bytes().split(b"\0"):
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
+    return carrying(f"SLOTH_JOB_ID={job_id}")
 
 
 def lease(home, job_id: str) -> tuple[str, str | None]:

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 import pytest
+from helpers.opener import recording_opener
 from helpers.processes import alive, wait_for
 from test_sni_panel import (
     missing,
@@ -112,11 +113,7 @@ def test_two_lanes_run_side_by_side_and_the_net_lanes_pause_holds_it(
     home = locate(tmp_path / "home").ensure()
     net = home.lane_folder("net")
     net.mkdir()
-    opened = tmp_path / "opened"
-    bin_dir = tmp_path / "bin"  # the desktop's opener, recording what it was asked to open
-    bin_dir.mkdir()
-    (bin_dir / "xdg-open").write_text(f'#!/bin/sh\necho "$1" >> {opened}\n')
-    (bin_dir / "xdg-open").chmod(0o755)
+    bin_dir, opened = recording_opener(tmp_path)  # the desktop's opener
     start_app(home, {**panel, "PATH": f"{bin_dir}:{panel['PATH']}"}, pids)
     [bus_name] = re.findall(r"(:[0-9.]+)/StatusNotifierItem", registered_items(panel))
 

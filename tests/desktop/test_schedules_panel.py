@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers.opener import recording_opener
 from helpers.processes import wait_for
 from test_sni_panel import (
     add,
@@ -45,11 +46,7 @@ def runs(home, *states: str) -> list:
 
 
 def test_each_item_of_a_schedules_row_works_in_a_real_panel(panel, pids, tmp_path):
-    opened = tmp_path / "opened"
-    bin_dir = tmp_path / "bin"  # the desktop's opener, recording what it was asked to open
-    bin_dir.mkdir()
-    (bin_dir / "xdg-open").write_text(f'#!/bin/sh\necho "$1" >> {opened}\n')
-    (bin_dir / "xdg-open").chmod(0o755)
+    bin_dir, opened = recording_opener(tmp_path)  # the desktop's opener
     env = {**panel, "PATH": f"{bin_dir}:{panel['PATH']}"}
     home = locate(tmp_path / "home").ensure()
     start_app(home, env, pids)

@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 from helpers.bus import start_private_bus
 from helpers.display import grab, start_xvfb
+from helpers.opener import recording_opener
 from helpers.processes import wait_for
 from test_lanes_panel import click, menu
 from test_tray_desktop import icon_box
@@ -114,10 +115,7 @@ def services(pids, tmp_path):
 
 
 def base_env(tmp_path: Path) -> dict[str, str]:
-    bin_dir = tmp_path / "bin"  # the desktop's last opener, recording what it opens
-    bin_dir.mkdir()
-    (bin_dir / "xdg-open").write_text(f'#!/bin/sh\necho "$1" >> "{tmp_path / "opened"}"\n')
-    (bin_dir / "xdg-open").chmod(0o755)
+    bin_dir, _ = recording_opener(tmp_path)  # the desktop's last opener, recording
     env = {**os.environ, "NO_AT_BRIDGE": "1", "HOME": str(tmp_path),
            "XDG_CACHE_HOME": str(tmp_path / "cache"),
            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}

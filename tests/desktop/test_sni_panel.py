@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from helpers.display import grab, red_pixels
+from helpers.opener import recording_opener
 from helpers.processes import alive, to_other_thread, wait_for
 from xfce_host import registered_items
 
@@ -138,11 +139,7 @@ def test_every_menu_item_works_in_a_real_statusnotifier_panel(panel, pids, tmp_p
 
     services = Desktop(panel["DBUS_SESSION_BUS_ADDRESS"])
     notifications = services.notifications(["actions", "body"])
-    opened = tmp_path / "opened"
-    bin_dir = tmp_path / "bin"  # the desktop's opener, recording what it was asked to open
-    bin_dir.mkdir()
-    (bin_dir / "xdg-open").write_text(f'#!/bin/sh\necho "$1" >> {opened}\n')
-    (bin_dir / "xdg-open").chmod(0o755)
+    bin_dir, opened = recording_opener(tmp_path)  # the desktop's opener
     env = {**panel, "PATH": f"{bin_dir}:{panel['PATH']}",
            "XDG_CONFIG_HOME": str(tmp_path / "user-config")}
     home = locate(tmp_path / "home").ensure()
@@ -322,11 +319,7 @@ def test_an_open_menu_moves_its_times_under_the_same_ids_and_goes_quiet_once_clo
 
 def test_the_running_jobs_show_log_and_stop_and_a_waiting_jobs_cancel(panel, pids,
                                                                      tmp_path):
-    opened = tmp_path / "opened"
-    bin_dir = tmp_path / "bin"  # the desktop's opener, recording what it was asked to open
-    bin_dir.mkdir()
-    (bin_dir / "xdg-open").write_text(f'#!/bin/sh\necho "$1" >> {opened}\n')
-    (bin_dir / "xdg-open").chmod(0o755)
+    bin_dir, opened = recording_opener(tmp_path)  # the desktop's opener
     env = {**panel, "PATH": f"{bin_dir}:{panel['PATH']}"}
     home = locate(tmp_path / "home").ensure()
     start_app(home, env, pids)

@@ -23,6 +23,8 @@ import uuid
 from pathlib import Path
 
 from helpers.processes import wait_for
+from helpers.tagged import sweep as sweep_tagged
+from helpers.tagged import tagged as tagged_with
 
 from sloth_tray.store.queue import Queue, State
 
@@ -89,30 +91,12 @@ def cli(home, tag: str, *args: str, timeout: float = 60) -> subprocess.Completed
 
 def tagged(tag: str) -> list[int]:
     """Pids of live processes that carry our tag (the jobs of our daemons)."""
-    needle = f"{TAG_ENV}={tag}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
+    return tagged_with(tag, TAG_ENV)
 
 
 def sweep(tag: str) -> int:
     """Kill, by pid, every process still carrying our tag. Returns how many."""
-    killed = 0
-    for pid in tagged(tag):
-        for sig in (signal.SIGCONT, signal.SIGKILL):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                break
-        killed += 1
-    return killed
+    return sweep_tagged(tag, TAG_ENV)
 
 
 def jobs_with_history(db: Path) -> dict[str, tuple]:
