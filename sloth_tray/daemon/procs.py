@@ -78,11 +78,8 @@ def has_ended(child: subprocess.Popen) -> bool:
 def start_time(pid: int) -> str | None:
     """A token that differs between two processes that had the same pid."""
     if sys.platform.startswith("linux"):
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return None
-        return stat.rsplit(")", 1)[1].split()[19]  # field 22: starttime, in clock ticks
+        fields = _stat_fields(pid)
+        return fields[19] if fields else None  # field 22: starttime, in clock ticks
     if WINDOWS:
         return None
     try:
@@ -172,12 +169,20 @@ def _environment(pid: int) -> bytes | None:
 
 
 def _kernel_thread(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            flags = int(stat.read().rsplit(b")", 1)[1].split()[6])
-    except (OSError, ValueError, IndexError):
+    fields = _stat_fields(pid)
+    if not fields:
         return True  # gone, or unreadable: nothing to wait for
-    return bool(flags & PF_KTHREAD)
+    return bool(int(fields[6]) & PF_KTHREAD)  # field 9: flags
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat's fields after the command's name (field 3 on, at index 0):
+    the name, in parentheses, may hold spaces and ')'."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()  # the name need not be UTF-8
+    except OSError:
+        return None
+    return stat.rsplit(b")", 1)[1].decode("ascii", "replace").split()
 
 
 FEW_PIDS = 256  # pids handed out since a run's spawn looked up one by one, at most
