@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+import threading
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -69,12 +70,22 @@ def step_module_folder() -> str:
     return str(Path(sloth_step.__file__).resolve().parent / "pythonpath")
 
 
-@cache
+# Lanes start their first runs at once, and sysconfig fills its variables on first use
+# without a lock: a second thread would read them half made (KeyError 'userbase').
+_LOOKING_UP = threading.Lock()
+
+
 def own_command_folder() -> str | None:
     """The folder of the `sloth-tray` that runs this very app: the bundle's executable,
     the script pip made for this interpreter (its environment's, or the user's), or
     the one this process was started as. None when there is none (run from a source
-    tree): then a job finds `sloth-tray` only on its own PATH."""
+    tree): then a job finds `sloth-tray` only on its own PATH. Looked up once."""
+    with _LOOKING_UP:
+        return _own_command_folder()
+
+
+@cache
+def _own_command_folder() -> str | None:
     if getattr(sys, "frozen", False):
         return str(Path(sys.executable).resolve().parent)
     started_as = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 from sloth_tray.daemon import jobenv
@@ -78,3 +79,38 @@ def test_the_system_python_imports_sloth_step_with_nothing_installed(tmp_path):
         capture_output=True, text=True, timeout=30)
     assert found.returncode == 0, found.stderr
     assert Path(found.stdout.strip()).parent == Path(jobenv.step_module_folder())
+
+
+# Lanes start their first runs at once: each thread builds its run's environment, in an
+# app that has not yet looked up where its command lives.
+FIRST_RUNS_AT_ONCE = """
+import threading
+from sloth_tray.daemon import jobenv
+from pathlib import Path
+from sloth_tray.paths import Home
+home = Home(Path("/nonexistent/home"), Path("/nonexistent/home/jobs"))
+start, failures = threading.Barrier(8), []
+def first_run():
+    start.wait()
+    try:
+        jobenv.for_run({"PATH": "/usr/bin"}, job_id="0123456789ab", name="backup", attempt=1,
+                       home=home, db=home.db, owner="me:1", token="feedface")
+    except Exception as exc:
+        failures.append(repr(exc))
+threads = [threading.Thread(target=first_run) for _ in range(8)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(failures)
+"""
+
+
+def test_runs_starting_at_once_in_a_fresh_app_each_get_their_environment():
+    # sysconfig fills its variables lazily and not thread-safely: two first lookups at
+    # once saw them half made ('userbase'), and that lane's run failed as an internal
+    # error. A fresh interpreter each time, since only the first lookup can race.
+    for _ in range(3):
+        said = subprocess.run([sys.executable, "-c", FIRST_RUNS_AT_ONCE], capture_output=True,
+                              text=True, timeout=60, check=True).stdout
+        assert said.strip() == "[]", said
