@@ -124,7 +124,8 @@ def test_a_quit_gives_back_every_lanes_running_job_uncounted(home, tmp_path, pid
     with Queue(home.db) as queue:
         for job_id in ids:
             job = queue.get(job_id)
-            assert (job.state, job.attempts) == (State.PENDING, 0), job
+            assert (job.state, job.attempts) == (State.PENDING, 0), \
+                (job, [(e.kind, e.detail) for e in queue.history(job_id)])
             assert [e.kind for e in queue.history(job_id)][-1] == "released"
 
 
