@@ -12,6 +12,7 @@ standing in for `--until`. The script is read from README.md itself.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -77,6 +78,29 @@ def feed_check(folder, hold_at: str) -> tuple[str, Path]:
     return "\n".join(script) + "\n", bin_
 
 
+def frozen_between_writes(daemon, db: Path) -> None:
+    """SIGSTOP of the app at a moment it holds no write lock on the queue. The fetch
+    step's ring has it renew the lease just then: frozen inside that commit, it would
+    hold every step's write up (as a frozen writer does), not only the run's end."""
+    def stopped() -> bool:
+        state = Path(f"/proc/{daemon.pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+        return state in (b"T", b"t")
+
+    def between_writes() -> bool:
+        daemon.send_signal(signal.SIGSTOP)
+        wait_for(stopped, what="the app to stop")
+        with contextlib.closing(sqlite3.connect(db, timeout=0, isolation_level=None)) as probe:
+            try:
+                probe.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError:  # locked: let that commit end, and again
+                daemon.send_signal(signal.SIGCONT)
+                return False
+            probe.execute("ROLLBACK")
+        return True
+
+    wait_for(between_writes, what="the app frozen between two writes")
+
+
 @pytest.mark.parametrize("kill_at", KILL_POINTS)
 def test_the_feed_check_example_survives_a_kill_9_of_the_app_between_any_two_lines(
         home, tmp_path, pids, tag, kill_at):  # noqa: F811 - tag: the fixture
@@ -129,7 +153,7 @@ def test_the_feed_check_example_survives_a_kill_9_of_the_app_between_any_two_lin
             kill_here("after_fetch")
         if kill_at == "ask_recorded":
             held_at("after_fetch")
-            daemon.send_signal(signal.SIGSTOP)  # the app cannot end the run that asks
+            frozen_between_writes(daemon, home.db)  # the app cannot end the run that asks
             go.touch()
             wait_for(lambda: ask_step() == "waiting", timeout=20, what="the ask recorded")
             assert job()["state"] == "running"
