@@ -41,9 +41,10 @@ class ClosedByUs(logging.Filter):
 
 
 CLOSED_BY_US = ClosedByUs()
-# Where dbus-fast says a handler failed: its reader, or the bus itself for a method
-# call's handler (whose reply is what meets the closed socket).
-HANDLER_LOGS = ("dbus_fast.aio.message_reader", "dbus_fast.message_bus")
+# Where dbus-fast says a handler failed: its reader, the bus itself for a method
+# call's handler, or the reply (which is what meets the closed socket).
+HANDLER_LOGS = ("dbus_fast.aio.message_reader", "dbus_fast.message_bus",
+                "dbus_fast.send_reply")
 
 
 def describe(call: Callable[..., object]) -> str:

@@ -1019,10 +1019,11 @@ def test_a_reply_that_meets_the_socket_we_closed_is_no_traceback_in_the_log(
     wait_for(lambda: loop.bus is not None and loop.bus.connected, what="the bus")
     loop.stop()
     thread.join(10)
-    # dbus-fast says so from its reader, or from the bus for a method call's handler
-    # (the reply to a panel's GetLayout, say): as each of them logs it.
+    # dbus-fast says so from its reader, from the bus for a method call's handler, or
+    # from the reply itself (to a panel's GetLayout, say): as each of them logs it.
     for name, said in (("dbus_fast.aio.message_reader", "Unexpected error processing message"),
-                       ("dbus_fast.message_bus", "A message handler raised an exception")):
+                       ("dbus_fast.message_bus", "A message handler raised an exception"),
+                       ("dbus_fast.send_reply", "Service interface raised an exception")):
         caplog.clear()
         caplog.set_level(logging.ERROR, logger=name)
         for code in (errno.EBADF, errno.EIO):
