@@ -242,6 +242,23 @@ def test_ctrl_c_on_wait_exits_130(home, pids):
 # -- log --------------------------------------------------------------------------------------
 
 
+def test_the_log_of_a_run_that_printed_nothing_is_empty_and_one_that_never_began_says_why(
+        home, tmp_path):
+    quiet = add(home, "quiet.sh", "exit 0\n")
+    sloth(home, "work", "--once")
+    said = sloth(home, "log", quiet, check=False)
+    assert (said.returncode, said.stdout, said.stderr) == (0, "", "")
+    assert not home.job_logs(quiet).exists()  # printing nothing, it made no file
+    (tmp_path / "gone").mkdir()
+    nowhere = add(home, "nowhere.sh", "echo never\n", "--cwd", str(tmp_path / "gone"))
+    (tmp_path / "gone").rmdir()
+    sloth(home, "work", "--once")
+    said = sloth(home, "log", nowhere, check=False)
+    assert said.returncode == 1 and said.stdout == ""
+    assert said.stderr.startswith(f"sloth-tray: run 1 of nowhere ({nowhere}) left no log: "
+                                  "cannot start the job: its working folder "), said.stderr
+
+
 def test_log_prints_the_last_run_or_the_one_asked_for(home, tmp_path):
     count = tmp_path / "count"
     job_id = add(home, "count.sh", f'n=$(( $(cat {count} 2>/dev/null || echo 0) + 1 ))\n'

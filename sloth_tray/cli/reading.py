@@ -12,7 +12,7 @@ from sloth_tray.cli.common import command, emit_json, in_lane, no_queue_here, ta
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home
 from sloth_tray.store.access import find_job, queue_to_read, reading
-from sloth_tray.store.states import State
+from sloth_tray.store.states import State, started_no_process
 from sloth_tray.store.steps import NEVER, short_time
 from sloth_tray.text import printable
 from sloth_tray.timefmt import clock_time, format_duration, relative
@@ -508,9 +508,8 @@ def cmd_log(args: argparse.Namespace, home: Home) -> int:
                          f"{job.id}` waits for it)")
     run = args.run or job.runs
     path = home.job_logs(job.id, job.name) / f"{run}.log"
-    if not path.is_file():
-        why = f": {job.last_error}" if run == job.runs and job.last_error else ""
-        raise SlothError(f"run {run} of {who} left no log{printable(why)}")
+    if not path.is_file() and run == job.runs and started_no_process(job.reason):
+        raise SlothError(f"run {run} of {who} left no log{printable(': ' + job.last_error)}")
     sys.stdout.flush()
     read_new(path, 0, sys.stdout.buffer)
     return 0

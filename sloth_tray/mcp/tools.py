@@ -22,7 +22,7 @@ from sloth_tray.paths import Home
 from sloth_tray.store import lanes, reads, rows, spool
 from sloth_tray.store.access import find_job, open_queue, queue_to_read, run_now_instead, sound_home
 from sloth_tray.store.rows import JOB_COLUMNS
-from sloth_tray.store.states import Reason, State
+from sloth_tray.store.states import Reason, State, started_no_process
 from sloth_tray.text import printable
 
 ENDED = (State.DONE, State.FAILED, State.CANCELLED)
@@ -260,9 +260,8 @@ def job_log(home: Home, args: dict[str, Any]) -> dict[str, Any]:
         raise SlothError(f"{who} has run {job.runs} time{'' if job.runs == 1 else 's'}: "
                          f"`run` takes 1 to {job.runs}")
     path = home.job_logs(job.id, job.name) / f"{run}.log"
-    if not path.is_file():
-        why = f": {job.last_error}" if run == job.runs and job.last_error else ""
-        raise SlothError(f"run {run} of {who} left no log{why}")
+    if not path.is_file() and run == job.runs and started_no_process(job.reason):
+        raise SlothError(f"run {run} of {who} left no log: {job.last_error}")
     text, size = _tail(path, args.get("tail_bytes", LOG_TAIL_DEFAULT))
     return {"id": job.id, "name": job.name, "run": run, "state": job.state.value,
             "size": size, "text": text,

@@ -39,6 +39,15 @@ class Reason(StrEnum):
 PERMANENT = frozenset({Reason.COULD_NOT_START, Reason.UNRUNNABLE, Reason.BAD_HEADER,
                        Reason.REFUSED, Reason.SCRIPT_GONE, Reason.UNANSWERED})
 
+
+
+def started_no_process(reason: Reason | None) -> bool:
+    """Whether a run that failed for `reason` ended before a process ran, or ran none
+    that could print (no interpreter, no working folder, a bad header, a refusal): its
+    missing log means that, where another run's means it printed nothing."""
+    return reason in PERMANENT
+
+
 # Failed jobs that no Retry all retries: a refused drop never runs, and a step that
 # asks was cut short, so it may have happened: only a person's word on that job
 # answers it (`retry ID`, `--step-done`).

@@ -302,7 +302,22 @@ class Tray:
             return
         logs = sorted(self.home.job_logs(job_id).glob("*.log"),
                       key=lambda p: int(p.stem) if p.stem.isdigit() else 0)
-        self.opener(logs[-1] if logs else self.home.logs)
+        self.opener(logs[-1] if logs else self._empty_log(job_id) or self.home.logs)
+
+    def _empty_log(self, job_id: str) -> Path | None:
+        """A run that printed nothing left no log: an empty one is made for its last run,
+        which says so where the logs folder would leave the user searching. None when
+        the job has not run (or is gone)."""
+        from sloth_tray.daemon.capture import make_log
+
+        try:
+            job = self.engine.queue.get(job_id)
+        except SlothError:
+            return None
+        if not job.runs:
+            return None
+        path = self.home.job_logs(job.id, job.name) / f"{job.runs}.log"
+        return path if make_log(path) else None
 
     def toggle_pause(self) -> None:
         if self.engine.paused:

@@ -134,3 +134,25 @@ def test_a_run_cut_short_by_a_crash_ends_its_log_with_where_the_app_stopped(home
     assert lines[1].endswith(" found it and runs it again (attempt 2 of 5)]"), lines
     with Queue(home.db) as queue:
         assert queue.get(slow).state == State.RUNNING
+
+
+def test_a_silent_run_cut_short_by_a_crash_gets_a_log_that_says_where_the_app_stopped(
+        home, tmp_path, pids):
+    marks = tmp_path / "marks"
+    quiet = add_script(home, "quiet_sync.sh", f"echo $$ >> {marks}\nsleep 300\n")
+    daemon = start_daemon(pids, home, "--lease", "60")
+    wait_for(lambda: marks.exists() and marks.read_text().strip(), what="quiet_sync to start")
+    child = pids.add(int(marks.read_text().split()[0]))
+    with Queue(home.db) as queue:
+        wait_for(lambda: "started" in [e.kind for e in queue.history(quiet)],
+                 what="the run to be recorded")
+    log = home.job_logs(quiet, "quiet_sync") / "1.log"
+    assert not log.exists()  # it printed nothing
+    daemon.kill()
+    daemon.wait(timeout=10)
+
+    start_daemon(pids, home, "--lease", "60")
+    wait_for(lambda: not alive(child), what="the leftover run to be stopped")
+    wait_for(log.exists, what="the note of the run cut short")
+    (line,) = log.read_text().splitlines()
+    assert line.startswith("[sloth-tray: the app stopped during this run; the start at "), line

@@ -195,6 +195,24 @@ def test_the_menu_shows_a_bad_headers_script_not_a_log_it_never_wrote(desktop, a
     assert revealed[0].name == "bad.sh" and app.opened == []
 
 
+SILENT_FAILS = "#!/bin/sh\n# sloth: max_attempts=1\nexit 3\n"
+
+
+def test_show_log_of_a_run_that_printed_nothing_opens_its_empty_log(desktop, app):
+    """A run that printed nothing leaves no file; the menu's Show log still opens that
+    run's log, empty, never the folder of every log."""
+    drop(app.home, "quiet.sh", SILENT_FAILS)
+    wait_for(lambda: app.tray._snapshot and app.tray._snapshot.failed_jobs,
+             what="the failed job in the tray")
+    (failed,) = app.tray._snapshot.failed_jobs
+    log = app.home.job_logs(failed.id, "quiet") / "1.log"
+    assert not log.exists()
+    (row,) = next(item for item in app.tray._menu_items() if item.key == "failed").submenu
+    next(item for item in row.submenu if item.key == "show-log").action()
+    wait_for(lambda: app.opened, what="Show log to open something")
+    assert app.opened == [log] and log.read_bytes() == b""
+
+
 def cut_short_by_a_crash(home, script: str) -> str:
     """A job whose run was in step "send" (started with --ask) when its app died: its
     lease still held by the dead app, its step still running. Its id."""
