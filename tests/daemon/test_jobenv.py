@@ -63,6 +63,19 @@ def test_the_module_folder_holds_only_sloth_step(tmp_path):
     assert modules == {"sloth_step.py"}
 
 
+def test_each_run_starts_from_the_apps_environment_as_it_is_then(tmp_path, monkeypatch):
+    monkeypatch.setenv("GREETING", "hello")
+    first = environment(os.environ, tmp_path)
+    first["LEFT_BY_A_RUN"] = "1"  # one run's environment is its own
+    monkeypatch.setenv("GREETING", "good night")
+    second = environment(os.environ, tmp_path)
+    monkeypatch.delenv("GREETING")
+    third = environment(os.environ, tmp_path)
+    assert (first["GREETING"], second["GREETING"]) == ("hello", "good night")
+    assert "GREETING" not in third
+    assert "LEFT_BY_A_RUN" not in second and "LEFT_BY_A_RUN" not in third
+
+
 def test_a_step_key_from_the_apps_own_environment_is_not_passed_on(tmp_path):
     env = environment({"SLOTH_STEP_KEY": "stale"}, tmp_path)
     assert "SLOTH_STEP_KEY" not in env
