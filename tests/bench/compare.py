@@ -71,8 +71,10 @@ What it measures (progress goes to stderr, the report to stdout):
    timed from the first write to the last job recorded done) vs the spawn floor (the same
    scripts run one after another by subprocess.run here, as sloth's runner starts them)
    vs huey (one task per script, each running it with subprocess.run in its consumer)
-   vs tsp (`tsp /bin/sh script` each, one slot). All run the scripts one at a time.
-   Goal: sloth-tray at 0.8 of the floor or more.
+   vs tsp (`tsp /bin/sh script` each, one slot) vs the durable floor (the spawn floor's
+   loop, each script first moved into a folder of its own and each outcome committed at
+   synchronous=FULL: the least a queue that loses nothing does). All run the scripts one
+   at a time. Goal: sloth-tray at 0.8 of the floor or more.
 6. Scale: claim and status latency with 10k, 100k and 1M done jobs (no 1M with --quick),
    with queue_bench.py's own code; sloth-tray only, so no one is ahead there.
 7. Memory: RSS of `run --headless`, idle (from 1.), and of the tray app when a display
@@ -117,6 +119,7 @@ import math
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import sysconfig
@@ -999,6 +1002,39 @@ def floor_burst(count: int, folder: Path) -> dict[str, Any]:
     return {**rate(count, seconds), "cpu": cpu_per_job(before, cpu_seconds(os.getpid()), count)}
 
 
+def durable_floor_burst(count: int, folder: Path) -> dict[str, Any]:
+    """The floor's loop plus the least a runner that loses nothing must do for each job,
+    done as cheaply as it can be: the drop moved into a folder of its own (a mkdir, a
+    link, an unlink: the file is the queue's own copy, whatever happens to the dropped
+    one) and its outcome in one commit at synchronous=FULL in WAL mode (one fsync), one
+    row updated. A durable queue that keeps each script does no less; tsp does neither
+    (its queue is in memory). The jobs run as the floor's do."""
+    scripts = burst_scripts(folder / "drops", count)
+    spool = folder / "spool"
+    spool.mkdir()
+    db = sqlite3.connect(folder / "floor.db", isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = FULL")
+        db.execute("CREATE TABLE jobs (id INTEGER PRIMARY KEY, state TEXT NOT NULL)")
+        db.executemany("INSERT INTO jobs (state) VALUES ('pending')", [()] * count)
+        before = cpu_seconds(os.getpid())
+        start = time.perf_counter()
+        for number, script in enumerate(scripts, start=1):
+            own = spool / str(number)
+            own.mkdir()
+            placed = own / script.name
+            os.link(script, placed)
+            os.unlink(script)
+            subprocess.run(["/bin/sh", str(placed)], stdin=subprocess.DEVNULL,
+                           capture_output=True, start_new_session=True, check=True)
+            db.execute("UPDATE jobs SET state = 'done' WHERE id = ?", (number,))  # its commit
+        seconds = time.perf_counter() - start
+    finally:
+        db.close()
+    return {**rate(count, seconds), "cpu": cpu_per_job(before, cpu_seconds(os.getpid()), count)}
+
+
 class QueueWatch:
     """The daemon's queue, through the Queue API (never its log): counts, failures and
     each job's history. Reads only; in WAL mode they never hold the daemon up."""
@@ -1170,6 +1206,9 @@ def measure_burst(mode: Mode, root: Path, reaper: Reaper, tsp: str | None,
         log(f"  tsp   {results['tsp']['jobs_per_s']:8.0f} jobs/s")
     floors.append(floor_burst(count, root / "burst-floor-2"))
     log(f"  floor {floors[1]['jobs_per_s']:8.0f} jobs/s (again)")
+    durable = durable_floor_burst(count, root / "burst-durable-floor")
+    log(f"  durable floor {durable['jobs_per_s']:8.0f} jobs/s")
+    results["durable floor"] = durable
     # Before and after the others: the machine's drift meets the floor from both sides.
     floor_rate = median(f["jobs_per_s"] for f in floors)
     results["floor"] = {"jobs": count, "jobs_per_s": floor_rate, "runs": floors}
@@ -1510,7 +1549,8 @@ def burst_rows(burst: dict[str, Any], absent: dict[str, str]) -> list[Row]:
                 f"(goal >= {burst['goal_sloth_over_floor']:g}: {verdict})", runs=runs,
                 peer_runs=[r["jobs_per_s"] for r in burst["floor"]["runs"]])]
     rows += [peer_row(Row("burst", measure, "jobs/s", sloth, peer, better="higher", runs=runs),
-                      burst, peer, absent, lambda p: p["jobs_per_s"]) for peer in ("huey", "tsp")]
+                      burst, peer, absent, lambda p: p["jobs_per_s"])
+             for peer in ("durable floor", "huey", "tsp")]
     return rows
 
 
@@ -1731,7 +1771,8 @@ def every_row(mode: Mode) -> list[tuple[str, str, str]]:
              for label in SLOTH_CYCLES.values() for peer in CYCLE_PEERS]
     rows.append(("queue", cycle_measure("engine loop"), "sloth, API"))
     rows += [("cli", MEASURE_CLI, peer) for peer in ("bare interpreter", "tsp -l")]
-    rows += [("burst", burst_measure(mode.burst), peer) for peer in ("spawn floor", "huey", "tsp")]
+    rows += [("burst", burst_measure(mode.burst), peer)
+             for peer in ("spawn floor", "durable floor", "huey", "tsp")]
     rows += [("scale", measure, "-") for done in mode.queue.sizes
              for measure in scale_measures(done)]
     rows += [("memory", MEASURE_RSS, peer) for peer in IDLE_PEERS.values()]
@@ -1891,6 +1932,14 @@ def burst_notes(burst: dict[str, Any]) -> list[str]:
            "same way, timed to the last task's marker (its queue at synchronous="
            f"{burst['huey']['synchronous']}, the default: 0 off, 1 normal, 2 full)"),
     ]
+    if "durable floor" in burst:
+        durable = burst["durable floor"]
+        lines.append(
+            f"- burst, durable floor: the floor's loop, each script first moved into a "
+            f"folder of its own (mkdir, link, unlink) and each outcome committed at "
+            f"synchronous=FULL in WAL mode, one row: {durable['jobs_per_s']:,.0f} jobs/s, "
+            f"{durable['cpu']['own_ms']:.2f} ms CPU a job in the loop; no queue that keeps "
+            "its own copy of each script and each outcome durably does less")
     if "tsp" in burst:
         lines.append(f"- burst, tsp: `tsp /bin/sh script` for each (one client process per "
                      f"job; queueing them all took {burst['tsp']['enqueued_s']:.2f} s of "
@@ -1928,7 +1977,8 @@ def burst_notes(burst: dict[str, Any]) -> list[str]:
 # -- the chart ------------------------------------------------------------------------
 
 COLOURS = {"sloth-tray": (46, 125, 50), "sloth-tray, job 1h ahead": (129, 199, 132),
-           "huey": (198, 40, 40), "tsp": (21, 101, 192), "spawn floor": (117, 117, 117)}
+           "huey": (198, 40, 40), "tsp": (21, 101, 192), "spawn floor": (117, 117, 117),
+           "durable floor": (158, 158, 158)}
 Series = list[tuple[str, float]]  # (series label, value), one bar each
 
 
@@ -2004,7 +2054,8 @@ def draw_chart(results: dict[str, Any], path: Path) -> None:
     burst = results["burst"]
     bars = [("sloth-tray", burst["sloth"]["jobs_per_s"]),
             ("spawn floor", burst["floor"]["jobs_per_s"]),
-            *((peer, burst[peer]["jobs_per_s"]) for peer in ("huey", "tsp") if peer in burst)]
+            *((peer, burst[peer]["jobs_per_s"]) for peer in ("durable floor", "huey", "tsp")
+              if peer in burst)]
     draw_panel(draw, (30, 1150, 970, 1490), f"Burst: {burst['jobs']:,} scripts at once, run "
                "one at a time (higher is better)", [(label, [(label, value)])
                                                       for label, value in bars], "jobs / s")
