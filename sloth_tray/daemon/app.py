@@ -130,7 +130,7 @@ class Daemon:
                 # two connections met in SQLite's busy handler, which sleeps 1, 2,
                 # 5... ms between tries.
                 self.inbox = start_inbox(self.home, self.queue, self.observer,
-                                         self.engine.job_added)
+                                         self.engine.job_added, claims=self.engine)
         except BaseException:
             if self._db_identity is not None:
                 self._check_the_queue_file()  # the cause, when the home went during start-up

@@ -24,7 +24,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from sloth_tray import instance
@@ -153,6 +153,35 @@ class Engine:
         look, the worker's next publish shows the new job."""
         if lane is None or lane not in {work.lane for work in self._working()}:
             self.alarm.ring()
+
+    def claim_with_push(self, lanes: Iterable[str]) -> list[Job]:
+        """Inside the commit that queues drops into `lanes` (the inbox's): a due job
+        claimed for each of them that no worker of ours runs, so a drop into an idle
+        app starts after one commit, not two. start_claimed starts them once that
+        commit is made; if it fails, the claims are undone with it. A claim that
+        fails is undone alone, and the loop claims the usual way, which says why."""
+        claimed: list[Job] = []
+        if self._stopping:
+            return claimed
+        busy = {work.lane for work in self._working()}
+        for lane in dict.fromkeys(lanes):
+            if lane in busy:
+                continue
+            try:
+                with self.queue.savepoint():
+                    job = self.queue.claim(self.owner, self._unmet(), procs.new_token(),
+                                           lane=lane)
+            except Exception as exc:
+                log.debug("claiming a drop as it was queued failed: %s", exc)
+                continue
+            if job is not None:
+                claimed.append(job)
+        return claimed
+
+    def start_claimed(self, jobs: Iterable[Job]) -> None:
+        """The jobs claim_with_push claimed, their commit made: each lane's worker."""
+        for job in jobs:
+            self._start_worker(job)
 
     def _unmet(self) -> frozenset[str]:
         return self.conditions.unmet() if self.conditions is not None else frozenset()

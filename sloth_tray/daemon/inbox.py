@@ -25,8 +25,9 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Protocol
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -47,7 +48,7 @@ from sloth_tray.daemon.watch import FolderChange, KeptFolder
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home
 from sloth_tray.store import lanes, spool
-from sloth_tray.store.queue import Queue, new_job_id
+from sloth_tray.store.queue import Job, Queue, new_job_id
 
 log = logging.getLogger("sloth_tray")
 
@@ -68,9 +69,17 @@ CLOSE_TOLD_EVENTS: list[type[FileSystemEvent]] = [
     DirCreatedEvent, DirMovedEvent]
 
 
+class Claims(Protocol):
+    """What claims drops in the very commit that queues them: the engine."""
+
+    def claim_with_push(self, lanes: Iterable[str]) -> list[Job]: ...
+
+    def start_claimed(self, jobs: Iterable[Job]) -> None: ...
+
+
 class Inbox(FileSystemEventHandler):
     def __init__(self, home: Home, queue: Queue, on_push: Callable[[str], None], *,
-                 settle: float = SETTLE, quiet: float = QUIET,
+                 claims: Claims | None = None, settle: float = SETTLE, quiet: float = QUIET,
                  close_events: bool = sys.platform.startswith("linux"),
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.home = home
@@ -79,6 +88,7 @@ class Inbox(FileSystemEventHandler):
         self.folder = home.jobs.resolve()
         self.queue = queue
         self.on_push = on_push
+        self.claims = claims  # the engine: claims what is pushed in the push's commit
         self.settle = settle
         self.quiet = quiet
         self.close_events = close_events  # the platform says when a writer closes
@@ -284,6 +294,7 @@ class Inbox(FileSystemEventHandler):
         fails alone: given back to the jobs folder when the queue said no (locked,
         unwell), to be tried again after a settle time."""
         pushed_lanes: list[str] = []
+        claimed: list[Job] = []
         with self._lock:
             placed: list[tuple[str, spool.Drop]] = []
             for path in paths:
@@ -297,10 +308,19 @@ class Inbox(FileSystemEventHandler):
                                                     spool.refusal(info, self.folder), lane)))
             if not placed:
                 return
+            claim = None
+            if self.claims is not None:
+                lanes_placed = [drop.lane for _, drop in placed]
+                claims = self.claims
+
+                def claim() -> None:
+                    claimed.extend(claims.claim_with_push(lanes_placed))
             try:
-                outcomes = spool.push_drops(self.queue, [drop for _, drop in placed])
+                outcomes = spool.push_drops(self.queue, [drop for _, drop in placed],
+                                            then=claim)
             except SlothError as exc:  # the commit failed: none of them is queued
                 outcomes = [exc] * len(placed)
+                claimed.clear()  # undone with it
             for (path, drop), outcome in zip(placed, outcomes, strict=True):
                 if isinstance(outcome, str):
                     with self._wake:
@@ -315,6 +335,8 @@ class Inbox(FileSystemEventHandler):
                 else:  # left in the spool: the next start queues it
                     log.error("could not queue %s", os.path.basename(path),
                               exc_info=outcome)
+        if claimed and self.claims is not None:
+            self.claims.start_claimed(claimed)  # first: their lanes need no look then
         for lane in pushed_lanes:
             self.on_push(lane)
 
@@ -367,10 +389,10 @@ class Inbox(FileSystemEventHandler):
 
 
 def start_inbox(home: Home, queue: Queue, observer: BaseObserver,
-                on_push: Callable[[str], None]) -> Inbox:
+                on_push: Callable[[str], None], claims: Claims | None = None) -> Inbox:
     """Reconcile the spool, then watch the jobs folder and its lane folders and scan
     them."""
     spool.reconcile(home, queue)
-    inbox = Inbox(home, queue, on_push)
+    inbox = Inbox(home, queue, on_push, claims=claims)
     inbox.start(observer)
     return inbox

@@ -26,7 +26,7 @@ import os
 import shutil
 import stat
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -269,10 +269,13 @@ class Drop(NamedTuple):
     lane: str
 
 
-def push_drops(queue: Queue, drops: Sequence[Drop]) -> list[str | Exception]:
+def push_drops(queue: Queue, drops: Sequence[Drop],
+               then: Callable[[], object] | None = None) -> list[str | Exception]:
     """Push drops placed in the spool in one commit: one fsync for them all, each its
     own job, as push() makes it. For each drop, in order: its job id, or what stopped
-    its push alone (its savepoint undone, the others' kept).
+    its push alone (its savepoint undone, the others' kept). `then` is called inside
+    that commit once the drops are pushed (the engine claims them there), so what it
+    writes is undone with them if the commit fails.
 
     Each marker is made once the commit that holds its job is done, as push() makes
     it, so a crash at any moment leaves each folder as reconcile() expects: before the
@@ -290,6 +293,8 @@ def push_drops(queue: Queue, drops: Sequence[Drop]) -> list[str | Exception]:
                 if not queue.still_in_transaction():
                     raise  # undone whole: none of them is queued
                 outcomes.append(exc)
+        if then is not None:
+            then()
     for read, outcome in zip(reads, outcomes, strict=True):
         if isinstance(outcome, str):
             _pushed(read, outcome)
