@@ -308,19 +308,21 @@ class Inbox(FileSystemEventHandler):
                                                     spool.refusal(info, self.folder), lane)))
             if not placed:
                 return
-            claim = None
+            claim = start = None
             if self.claims is not None:
                 lanes_placed = [drop.lane for _, drop in placed]
                 claims = self.claims
 
                 def claim() -> None:
                     claimed.extend(claims.claim_with_push(lanes_placed))
+
+                def start() -> None:  # as soon as the commit is made: they are due
+                    claims.start_claimed(claimed)
             try:
                 outcomes = spool.push_drops(self.queue, [drop for _, drop in placed],
-                                            then=claim)
+                                            then=claim, committed=start)
             except SlothError as exc:  # the commit failed: none of them is queued
                 outcomes = [exc] * len(placed)
-                claimed.clear()  # undone with it
             for (path, drop), outcome in zip(placed, outcomes, strict=True):
                 if isinstance(outcome, str):
                     with self._wake:
@@ -335,9 +337,7 @@ class Inbox(FileSystemEventHandler):
                 else:  # left in the spool: the next start queues it
                     log.error("could not queue %s", os.path.basename(path),
                               exc_info=outcome)
-        if claimed and self.claims is not None:
-            self.claims.start_claimed(claimed)  # first: their lanes need no look then
-        for lane in pushed_lanes:
+        for lane in pushed_lanes:  # a lane started above is a worker's: no look
             self.on_push(lane)
 
     def _give_back(self, path: str, drop: spool.Drop, problem: SlothError) -> None:
