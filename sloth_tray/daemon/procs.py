@@ -93,7 +93,8 @@ def start_time(pid: int) -> str | None:
 def describe(proc: subprocess.Popen, token: str) -> dict[str, Any]:
     """What to remember about a just-started child. Its start time only where a crash's
     leftovers are found by that (kill_orphan): on Linux the token finds them, and the
-    read of /proc, just as the child execs, was a tenth of a trivial run's time."""
+    read of /proc, just as the child execs, was a seventh of a lane worker's time in a
+    burst of trivial jobs."""
     child = {"pid": proc.pid, "pgid": proc.pid, "token": token}
     if not FINDS_RUNS_BY_ENVIRONMENT:
         child["start"] = start_time(proc.pid)

@@ -576,11 +576,12 @@ def reconcile(home: Home, queue: Queue, *, clock=time.time) -> None:
             continue
         for partial in folder.glob(f"*{PARTIAL}"):
             partial.unlink()
-        scripts = _scripts(folder)
         if queue.exists(folder.name):
             if not os.path.lexists(folder / QUEUED):
+                scripts = _scripts(folder)
                 _mark_queued(folder, scripts[0] if scripts else None)
             continue
+        scripts = _scripts(folder)
         if not scripts:
             shutil.rmtree(folder)
         elif os.path.lexists(folder / QUEUED):
