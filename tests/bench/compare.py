@@ -21,6 +21,8 @@ apt-get, otherwise the script says what to run), then run it from the repository
                                                # with --quick/--smoke, at theirs): one row
                                                # measured again without the whole run
     python tests/bench/compare.py --only burst --burst-rounds 5   # sloth's burst 5 times
+    python tests/bench/compare.py --only latency --latency-repeats 9   # 9 drops per idle
+                                               # length and system, not 3
     python tests/bench/compare.py --smoke      # CI (.ci/run): every section with tiny counts,
                                                # about 15 s, quiet; writes nothing unless --out
 
@@ -2109,9 +2111,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--burst-rounds", type=int, default=1, metavar="N",
                         help="sloth bursts, each on a fresh daemon; the figure is the median "
                              "(default 1)")
+    parser.add_argument("--latency-repeats", type=int, default=None, metavar="N",
+                        help="drops per idle length and system in the latency section "
+                             "(and 2N+1 each way in the lanes section); the figure is the "
+                             "median (default: the mode's, 3 in full)")
     args = parser.parse_args(argv)
     if args.burst_rounds < 1:
         parser.error("--burst-rounds takes a whole number of at least 1")
+    if args.latency_repeats is not None and args.latency_repeats < 1:
+        parser.error("--latency-repeats takes a whole number of at least 1")
     if args.out is None and not args.smoke:
         args.out = BENCH_DIR / "results"
     return args
@@ -2245,6 +2253,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("compare.py reads /proc: Linux only")
     mode = replace(mode_for("smoke" if args.smoke else "quick" if args.quick else "full"),
                    only=args.only, burst_rounds=args.burst_rounds)
+    if args.latency_repeats is not None:
+        mode = replace(mode, repeats=args.latency_repeats)
     results: dict[str, Any] = {"peers": peer_versions(mode), "notes": [], "absent": {},
                                "failed": {}, "mode": {**asdict(mode), "queue": asdict(mode.queue)}}
     signal.signal(signal.SIGTERM, on_sigterm)
