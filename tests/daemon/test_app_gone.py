@@ -118,7 +118,8 @@ def test_a_run_cut_short_by_a_crash_ends_its_log_with_where_the_app_stopped(home
     log = home.job_logs(slow, "slow_backup") / "1.log"
     # The line is in the log once the app has copied it from the pipe: a kill before
     # that loses it with the pipe, however the log is ended.
-    wait_for(lambda: log.read_text() == "copying\n", what="the job's line in its log")
+    wait_for(lambda: log.exists() and log.read_text() == "copying\n",
+             what="the job's line in its log")
     daemon.kill()
     daemon.wait(timeout=10)
     assert log.read_text() == "copying\n"
