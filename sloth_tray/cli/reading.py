@@ -11,8 +11,8 @@ from sloth_tray import config, limits
 from sloth_tray.cli.common import command, emit_json, in_lane, no_queue_here, table, when
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home
-from sloth_tray.store.access import find_job, queue_to_read, reading
-from sloth_tray.store.states import State, started_no_process
+from sloth_tray.store.access import find_job, queue_to_read, reading, run_log
+from sloth_tray.store.states import State
 from sloth_tray.store.steps import NEVER, short_time
 from sloth_tray.text import printable
 from sloth_tray.timefmt import clock_time, format_duration, relative
@@ -507,9 +507,7 @@ def cmd_log(args: argparse.Namespace, home: Home) -> int:
         raise SlothError(f"{who} has not run yet: it has no log (`sloth-tray log -f "
                          f"{job.id}` waits for it)")
     run = args.run or job.runs
-    path = home.job_logs(job.id, job.name) / f"{run}.log"
-    if not path.is_file() and run == job.runs and started_no_process(job.reason):
-        raise SlothError(f"run {run} of {who} left no log{printable(': ' + job.last_error)}")
+    path = run_log(home, job, run)  # its sentence is made printable as every error is
     sys.stdout.flush()
     read_new(path, 0, sys.stdout.buffer)
     return 0

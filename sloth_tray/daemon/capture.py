@@ -130,12 +130,17 @@ class CappedLog:
             self._file = None
 
 
+def _opened_log(path: Path, flags: int) -> int:
+    """A run's log opened with `flags`, made (its folder too) if the run printed
+    nothing; a link is not followed. Raises OSError."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return os.open(path, flags | os.O_CREAT | safety.NOFOLLOW, 0o600)
+
+
 def make_log(path: Path) -> bool:
-    """A run's log, made empty if the run printed nothing (its folder too; a link is
-    not followed). False when it could not be."""
+    """A run's log, made empty if the run printed nothing. False when it could not be."""
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | safety.NOFOLLOW, 0o600))
+        os.close(_opened_log(path, os.O_WRONLY))
     except OSError:
         return False
     return True
@@ -145,8 +150,7 @@ def append_note(path: Path, note: str) -> bool:
     """`[sloth-tray: NOTE]` on a line of its own at the end of a run's log, made if
     the run printed nothing (a link is not followed); False when it could not be."""
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | safety.NOFOLLOW, 0o600)
+        fd = _opened_log(path, os.O_RDWR | os.O_APPEND)
     except OSError:
         return False
     try:

@@ -20,9 +20,16 @@ from sloth_tray.errors import SlothError, UnknownJob
 from sloth_tray.jobs.header import BadJobFile, has_header, settings_of
 from sloth_tray.paths import Home
 from sloth_tray.store import lanes, reads, rows, spool
-from sloth_tray.store.access import find_job, open_queue, queue_to_read, run_now_instead, sound_home
+from sloth_tray.store.access import (
+    find_job,
+    open_queue,
+    queue_to_read,
+    run_log,
+    run_now_instead,
+    sound_home,
+)
 from sloth_tray.store.rows import JOB_COLUMNS
-from sloth_tray.store.states import Reason, State, started_no_process
+from sloth_tray.store.states import Reason, State
 from sloth_tray.text import printable
 
 ENDED = (State.DONE, State.FAILED, State.CANCELLED)
@@ -259,10 +266,7 @@ def job_log(home: Home, args: dict[str, Any]) -> dict[str, Any]:
     if run > job.runs:
         raise SlothError(f"{who} has run {job.runs} time{'' if job.runs == 1 else 's'}: "
                          f"`run` takes 1 to {job.runs}")
-    path = home.job_logs(job.id, job.name) / f"{run}.log"
-    if not path.is_file() and run == job.runs and started_no_process(job.reason):
-        raise SlothError(f"run {run} of {who} left no log: {job.last_error}")
-    text, size = _tail(path, args.get("tail_bytes", LOG_TAIL_DEFAULT))
+    text, size = _tail(run_log(home, job, run), args.get("tail_bytes", LOG_TAIL_DEFAULT))
     return {"id": job.id, "name": job.name, "run": run, "state": job.state.value,
             "size": size, "text": text,
             "truncated": size > len(text.encode("utf-8", "replace"))}

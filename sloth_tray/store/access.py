@@ -9,12 +9,13 @@ import contextlib
 
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home
-from sloth_tray.store.states import State
+from sloth_tray.store.states import State, started_no_process
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
     import sqlite3
     from collections.abc import Iterator
+    from pathlib import Path
 
     from sloth_tray.store.queue import Job, Queue
 
@@ -95,6 +96,15 @@ def find_job(queue: Queue, given: str) -> str:
         return reads.find_job(db, given)
     finally:
         db.close()
+
+
+def run_log(home: Home, job: Job, run: int) -> Path:
+    """Where run `run` of `job` keeps its log. None there: the run printed nothing,
+    unless it started no process at all, which SlothError says, with why."""
+    path = home.job_logs(job.id, job.name) / f"{run}.log"
+    if not path.is_file() and run == job.runs and started_no_process(job.reason):
+        raise SlothError(f"run {run} of {job.name} ({job.id}) left no log: {job.last_error}")
+    return path
 
 
 def run_now_instead(job: Job) -> str | None:

@@ -990,6 +990,12 @@ def cpu_per_job(before: tuple[float, float], after: tuple[float, float],
             "children_ms": 1000 * (after[1] - before[1]) / count}
 
 
+def run_as_a_job(script: Path) -> None:
+    """`script` run as sloth's runner starts a job: its own session, output through pipes."""
+    subprocess.run(["/bin/sh", str(script)], stdin=subprocess.DEVNULL, capture_output=True,
+                   start_new_session=True, check=True)
+
+
 def floor_burst(count: int, folder: Path) -> dict[str, Any]:
     """The same scripts run one after another by this process, as sloth's runner starts a
     job (its own session, output read through pipes): the least any runner can take."""
@@ -997,8 +1003,7 @@ def floor_burst(count: int, folder: Path) -> dict[str, Any]:
     before = cpu_seconds(os.getpid())
     start = time.perf_counter()
     for script in scripts:
-        subprocess.run(["/bin/sh", str(script)], stdin=subprocess.DEVNULL, capture_output=True,
-                       start_new_session=True, check=True)
+        run_as_a_job(script)
     seconds = time.perf_counter() - start
     # This process's own CPU counts every thread of the bench: none other is busy now.
     return {**rate(count, seconds), "cpu": cpu_per_job(before, cpu_seconds(os.getpid()), count)}
@@ -1028,8 +1033,7 @@ def durable_floor_burst(count: int, folder: Path) -> dict[str, Any]:
             placed = own / script.name
             os.link(script, placed)
             os.unlink(script)
-            subprocess.run(["/bin/sh", str(placed)], stdin=subprocess.DEVNULL,
-                           capture_output=True, start_new_session=True, check=True)
+            run_as_a_job(placed)
             db.execute("UPDATE jobs SET state = 'done' WHERE id = ?", (number,))  # its commit
         seconds = time.perf_counter() - start
     finally:

@@ -41,6 +41,19 @@ def test_a_drop_into_an_idle_app_starts_with_no_pass_of_the_loop(home, tmp_path)
     assert history.count("claimed") == 1 and job.attempts == 1, history
 
 
+def test_a_drop_into_a_paused_app_is_queued_by_its_push_and_not_claimed(home, tmp_path):
+    marks = tmp_path / "marks"
+    with Daemon(home) as daemon:
+        daemon.queue.set_paused(True)
+        rename_in(home, "held.sh", f"echo ran >> {marks}\n")
+        # The claim would have been made in the commit that queued it: once the job is
+        # there, that commit is whole.
+        (job,) = wait_for(lambda: daemon.queue.jobs(), what="the drop to be queued")
+        history = [event.kind for event in daemon.queue.history(job.id)]
+    assert job.state == State.PENDING and "claimed" not in history, history
+    assert not marks.exists()
+
+
 def test_a_claim_made_with_a_push_whose_commit_fails_is_undone_with_it(
         home, tmp_path, monkeypatch):
     marks = tmp_path / "marks"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import stat
 import sys
 import threading
 import time
@@ -346,6 +347,12 @@ def test_refused_drops_become_failed_jobs_that_say_why(home, queue, running, tmp
     assert job.last_error.startswith(reason)
     assert not os.path.lexists(home.jobs / name), "a refused drop must leave the inbox"
     assert target.read_text() == "echo elsewhere\n"
+    if case in ("symlink", "fifo"):  # its queued mark is no second name of what it is
+        marker = Path(job.script).parent / spool.QUEUED
+        wait_for(lambda: os.path.lexists(marker), what="the queued mark")
+        info = os.lstat(marker)
+        assert stat.S_ISREG(info.st_mode) and info.st_size == 0
+        assert info.st_ino != os.lstat(job.script).st_ino
 
 
 def test_an_error_in_the_handler_does_not_kill_the_watcher(home, queue, running, monkeypatch):

@@ -111,6 +111,27 @@ def test_a_command_added_runs_and_wait_job_returns_as_it_ends(world, tmp_path):
         "Claude Desktop"
 
 
+def test_a_run_that_printed_nothing_has_an_empty_log_and_one_that_never_began_says_why(
+        world, tmp_path):
+    home, _, _, client = world
+    quiet = client.ok("add_job", {"command": ["true"], "name": "quiet", "cwd": str(tmp_path)})
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    never = client.ok("add_job", {"command": ["true"], "name": "never", "cwd": str(gone),
+                                  "delay": "1h"})
+    gone.rmdir()  # before it runs: then it cannot start
+    subprocess.run([sys.executable, "-m", "sloth_tray", "run-now", never["id"], "--home",
+                    str(home.root)], capture_output=True, check=True)
+    ended = client.ok("wait_job", {"ids": [quiet["id"], never["id"]], "timeout_s": 30})
+    assert [job["state"] for job in ended["jobs"]] == ["done", "failed"]
+    log = client.ok("job_log", {"id": quiet["id"]})
+    assert (log["text"], log["size"], log["run"]) == ("", 0, 1)
+    assert client.ok("get_job", {"id": quiet["id"]})["log_tail"] == ""
+    said = client.error("job_log", {"id": never["id"]})
+    assert said.startswith(f"run 1 of never ({never['id']}) left no log: cannot start the "
+                           "job: its working folder "), said
+
+
 def test_wait_job_ends_on_time_with_each_state_and_tells_its_progress(world, tmp_path):
     _, _, _, client = world
     flag = tmp_path / "go"
