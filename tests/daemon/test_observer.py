@@ -1,0 +1,134 @@
+"""The app's one watchdog observer, for real (inotify, real folders and files): each
+event is handled on the thread that read it, handlers one at a time, and watches
+come and go while events flow without anything waiting on anything for ever."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from helpers.processes import wait_for
+from watchdog.events import FileClosedEvent, FileSystemEvent, FileSystemEventHandler
+
+from sloth_tray.daemon.watch import make_observer
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify")
+
+CLOSES = [FileClosedEvent]
+
+
+class Recorder(FileSystemEventHandler):
+    """Records each closed file it is told of, and on which thread."""
+
+    def __init__(self, during=None) -> None:
+        self.seen: list[tuple[str, str]] = []  # (file name, thread name)
+        self.during = during  # called inside the handler, with the event
+
+    def on_closed(self, event: FileSystemEvent) -> None:
+        if self.during is not None:
+            self.during(event)
+        self.seen.append((Path(event.src_path).name, threading.current_thread().name))
+
+
+@pytest.fixture
+def observer():
+    started = make_observer()
+    started.start()
+    yield started
+    started.stop()
+    started.join(timeout=10)
+    assert not started.is_alive(), "the observer did not stop"
+
+
+def folders(tmp_path: Path, *names: str) -> list[Path]:
+    made = [tmp_path / name for name in names]
+    for folder in made:
+        folder.mkdir()
+    return made
+
+
+def test_an_event_is_handled_on_its_watchs_thread_not_handed_to_the_observers(
+        observer, tmp_path):
+    (folder,) = folders(tmp_path, "jobs")
+    recorder = Recorder()
+    observer.schedule(recorder, str(folder), event_filter=CLOSES)
+    (folder / "a.sh").write_text("true\n")
+    wait_for(lambda: recorder.seen, timeout=10, what="the close to be handled")
+    assert recorder.seen[0][0] == "a.sh"
+    assert recorder.seen[0][1] != observer.name  # no hand-off to the observer's thread
+
+
+def test_handlers_of_two_watches_never_run_at_once(observer, tmp_path):
+    first, second = folders(tmp_path, "one", "two")
+    running = threading.Event()  # a handler is inside, now
+    overlapped = threading.Event()
+
+    def hold_a_while(event: FileSystemEvent) -> None:
+        if Path(event.src_path).parent == first:
+            running.set()
+            (second / "b.sh").write_text("true\n")  # its watch reads this meanwhile
+            overlapped.wait(0.5)  # the other handler would set it if it ran now
+            running.clear()
+        elif running.is_set():
+            overlapped.set()
+
+    recorder = Recorder(hold_a_while)
+    observer.schedule(recorder, str(first), event_filter=CLOSES)
+    observer.schedule(recorder, str(second), event_filter=CLOSES)
+    (first / "a.sh").write_text("true\n")
+    wait_for(lambda: len(recorder.seen) == 2, timeout=10, what="both closes handled")
+    assert [name for name, _ in recorder.seen] == ["a.sh", "b.sh"]
+    assert not overlapped.is_set()
+
+
+def test_a_handler_that_raises_does_not_end_its_watch(observer, tmp_path):
+    (folder,) = folders(tmp_path, "jobs")
+
+    def fail_on_the_first(event: FileSystemEvent) -> None:
+        if Path(event.src_path).name == "bad.sh":
+            raise RuntimeError("a handler's bug")
+
+    recorder = Recorder(fail_on_the_first)
+    observer.schedule(recorder, str(folder), event_filter=CLOSES)
+    (folder / "bad.sh").write_text("true\n")
+    (folder / "good.sh").write_text("true\n")
+    wait_for(lambda: recorder.seen, timeout=10, what="the next close to be handled")
+    assert [name for name, _ in recorder.seen] == ["good.sh"]
+
+
+def test_a_watch_dropped_while_its_event_waits_for_the_handler_never_hangs(
+        observer, tmp_path):
+    """unschedule() waits for the watch's thread to end while holding the observer's
+    lock. That thread may have read an event and be waiting for another handler to
+    finish: it must not need that lock to hand its event over, or nothing ends."""
+    steady, coming = folders(tmp_path, "steady", "coming")
+    inside = threading.Event()  # the steady folder's handler is running
+    dropping = threading.Event()  # the churn is about to drop the coming folder's watch
+
+    def hold_until_dropping(event: FileSystemEvent) -> None:
+        if Path(event.src_path).parent == steady:
+            inside.set()
+            dropping.wait(5)
+            dropping.clear()
+
+    recorder = Recorder(hold_until_dropping)
+    observer.schedule(recorder, str(steady), event_filter=CLOSES)
+    done = threading.Event()
+
+    def churn() -> None:
+        for i in range(20):
+            watch = observer.schedule(recorder, str(coming), event_filter=CLOSES)
+            inside.clear()
+            (steady / f"s{i}.sh").write_text("true\n")
+            inside.wait(5)
+            (coming / f"c{i}.sh").write_text("true\n")  # its watch reads it, then waits
+            dropping.set()
+            observer.unschedule(watch)
+        done.set()
+
+    threading.Thread(target=churn, daemon=True).start()
+    assert done.wait(30), "dropping a watch hung"
+    wait_for(lambda: sum(name.startswith("s") for name, _ in recorder.seen) == 20,
+             timeout=10, what="every close in the steady folder handled")
