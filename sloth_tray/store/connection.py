@@ -33,6 +33,8 @@ class SharedConnection:
         # BEGIN and COMMIT ourselves. Shared between threads, guarded by self._lock.
         self._db = connect(self.path, self.busy_timeout, synchronous=synchronous,
                            check_same_thread=False)
+        self._errors = translated_errors(self.path, self.busy_timeout)  # holds no state
+        self._one_statement = _Autocommit(self._lock, self._db, self._errors)
 
     def close(self) -> None:
         with self._lock:
@@ -47,7 +49,7 @@ class SharedConnection:
     # -- transactions ------------------------------------------------------
 
     def _translated_errors(self) -> contextlib.AbstractContextManager[None]:
-        return translated_errors(self.path, self.busy_timeout)
+        return self._errors
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
@@ -129,13 +131,11 @@ class SharedConnection:
             with contextlib.suppress(sqlite3.Error):  # the first failure is the one to say
                 self._db.execute("ROLLBACK")
 
-    @contextlib.contextmanager
-    def _autocommit(self) -> Iterator[sqlite3.Connection]:
+    def _autocommit(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """The connection with no transaction of ours: for reads, or one write
         statement, which is its own transaction (a lone UPDATE needs no BEGIN/COMMIT
         round trips). Inside a batch, its statements join the batch's."""
-        with self._lock, self._translated_errors():
-            yield self._db
+        return self._one_statement
 
     @contextlib.contextmanager
     def _without_own_fsync(self) -> Iterator[None]:
@@ -154,3 +154,27 @@ class SharedConnection:
                 yield
             finally:
                 self._db.execute(f"PRAGMA synchronous = {self._synchronous}")
+
+
+class _Autocommit:
+    """SharedConnection._autocommit: its lock held, SQLite's errors translated. A class
+    made once, not a generator made at each use: the queue enters it around most of
+    the statements it runs, several times a job. It keeps nothing of one use (the
+    lock is re-entrant), so one serves every thread."""
+
+    __slots__ = ("_lock", "_db", "_errors")
+
+    def __init__(self, lock: threading.RLock, db: sqlite3.Connection,
+                 errors: translated_errors) -> None:
+        self._lock, self._db, self._errors = lock, db, errors
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._lock.acquire()
+        return self._db
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 traceback: object) -> bool:
+        try:
+            return self._errors.__exit__(kind, exc, traceback)
+        finally:
+            self._lock.release()

@@ -370,6 +370,30 @@ def test_a_database_locked_past_the_busy_timeout_is_one_sentence(tmp_path):
     assert q.push("job")  # once the lock is gone, work goes on
 
 
+def test_a_lone_statement_refused_by_a_lock_is_one_sentence_and_lets_go_of_the_queue(
+        tmp_path):
+    """A claim's statements run alone, outside any transaction of ours: refused, they
+    still end in one sentence, and the queue's own lock is let go, so that its other
+    threads go on."""
+    path = tmp_path / "q.db"
+    q = Queue(path, busy_timeout=0.1)
+    job_id = q.push("job")
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(DatabaseProblem, match="locked by another program"):
+            q.claim("w")
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    claimed: list = []
+    other = threading.Thread(target=lambda: claimed.append(q.claim("w")), daemon=True)
+    other.start()
+    other.join(10)
+    assert not other.is_alive(), "the queue's lock was kept by the refused statement"
+    assert claimed[0].id == job_id
+
+
 def test_a_recurring_job_is_followed_by_its_next_run_one_period_after_it_was_due(queue, clock):
     first = queue.push("hourly", script="/spool/x/hourly.sh", options={"every": 3600})
     start = clock.now
