@@ -25,7 +25,7 @@ from pathlib import Path
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
-from watchdog.observers.api import BaseObserver, EventDispatcher, EventQueue, ObservedWatch
+from watchdog.observers.api import BaseObserver, EventQueue, ObservedWatch
 
 from sloth_tray.fileid import FileId
 
@@ -58,10 +58,11 @@ def handled_where_read(observer: BaseObserver) -> BaseObserver:
 
     Handlers still run one at a time, under a lock of their own, as on the
     observer's one thread: the inbox's bookkeeping relies on it. Not under the
-    observer's lock, as its thread does: schedule() and unschedule() hold that lock
-    while they wait for a watch's thread to end, and that thread may be here. An
-    event of a watch on a file (not a folder) goes the usual way: watchdog checks
-    there that it is that file's.
+    observer's lock, as its thread does: unschedule() holds that lock while it
+    waits for the watch's thread to end, and that thread may be here. An event of a
+    watch on a file (not a folder) goes the usual way: watchdog checks there that it
+    is that file's. This leans on two of watchdog's inner names (the observer's
+    queue and handlers); tests/daemon/test_observer.py holds it to what it says.
     """
     handled = _HandledWhereRead(observer)
     observer._event_queue = handled  # the queue every emitter is made with
@@ -69,16 +70,19 @@ def handled_where_read(observer: BaseObserver) -> BaseObserver:
 
 
 class _HandledWhereRead(EventQueue):
+    """The queue the emitters put (event, watch) in: each handed to its handlers at
+    once, on the putting thread; anything else (the stop sentinel) queued as before."""
+
     def __init__(self, observer: BaseObserver) -> None:
         super().__init__()
         self._observer = observer
-        self._one_at_a_time = threading.RLock()  # a handler's own schedule() re-enters
+        self._one_at_a_time = threading.Lock()  # across every watch's thread
 
     def put(self, item: object, block: bool = True, timeout: float | None = None) -> None:
-        if item is EventDispatcher.stop_event or item[1].is_file:  # type: ignore[index]
+        if not isinstance(item, tuple) or getattr(item[1], "is_file", False):
             super().put(item, block, timeout)  # the observer's thread takes it
             return
-        event, watch = item  # type: ignore[misc]
+        event, watch = item
         handlers = self._observer._handlers
         with self._one_at_a_time:
             for handler in list(handlers.get(watch, ())):
