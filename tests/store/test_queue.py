@@ -356,17 +356,24 @@ def test_someone_elses_sqlite_file_is_refused(tmp_path):
     assert tables == ["photos"]
 
 
-def test_a_database_locked_past_the_busy_timeout_is_one_sentence(tmp_path):
-    path = tmp_path / "q.db"
-    q = Queue(path, busy_timeout=0.1)
+@contextlib.contextmanager
+def locked_by_another_program(path):
+    """The queue's file write-locked by another connection, for as long as inside."""
     blocker = sqlite3.connect(path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
     try:
-        with pytest.raises(DatabaseProblem, match="locked by another program"):
-            q.push("job")
+        yield
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
+
+
+def test_a_database_locked_past_the_busy_timeout_is_one_sentence(tmp_path):
+    path = tmp_path / "q.db"
+    q = Queue(path, busy_timeout=0.1)
+    with locked_by_another_program(path), \
+            pytest.raises(DatabaseProblem, match="locked by another program"):
+        q.push("job")
     assert q.push("job")  # once the lock is gone, work goes on
 
 
@@ -378,14 +385,9 @@ def test_a_lone_statement_refused_by_a_lock_is_one_sentence_and_lets_go_of_the_q
     path = tmp_path / "q.db"
     q = Queue(path, busy_timeout=0.1)
     job_id = q.push("job")
-    blocker = sqlite3.connect(path, isolation_level=None)
-    blocker.execute("BEGIN IMMEDIATE")
-    try:
-        with pytest.raises(DatabaseProblem, match="locked by another program"):
-            q.claim("w")
-    finally:
-        blocker.execute("ROLLBACK")
-        blocker.close()
+    with locked_by_another_program(path), \
+            pytest.raises(DatabaseProblem, match="locked by another program"):
+        q.claim("w")
     claimed: list = []
     other = threading.Thread(target=lambda: claimed.append(q.claim("w")), daemon=True)
     other.start()
