@@ -33,7 +33,8 @@ class SharedConnection:
         # BEGIN and COMMIT ourselves. Shared between threads, guarded by self._lock.
         self._db = connect(self.path, self.busy_timeout, synchronous=synchronous,
                            check_same_thread=False)
-        self._errors = translated_errors(self.path, self.busy_timeout)  # holds no state
+        # SQLite's errors as one sentence naming the file, around each use (no state)
+        self._errors = translated_errors(self.path, self.busy_timeout)
         self._one_statement = _Autocommit(self._lock, self._db, self._errors)
 
     def close(self) -> None:
@@ -47,9 +48,6 @@ class SharedConnection:
         self.close()
 
     # -- transactions ------------------------------------------------------
-
-    def _translated_errors(self) -> contextlib.AbstractContextManager[None]:
-        return self._errors
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
@@ -66,7 +64,7 @@ class SharedConnection:
     def savepoint(self) -> Iterator[None]:
         """Inside a batch: what is written in here is undone alone if it raises,
         and the batch's other writes still commit."""
-        with self._lock, self._translated_errors():
+        with self._lock, self._errors:
             self._db.execute("SAVEPOINT part")
             try:
                 yield
@@ -92,7 +90,7 @@ class SharedConnection:
         This Queue's other threads wait until it ends: reads only, and short. A write
         inside would make it a write transaction, which a commit elsewhere since its
         first read refuses. Inside a batch, the batch is the transaction."""
-        with self._lock, self._translated_errors():
+        with self._lock, self._errors:
             if self._db.in_transaction:
                 yield
                 return
@@ -108,7 +106,7 @@ class SharedConnection:
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE ... COMMIT: take the write lock before reading. Inside one
         already open on this connection (a batch), that one is the transaction."""
-        with self._lock, self._translated_errors():
+        with self._lock, self._errors:
             if self._in_transaction:
                 yield self._db
                 return
@@ -148,7 +146,7 @@ class SharedConnection:
         if self._synchronous.upper() != "FULL" or self._db.in_transaction:
             yield  # the level cannot change inside a transaction: it commits as it is
             return
-        with self._lock, self._translated_errors():
+        with self._lock, self._errors:
             self._db.execute("PRAGMA synchronous = NORMAL")
             try:
                 yield

@@ -37,9 +37,12 @@ def observer():
     started = make_observer()
     started.start()
     yield started
-    started.stop()
+    # stop() joins every watch's thread: a hang there must fail the test, not the run
+    stopping = threading.Thread(target=started.stop, daemon=True)
+    stopping.start()
+    stopping.join(timeout=10)
     started.join(timeout=10)
-    assert not started.is_alive(), "the observer did not stop"
+    assert not stopping.is_alive() and not started.is_alive(), "the observer did not stop"
 
 
 def folders(tmp_path: Path, *names: str) -> list[Path]:
@@ -69,7 +72,9 @@ def test_handlers_of_two_watches_never_run_at_once(observer, tmp_path):
         if Path(event.src_path).parent == first:
             running.set()
             (second / "b.sh").write_text("true\n")  # its watch reads this meanwhile
-            overlapped.wait(0.5)  # the other handler would set it if it ran now
+            # A deadline by design: the other handler would set it if it ran now,
+            # and the proof is that it does not.
+            overlapped.wait(0.5)
             running.clear()
         elif running.is_set():
             overlapped.set()
@@ -81,6 +86,20 @@ def test_handlers_of_two_watches_never_run_at_once(observer, tmp_path):
     wait_for(lambda: len(recorder.seen) == 2, timeout=10, what="both closes handled")
     assert [name for name, _ in recorder.seen] == ["a.sh", "b.sh"]
     assert not overlapped.is_set()
+
+
+def test_a_watch_on_one_file_hears_of_that_file_alone(observer, tmp_path):
+    """Its events still go through the observer's thread, where watchdog tells that
+    file's from its neighbours' (inotify watches the folder)."""
+    (folder,) = folders(tmp_path, "home")
+    bell, neighbour = folder / "doorbell", folder / "neighbour"
+    bell.write_text("")
+    recorder = Recorder()
+    observer.schedule(recorder, str(bell), event_filter=CLOSES)
+    neighbour.write_text("x")
+    bell.write_text("rung")
+    wait_for(lambda: recorder.seen, timeout=10, what="the bell's close to be handled")
+    assert {name for name, _ in recorder.seen} == {"doorbell"}
 
 
 def test_a_handler_that_raises_does_not_end_its_watch(observer, tmp_path):
