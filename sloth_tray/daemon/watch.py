@@ -37,13 +37,18 @@ def make_observer() -> BaseObserver:
     Linux and macOS: an idle app costs no wake-ups (measured: 0 per minute).
 
     On Linux, full events tell a file renamed in from elsewhere (atomic: take it
-    now) apart from one being created by a writer (wait for its close), and each
+    now) apart from one being created by a writer (wait for its close), a rename's
+    halves are paired without a walk of every event queued (move_pairing), and each
     event is handled on the thread that read it (handled_where_read).
     """
     if sys.platform.startswith("linux"):
         from watchdog.observers.inotify import InotifyObserver
 
-        return handled_where_read(InotifyObserver(generate_full_events=True))
+        from sloth_tray.daemon.move_pairing import QuickPairingEmitter
+
+        observer = InotifyObserver(generate_full_events=True)
+        observer._emitter_class = QuickPairingEmitter  # what each schedule() makes
+        return handled_where_read(observer)
     return Observer()
 
 
