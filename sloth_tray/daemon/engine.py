@@ -125,7 +125,13 @@ class Engine:
     # -- the API other threads call -------------------------------------------
 
     def subscribe(self, listener: Listener) -> None:
-        self._listeners.append(listener)
+        """`listener` is told every new snapshot, and the last one now if there is one:
+        the inbox may have started a drop before the tray subscribed, and a publish
+        that changes nothing tells no one."""
+        with self._publishing:  # as _publish tells: a newer one never lands first
+            self._listeners.append(listener)
+            if self._last is not None:
+                listener(self._last)
 
     def on_result(self, listener: RecordedListener) -> None:
         self._result_listeners.append(listener)

@@ -256,6 +256,26 @@ def test_a_change_made_elsewhere_while_a_job_runs_is_published_within_a_second(h
     assert not thread.is_alive()
 
 
+def test_a_listener_that_subscribes_after_a_job_started_is_shown_it_running(home):
+    """The inbox starts a drop as it queues it, which can be before the tray's icon is
+    up and subscribed (a loaded machine): the tray must still show the job running,
+    not its first look, until some later change."""
+    queue = Queue(home.db)
+    slow = push_script(queue, home, "slow.sh", "sleep 60")
+    engine = Engine(queue, home)
+    thread = threading.Thread(target=engine.run)
+    thread.start()
+    try:
+        wait_for(lambda: engine.snapshot.running, what="the slow job shown running")
+        seen: list[Snapshot] = []
+        engine.subscribe(seen.append)
+        assert [s.running.id for s in seen] == [slow]  # told at once, not at the next change
+    finally:
+        engine.stop()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+
+
 def test_recover_takes_back_jobs_left_running_at_once(home):
     queue = Queue(home.db, lease_seconds=3600)
     job_id = push_script(queue, home, "a.sh", "echo again")
