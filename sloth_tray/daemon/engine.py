@@ -131,7 +131,10 @@ class Engine:
         with self._publishing:  # as _publish tells: a newer one never lands first
             self._listeners.append(listener)
             if self._last is not None:
-                listener(self._last)
+                try:
+                    listener(self._last)
+                except Exception:  # a listener's bug is its own, as in _publish
+                    log.exception("snapshot listener failed")
 
     def on_result(self, listener: RecordedListener) -> None:
         self._result_listeners.append(listener)

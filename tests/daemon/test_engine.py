@@ -270,6 +270,12 @@ def test_a_listener_that_subscribes_after_a_job_started_is_shown_it_running(home
         seen: list[Snapshot] = []
         engine.subscribe(seen.append)
         assert [s.running.id for s in seen] == [slow]  # told at once, not at the next change
+
+        def broken(snapshot: Snapshot) -> None:
+            raise RuntimeError("a listener's bug")
+        engine.subscribe(broken)  # its own: the subscriber goes on (the tray's start)
+        engine.cancel(slow)
+        wait_for(lambda: seen[-1].running is None, what="the cancel shown past the bug")
     finally:
         engine.stop()
         thread.join(timeout=10)
