@@ -195,7 +195,10 @@ def test_drops_ready_at_once_are_queued_in_one_commit_each_its_own_job(
     jobs = queue.jobs()
     assert sorted(job.name for job in jobs) == sorted(["first", *(n[:-3] for n in names)])
     assert all(job.state == State.PENDING for job in jobs)
-    assert all((Path(job.script).parent / spool.QUEUED).exists() for job in jobs)
+    # Each folder is marked queued once its commit is made, so just after the jobs
+    # can be read: waited for, not looked at once.
+    wait_for(lambda: all((Path(job.script).parent / spool.QUEUED).exists() for job in jobs),
+             what="every spool folder marked queued")
     assert list(home.jobs.iterdir()) == []
     wait_for(lambda: inbox.wakes == 2, what="one wake a commit")
 
