@@ -140,13 +140,16 @@ def fail(app: App) -> str:
     return job
 
 
+def a_menu_click(message) -> bool:
+    """Whether a call on the bus is Plasma telling the app of a click in its menu."""
+    return message.member in ("Event", "EventGroup") and '"clicked"' in message.text()
+
+
 def clicked(app: App, since: float) -> None:
     """Plasma sent the app a click since `since`: a lost click and a slow retry then
     fail with different sentences."""
-    wait_for(lambda: [m for m in app.monitor.calls(since=since)
-                      if m.member in ("Event", "EventGroup") and '"clicked"' in m.text()],
-             timeout=10,
-             what="Plasma to send the click to the app")
+    wait_for(lambda: [m for m in app.monitor.calls(since=since) if a_menu_click(m)],
+             timeout=10, what="Plasma to send the click to the app")
 
 
 def retried(app: App, job: str, times: int) -> None:
@@ -182,7 +185,7 @@ def test_plasma_gets_an_activation_token_reply_before_each_click(plasma, app):
 
     calls = app.monitor.calls()
     clicks = [m for m in calls if m.member == "Activate"
-              or m.member in ("Event", "EventGroup") and '"clicked"' in m.text()]
+              or a_menu_click(m)]
     tokens = [m for m in calls if m.member == "ProvideXdgActivationToken"]
     assert len(clicks) == 2, [m.text() for m in clicks]
     since = 0.0
