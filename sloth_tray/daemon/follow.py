@@ -64,7 +64,14 @@ class Changes:
         try:
             self._folders[self._watch.watch(folder, WRITES | IN_ONLYDIR)] = folder
         except OSError:
-            pass  # not there yet: the run that makes it writes to the queue first
+            # Not there yet. Its parent tells when it is made: a run makes it after
+            # the commit of its claim and may write its first lines before the queue
+            # changes again (a heartbeat, a lease's third away).
+            try:
+                self._folders[self._watch.watch(folder.parent, WRITES | IN_ONLYDIR)] = \
+                    folder.parent
+            except OSError:
+                pass  # no parent either: the next commit is looked at, as before
 
     def wait(self) -> None:
         """Block until a change, or the next of the looks after one (Ctrl-C interrupts
