@@ -49,11 +49,6 @@ log = logging.getLogger("sloth_tray")
 PROBLEM_RETRY = 30.0  # seconds before trying the database again after an error
 RECORD_RETRY = 2.0  # seconds between tries to record an outcome while the db is locked
 SHOW_RUNNING_AFTER = 0.05  # back to back, a job shorter than this is not shown running
-# Back to back, publishing takes at most 1/PUBLISH_SHARE of a lane's time (a snapshot of
-# a queue holding thousands of jobs costs milliseconds), and a burst's snapshots still
-# come at least every PUBLISH_GAP_MAX seconds: the tray keeps up with it.
-PUBLISH_SHARE = 50
-PUBLISH_GAP_MAX = 1.0
 PROBE_EVERY = 60.0  # at most this often are conditions without a service read (desktop/probes.py)
 
 
@@ -98,10 +93,8 @@ class Engine:
         runner: Runner | None = None,
         alarm: Alarm | None = None,
         conditions: Conditions | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.queue = queue
-        self.monotonic = monotonic  # what spaces the snapshots of a burst
         # What require= jobs wait for; a change wakes the loop (no polling).
         self.conditions = conditions
         self.home = home
@@ -121,8 +114,7 @@ class Engine:
         self._last: Snapshot | None = None
         self._next_overdue: float | None = None  # when a series next becomes overdue
         self._probed_at: float | None = None  # when probed conditions were last read
-        self._published_at = float("-inf")  # monotonic time the last publish ended
-        self._publish_gap = SHOW_RUNNING_AFTER  # publish_gap of the last one's cost
+        self._published_at = float("-inf")  # monotonic time of the last snapshot read
         self._publishing = threading.Lock()
         self._actions = SerialThread("actions")
         # When recover() began (the queue's clock): a failure since is this start's news
@@ -549,13 +541,10 @@ class Engine:
         work.running = RunningJob(job.id, job.name, job.attempts, job.max_attempts,
                                   self.queue.clock(), lane=job.lane, by=agent_of(job.source))
         # Shown running once spawned: a snapshot read before would hold the spawn up.
-        # Back to back, only once it has run a moment, and no sooner than the gap a
-        # snapshot's cost asks for (publish_gap): a burst of tiny jobs would otherwise
-        # pay a full snapshot each.
-        since = self.monotonic() - self._published_at
-        show_after = 0.0 if since >= self._publish_gap else \
-            max(SHOW_RUNNING_AFTER, self._publish_gap - since)
-        running_for = (show_after, self._publish)
+        # Back to back, only once it has run a moment: a burst of tiny jobs would
+        # otherwise pay a full snapshot each.
+        back_to_back = time.monotonic() - self._published_at < SHOW_RUNNING_AFTER
+        running_for = (SHOW_RUNNING_AFTER if back_to_back else 0.0, self._publish)
         if job.options.get("interrupt") and waiting_for(job.options, self._unmet()):
             # Lost between the claim and now: the change's interrupt may have come
             # before this job was running.
@@ -632,38 +621,21 @@ class Engine:
         # snapshot read earlier must never land after a later one (the tray
         # would show the older state until the next change).
         with self._publishing:
-            began = self.monotonic()
+            self._published_at = time.monotonic()
+            running = [work.running for work in self._working() if work.running is not None]
             try:
-                self._publish_now(stopped)
-            finally:
-                self._published_at = ended = self.monotonic()
-                self._publish_gap = publish_gap(ended - began)
-
-    def _publish_now(self, stopped: bool) -> None:
-        """Read a snapshot and tell it, unless it is the last one (under _publishing)."""
-        running = [work.running for work in self._working() if work.running is not None]
-        try:
-            snapshot, self._next_overdue = snapshots.read(
-                self.queue, running, self._unmet(), problem=self._problem,
-                stopped=stopped)
-            self._paused = snapshot.paused
-        except SlothError as exc:
-            snapshot = snapshots.without_queue(running, paused=self._paused,
-                                               problem=str(exc), stopped=stopped)
-        if snapshot == self._last:
-            return
-        self._last = snapshot
-        for listener in self._listeners:
-            try:
-                listener(snapshot)
-            except Exception:  # a listener's bug is its own
-                log.exception("snapshot listener failed")
-
-
-def publish_gap(cost: float) -> float:
-    """Back to back, how long after a snapshot the next one comes, at the soonest, given
-    what the last one cost (seconds, its read and its listeners): a moment
-    (SHOW_RUNNING_AFTER), longer when snapshots cost more, PUBLISH_GAP_MAX at most."""
-    if not cost > 0:  # nothing measured (0, a clock set back, nan)
-        return SHOW_RUNNING_AFTER
-    return min(PUBLISH_GAP_MAX, max(SHOW_RUNNING_AFTER, cost * PUBLISH_SHARE))
+                snapshot, self._next_overdue = snapshots.read(
+                    self.queue, running, self._unmet(), problem=self._problem,
+                    stopped=stopped)
+                self._paused = snapshot.paused
+            except SlothError as exc:
+                snapshot = snapshots.without_queue(running, paused=self._paused,
+                                                   problem=str(exc), stopped=stopped)
+            if snapshot == self._last:
+                return
+            self._last = snapshot
+            for listener in self._listeners:
+                try:
+                    listener(snapshot)
+                except Exception:  # a listener's bug is its own
+                    log.exception("snapshot listener failed")

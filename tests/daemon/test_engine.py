@@ -15,7 +15,7 @@ from helpers.processes import wait_for
 
 from sloth_tray.daemon import snapshot as snapshot_module
 from sloth_tray.daemon.alarm import make_alarm
-from sloth_tray.daemon.engine import PUBLISH_GAP_MAX, SHOW_RUNNING_AFTER, Engine, publish_gap
+from sloth_tray.daemon.engine import Engine
 from sloth_tray.daemon.snapshot import FailedSeries, Snapshot, StepProgress
 from sloth_tray.store.queue import Queue, Reason, State
 
@@ -92,42 +92,6 @@ def test_back_to_back_a_job_that_runs_a_moment_is_shown_running_while_it_runs(ho
         wait_for(lambda: any(s.running and s.running.name == "slow" for s in seen),
                  timeout=5, what="the slow job to be shown running")
     assert seen[-1].running is None and seen[-1].done == 2
-
-
-def test_back_to_back_snapshots_that_cost_more_come_further_apart(home, tmp_path):
-    """Back to back, publishing takes a bounded share of a lane's time: when a snapshot
-    costs a lot (here each seems to take half a second), a burst of tiny jobs is shown
-    about once a second (PUBLISH_GAP_MAX), not one snapshot a job; a real job behind
-    them is still shown running."""
-    queue = Queue(home.db)
-    go = tmp_path / "go"
-    offset = [0.0]
-    engine = Engine(queue, home, monotonic=lambda: time.monotonic() + offset[0])
-
-    def costly(snapshot: Snapshot) -> None:
-        offset[0] += 0.5  # the publish seems to take this long
-
-    engine.subscribe(costly)
-    tiny = [push_script(queue, home, f"tiny{n}.sh", "true") for n in range(60)]
-    push_script(queue, home, "slow.sh", until(go))
-    began = time.monotonic()
-    with draining(engine, go) as (_engine, seen, _thread):
-        wait_for(lambda: any(s.running and s.running.name == "slow" for s in seen),
-                 timeout=10, what="the slow job to be shown running")
-        took = time.monotonic() - began
-    shown = [s.running.id for s in seen if s.running and s.running.id in tiny]
-    # The first is shown as it starts; then about one a PUBLISH_GAP_MAX of real time
-    # (one snapshot a job, before: all 60).
-    assert 1 <= len(shown) <= 2 + took / PUBLISH_GAP_MAX, (len(shown), took)
-    assert seen[-1].running is None and seen[-1].done == 61
-
-
-@pytest.mark.parametrize(("cost", "gap"), [
-    (0.0, SHOW_RUNNING_AFTER), (-1.0, SHOW_RUNNING_AFTER), (float("nan"), SHOW_RUNNING_AFTER),
-    (0.0001, SHOW_RUNNING_AFTER), (0.004, 0.004 * 50), (0.5, PUBLISH_GAP_MAX),
-    (float("inf"), PUBLISH_GAP_MAX), (1e300, PUBLISH_GAP_MAX)])
-def test_the_gap_between_burst_snapshots_grows_with_their_cost_within_bounds(cost, gap):
-    assert publish_gap(cost) == pytest.approx(gap)
 
 
 def until(go) -> str:
