@@ -12,7 +12,6 @@ standing in for `--until`. The script is read from README.md itself.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -22,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.processes import alive, wait_for
+from helpers.processes import alive, frozen_between_writes, wait_for
 from test_steps import environment, lines, quit_daemon, show, sloth, start_daemon
 from test_waits import job_processes
 
@@ -76,29 +75,6 @@ def feed_check(folder, hold_at: str) -> tuple[str, Path]:
     script.insert(ask + 1, "    hold after_answer")
     script.insert(2, f"hold() {{ {hold}; }}")
     return "\n".join(script) + "\n", bin_
-
-
-def frozen_between_writes(daemon, db: Path) -> None:
-    """SIGSTOP of the app at a moment it holds no write lock on the queue. The fetch
-    step's ring has it renew the lease just then: frozen inside that commit, it would
-    hold every step's write up (as a frozen writer does), not only the run's end."""
-    def stopped() -> bool:
-        state = Path(f"/proc/{daemon.pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-        return state in (b"T", b"t")
-
-    def between_writes() -> bool:
-        daemon.send_signal(signal.SIGSTOP)
-        wait_for(stopped, what="the app to stop")
-        with contextlib.closing(sqlite3.connect(db, timeout=0, isolation_level=None)) as probe:
-            try:
-                probe.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError:  # locked: let that commit end, and again
-                daemon.send_signal(signal.SIGCONT)
-                return False
-            probe.execute("ROLLBACK")
-        return True
-
-    wait_for(between_writes, what="the app frozen between two writes")
 
 
 @pytest.mark.parametrize("kill_at", KILL_POINTS)

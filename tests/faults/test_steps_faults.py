@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from faultkit import cli, kill9, log_text, new_tag, reap, start_daemon, sweep
-from helpers.processes import alive, wait_for
+from helpers.processes import alive, frozen_between_writes, wait_for
 
 from sloth_tray.paths import locate
 
@@ -138,7 +138,7 @@ def test_sigstop_of_the_daemon_past_the_lease_completes_the_step_once(setup, tmp
     job_id = add(home, tag, "nap.sh", three_steps(effects, go, ask=True))
     daemon = start_daemon(pids, home, tag, tmp_path / "d.log", "--lease", "1")
     wait_for_middle(home, tag, job_id, effects)
-    os.kill(daemon.pid, signal.SIGSTOP)  # the daemon sleeps; the job's processes do not
+    frozen_between_writes(daemon, home.db)  # the daemon sleeps; the job's processes do not
     try:
         go.touch()  # the step ends while the daemon is frozen...
         wait_for(lambda: (step(home, tag, job_id, "middle") or {}).get("state") == "done",

@@ -3,12 +3,15 @@ with a deadline, and the app started as a user starts it."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 
 class Pids:
@@ -67,6 +70,32 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def stopped(pid: int) -> bool:
+    """True once `pid` is stopped (SIGSTOP took effect)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return f.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t")
+
+
+def frozen_between_writes(proc: subprocess.Popen, db: Path) -> None:
+    """SIGSTOP of the app at a moment it holds no write lock on the queue `db`.
+    Frozen inside a commit (a lease's renewal, say), it would hold every other
+    program's write up for as long as it stays frozen: a locked queue, which is a
+    fault of its own, not the one a freeze past the lease is meant to show."""
+    def between_writes() -> bool:
+        proc.send_signal(signal.SIGSTOP)
+        wait_for(lambda: stopped(proc.pid), what="the app to stop")
+        with contextlib.closing(sqlite3.connect(db, timeout=0, isolation_level=None)) as probe:
+            try:
+                probe.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError:  # locked: let that commit end, and again
+                proc.send_signal(signal.SIGCONT)
+                return False
+            probe.execute("ROLLBACK")
+        return True
+
+    wait_for(between_writes, what="the app frozen between two writes")
 
 
 def mapped(pid: int, fragment: str) -> bool:
