@@ -1,9 +1,14 @@
 """Whether an app holds a home: its instance lock (daemon/lock.py) looked at without
 taking it and without writing, for `status`, which must not get in the way of an app
-starting at that moment, nor load the daemon's code.
+starting at that moment, nor load the daemon's code. `list` and `show` ask too.
 
-The lock is looked at in /proc/locks on Linux; `list` and `show` ask too. What is
-said of a run no app will finish (`after_a_crash`) lives here as well.
+The holder writes its pid in the lock file as it takes the lock (with its start time,
+on Linux) and empties the file as it lets go. So the file answers first: empty, no app
+holds it; naming a process that still runs and started at that very time, that process
+holds it. Only a file a crash left behind, or one of an older version, is looked up in
+/proc/locks: reading that takes the kernel's write lock on its table of locks, which
+waits out an RCU grace period (6 to 28 ms measured, a third of a whole `status`).
+What is said of a run no app will finish (`after_a_crash`) lives here as well.
 """
 
 from __future__ import annotations
@@ -23,21 +28,59 @@ def held(lock: Path) -> bool:
         return False  # no app ever ran here (or the home is gone)
     if os.name == "nt":
         return _locked_on_windows(lock)
+    text = _lock_text(lock)
+    if text is not None and not text.strip():
+        return False  # emptied as its holder let go (or taken a moment ago, not yet said)
+    pid, start = holder_said(text or b"")
+    if pid is not None and start is not None and start_time(pid) == start:
+        return True  # the very process that took it: it holds it until it empties the file
     on_linux = _in_linux_locks(info)
     if on_linux is not None:
         return on_linux
-    pid = pid_in(lock)  # elsewhere: the pid its holder wrote, still alive
-    return pid is not None and _alive(pid)
+    return pid is not None and _alive(pid)  # elsewhere: the pid its holder wrote, alive
 
 
 def pid_in(lock: Path) -> int | None:
     """The pid the holder wrote in the lock file (emptied as it lets go), or None."""
+    return holder_said(_lock_text(lock) or b"")[0]
+
+
+def holder_text(pid: int) -> str:
+    """What the holder writes in the lock file: its pid, and on Linux its start time
+    (a later process given the same pid has another)."""
+    start = start_time(pid)
+    return f"{pid}\n" if start is None else f"{pid}\n{start}\n"
+
+
+def _lock_text(lock: Path) -> bytes | None:
+    """What the lock file says, or None when it cannot be read."""
     try:
         with open(lock, "rb") as file:
-            text = file.read(32).decode(errors="replace").strip()
+            return file.read(64)
     except OSError:
         return None
-    return int(text) if text.isdigit() else None
+
+
+def holder_said(text: bytes) -> tuple[int | None, str | None]:
+    """(pid, start time) as a lock file's `text` says them; (None, None) when it is
+    empty. A file of an older version holds the pid alone."""
+    words = text.decode(errors="replace").split()
+    pid = int(words[0]) if words and words[0].isdigit() else None
+    start = words[1] if len(words) > 1 and words[1].isdigit() else None
+    return pid, start
+
+
+def start_time(pid: int) -> str | None:
+    """Linux: when the process started, in clock ticks since boot (field 22 of
+    /proc/<pid>/stat), which tells apart two processes given the same pid; None
+    elsewhere, or when it does not run."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            stat = file.read()
+    except OSError:
+        return None
+    fields = stat.rsplit(b")", 1)[-1].split()  # the name, in parentheses, may hold ')'
+    return fields[19].decode("ascii", "replace") if len(fields) > 19 else None
 
 
 def _in_linux_locks(info: os.stat_result) -> bool | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sloth_tray import safety
+from sloth_tray import instance, safety
 from sloth_tray.errors import SlothError
 
 if os.name == "nt":
@@ -42,8 +42,10 @@ class AlreadyRunning(SlothError):
 
 
 class InstanceLock:
-    """Held for the life of the daemon (or of `sloth-tray work`). The pid written
-    inside is only for messages: the lock itself is what counts."""
+    """Held for the life of the daemon (or of `sloth-tray work`). The lock itself is
+    what counts; the pid (and start time) written inside, emptied before the lock is
+    let go, are for messages and for a look that need not read every lock the kernel
+    holds (instance.held)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -64,7 +66,7 @@ class InstanceLock:
             os.close(fd)
             raise AlreadyRunning(holder(self.path))
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.pwrite(fd, instance.holder_text(os.getpid()).encode(), 0)
         self._fd = fd
         return self
 
@@ -92,7 +94,6 @@ def holder(path: Path) -> int | None:
         if _try_lock(fd):
             _unlock(fd)
             return None
-        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        return int(text) if text.isdigit() else None
+        return instance.holder_said(os.pread(fd, 64, 0))[0]
     finally:
         os.close(fd)

@@ -15,6 +15,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from sloth_tray import instance
+
 WINDOWS = os.name == "nt"
 RUN_TOKEN_ENV = "SLOTH_RUN_TOKEN"  # in every process of a run; names them after a crash
 
@@ -78,8 +80,7 @@ def has_ended(child: subprocess.Popen) -> bool:
 def start_time(pid: int) -> str | None:
     """A token that differs between two processes that had the same pid."""
     if sys.platform.startswith("linux"):
-        fields = _stat_fields(pid)
-        return fields[19] if fields else None  # field 22: starttime, in clock ticks
+        return instance.start_time(pid)
     if WINDOWS:
         return None
     try:

@@ -53,6 +53,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any, TypeVar
 
+from sloth_tray import instance
 from sloth_tray.store.queue import Job, Queue
 from sloth_tray.store.states import State
 
@@ -154,8 +155,8 @@ def wait_until_ready(daemon: subprocess.Popen, places: Places) -> float:
     started = time.monotonic()
 
     def locked() -> bool | None:
-        pid = (read_text(places.lock) or "").strip()
-        return True if pid == str(daemon.pid) and places.jobs.is_dir() else None
+        ours = instance.pid_in(places.lock) == daemon.pid
+        return True if ours and places.jobs.is_dir() else None
 
     wait_for(locked, READY_TIMEOUT, "the daemon to take its lock", daemon)
     write_script(places.jobs / f"{PROBE}.sh", "#!/bin/sh\ntrue\n")

@@ -26,6 +26,7 @@ from helpers.processes import wait_for
 from helpers.tagged import sweep as sweep_tagged
 from helpers.tagged import tagged as tagged_with
 
+from sloth_tray import instance
 from sloth_tray.store.queue import Queue, State
 
 TAG_ENV = "SLOTH_FAULT_SUITE_TAG"
@@ -54,10 +55,7 @@ def start_daemon(pids, home, tag: str, log: Path, *extra: str,
                           stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env_with(tag))
 
     def ready() -> bool:
-        try:
-            return home.lock.read_text().strip() == str(proc.pid) or proc.poll() is not None
-        except FileNotFoundError:
-            return False
+        return instance.pid_in(home.lock) == proc.pid or proc.poll() is not None
 
     wait_for(ready, timeout=20, what="the daemon to take its lock")
     assert proc.poll() is None, f"the daemon exited at start: {log_text(log)[-2000:]}"

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from sloth_tray import instance
+
 
 class Pids:
     """Every process a test started or learned of; all are killed at teardown."""
@@ -146,7 +148,7 @@ def start_daemon(pids, home, *extra: str) -> subprocess.Popen:
     proc = pids.popen([sys.executable, "-m", "sloth_tray", "run", "--headless",
                        "--home", str(home.root), *extra],
                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: home.lock.exists() and home.lock.read_text().strip() == str(proc.pid)
-             or proc.poll() is not None, what="the daemon to take its lock")
+    wait_for(lambda: instance.pid_in(home.lock) == proc.pid or proc.poll() is not None,
+             what="the daemon to take its lock")
     assert proc.poll() is None, proc.communicate()
     return proc
