@@ -1904,9 +1904,9 @@ def report(results: dict[str, Any], rows: list[Row]) -> str:
 def cli_note(cli: dict[str, Any]) -> str:
     tsp = " vs `tsp -l` on an empty private server" if "tsp" in cli["median_ms"] else ""
     return (f"- cli: whole-process wall time, median of {cli['runs']} interleaved runs each, "
-            "output read through pipes: `python -m sloth_tray status --json --home H` on an "
-            "empty home its app runs on vs `python -c \"import sqlite3, json\"`, the same interpreter with "
-            f"the same site-packages{tsp}")
+            "output read through pipes: `python -m sloth_tray status --json --home H` on a "
+            "home its app runs on, its queue empty, vs `python -c \"import sqlite3, json\"`, "
+            f"the same interpreter with the same site-packages{tsp}")
 
 
 def command_text(command: list[str]) -> str:
