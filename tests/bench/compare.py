@@ -863,8 +863,8 @@ CYCLE_NOTES = {
                          "of which wait for the disk as huey's 2 do (`started` rides on the "
                          "next fsync; the loop made 5 before), and 1 write more than the "
                          "API cycle "
-                         "(`started`); its pause reads are in, the spawn and the tray's "
-                         "snapshot reads are not",
+                         "(`started`); the runner's look for a step's wait is in, the "
+                         "spawn and the tray's snapshot reads are not",
     "huey": "enqueue + dequeue: 2 transactions (dequeue deletes the row: no lease, no "
             "completion, no `started`: less work than either sloth row); "
             "SqliteStorage(fsync=True) is its own knob for FULL (it knows only "

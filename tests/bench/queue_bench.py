@@ -153,13 +153,15 @@ def queue_cycles(path: Path, synchronous: str, jobs: int) -> float:
 def engine_loop_cycles(path: Path, synchronous: str, jobs: int) -> float:
     """Seconds for `jobs` jobs through Queue as the daemon's loop drives it, back to back.
 
-    Per job: the inbox pushes the next job (it arrives while this one runs); the
-    runner notes `started` once it has spawned the child (pid, pgid, start time and
-    the token the claim stored); then the outcome (complete) and the next claim share
-    one commit in batch(), the claim in a savepoint after reading the pause, as the
-    engine does. The loop's own pause read on each pass is in too. Three commits a
-    job, two of which wait for the disk (the `started` note rides on the next one's
-    fsync); the spawn itself and the engine's snapshot reads for the tray are not.
+    Per job, as a lane's worker makes it back to back: the inbox pushes the next job
+    (it arrives while this one runs); the runner notes `started` once it has spawned
+    the child (pid, pgid, start time and the token the claim stored), and once the
+    child has ended looks whether one of its steps recorded a wait; then the outcome
+    (complete) and the next claim share one commit in batch(), the claim in a
+    savepoint. The claim itself passes over paused lanes: the worker reads no pause.
+    Three commits a job, two of which wait for the disk (the `started` note rides on
+    the next one's fsync); the spawn itself and the engine's snapshot reads for the
+    tray are not.
     """
     me = os.getpid()
     process = {"pid": me, "pgid": me, "start": procs.start_time(me)}  # read once: not queue work
@@ -170,16 +172,17 @@ def engine_loop_cycles(path: Path, synchronous: str, jobs: int) -> float:
         for i in range(jobs):
             if job is None or job.id != expected or not (job.child or {}).get("token"):
                 raise RuntimeError(f"the engine loop lost job {expected}")
-            queue.paused()  # each pass of the loop reads the pause first
             following = queue.push(f"job-{i + 1}") if i + 1 < jobs else None
-            if not queue.started(job.id, OWNER, {**process, "token": job.child["token"]}):
+            token = job.child["token"]
+            if not queue.started(job.id, OWNER, {**process, "token": token}):
                 raise RuntimeError(f"the engine loop lost the lease of {job.id}")
+            if queue.waited(job.id, token) is not None:
+                raise RuntimeError(f"the engine loop found a wait in {job.id}, which has none")
             with queue.batch():
                 if not queue.complete(job.id, OWNER):
                     raise RuntimeError(f"the engine loop could not complete {job.id}")
                 with queue.savepoint():
-                    job = None if queue.paused() else queue.claim(OWNER, frozenset(),
-                                                                  procs.new_token())
+                    job = queue.claim(OWNER, frozenset(), procs.new_token())
             expected = following
         if job is not None:
             raise RuntimeError(f"the engine loop claimed {job.id}, pushed by no one")
