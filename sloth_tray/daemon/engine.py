@@ -469,7 +469,7 @@ class Engine:
             with self._workers_lock:
                 self._workers.remove(work)
             self.alarm.ring()  # the loop looks again: this lane is free
-            self._publish()
+            self._publish()  # its last job ended, its lane free: the tray's one read
 
     def _give_back(self, job: Job) -> None:
         """A job claimed with the last outcome that will not run now (a quit)."""
@@ -569,10 +569,10 @@ class Engine:
                 listener(job, result)
             except Exception:  # a listener's failure is its own: the lane goes on
                 log.exception("a listener of %s's outcome failed", job.name)
-        if work.claimed is None:
-            self._publish()
-        # else the next job, claimed with this outcome, is published as it starts:
-        # one snapshot between two jobs, not two (a burst of tiny jobs pays for each)
+        # No snapshot here: with no next job claimed, the worker ends and publishes
+        # as it does (the same snapshot, read once); else the next job, claimed with
+        # this outcome, is published as it starts: one snapshot between two jobs, not
+        # two (a burst of tiny jobs pays for each).
 
     def _record(self, work: LaneWork, job: Job, attempt: Attempt) -> Recorded:
         """The attempt is over: its outcome must reach the queue, or the job would

@@ -699,3 +699,29 @@ def test_a_drop_into_a_lane_the_engine_runs_rings_no_pass_of_the_loop(home, tmp_
         go.touch()
         engine.stop()
         thread.join(15)
+
+
+def test_a_job_run_alone_reads_the_queue_for_the_tray_once_started_and_once_ended(
+        home, monkeypatch):
+    """Its lane's worker shows it running once it has spawned, and ended as the worker
+    ends: two snapshot reads, each of the whole queue (a third, right after the
+    outcome, read the same again)."""
+    from sloth_tray.daemon import engine as engine_module
+
+    read, on_lane = engine_module.snapshots.read, []
+
+    def counted(*args, **kwargs):
+        on_lane.append(threading.current_thread().name.startswith("lane "))
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(engine_module.snapshots, "read", counted)
+    queue = Queue(home.db)
+    push_script(queue, home, "alone.sh", "true")
+    seen: list[Snapshot] = []
+    engine = Engine(queue, home)
+    engine.subscribe(seen.append)
+    engine.run(drain=True)
+    assert queue.summary()["done"] == 1
+    assert on_lane.count(True) == 2, on_lane
+    assert any(s.running and s.running.name == "alone" for s in seen)
+    assert seen[-1].running is None and seen[-1].done == 1
