@@ -85,15 +85,29 @@ TFD_NONBLOCK = os.O_NONBLOCK
 TFD_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
+_timerfd_calls: tuple[Callable[..., int], Callable[..., int]] | None = None
+
+
+def _timerfd() -> tuple[Callable[..., int], Callable[..., int]]:
+    """libc's timerfd_create and timerfd_settime, looked up once. A lane's worker makes
+    an alarm of its own for each job it starts from idle, on a drop's way to its start:
+    opening libc and finding the two each time was half of making one."""
+    global _timerfd_calls
+    if _timerfd_calls is None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        settime = libc.timerfd_settime
+        settime.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Itimerspec),
+                            ctypes.c_void_p]
+        _timerfd_calls = (libc.timerfd_create, settime)
+    return _timerfd_calls
+
+
 class TimerfdAlarm(Alarm):
     """Linux: poll() on a CLOCK_REALTIME timerfd and a self-pipe, with no timeout."""
 
     def __init__(self) -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        self._settime = libc.timerfd_settime
-        self._settime.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Itimerspec),
-                                  ctypes.c_void_p]
-        fd = libc.timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC)
+        create, self._settime = _timerfd()
+        fd = create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC)
         if fd < 0:
             raise OSError(ctypes.get_errno(), "timerfd_create failed")
         self._timer = fd
