@@ -468,8 +468,11 @@ class Engine:
                 work.claimed = None
             with self._workers_lock:
                 self._workers.remove(work)
-            self.alarm.ring()  # the loop looks again: this lane is free
-            self._publish()  # its last job ended, its lane free: the tray's one read
+            # The loop looks again (this lane is free) and publishes what it finds: the
+            # end of this lane's last job. A publish here would read the same snapshot,
+            # and could land after the loop's last one, a stop's, once the loop had
+            # stopped without waiting for a worker no longer among its workers.
+            self.alarm.ring()
 
     def _give_back(self, job: Job) -> None:
         """A job claimed with the last outcome that will not run now (a quit)."""
@@ -569,10 +572,10 @@ class Engine:
                 listener(job, result)
             except Exception:  # a listener's failure is its own: the lane goes on
                 log.exception("a listener of %s's outcome failed", job.name)
-        # No snapshot here: with no next job claimed, the worker ends and publishes
-        # as it does (the same snapshot, read once); else the next job, claimed with
-        # this outcome, is published as it starts: one snapshot between two jobs, not
-        # two (a burst of tiny jobs pays for each).
+        # No snapshot here: with no next job claimed, the worker ends, and the loop's
+        # look that its end rings for publishes; else the next job, claimed with this
+        # outcome, is published as it starts: one snapshot between two jobs, not two
+        # (a burst of tiny jobs pays for each).
 
     def _record(self, work: LaneWork, job: Job, attempt: Attempt) -> Recorded:
         """The attempt is over: its outcome must reach the queue, or the job would

@@ -703,16 +703,19 @@ def test_a_drop_into_a_lane_the_engine_runs_rings_no_pass_of_the_loop(home, tmp_
 
 def test_a_job_run_alone_reads_the_queue_for_the_tray_once_started_and_once_ended(
         home, monkeypatch):
-    """Its lane's worker shows it running once it has spawned, and ended as the worker
-    ends: two snapshot reads, each of the whole queue (a third, right after the
-    outcome, read the same again)."""
+    """Its lane's worker shows it running once it has spawned; its end is shown by the
+    loop's look that the worker's end rings for. Each snapshot read is of the whole
+    queue: the worker read two more, right after the outcome and as it left, each the
+    same as the loop's."""
     from sloth_tray.daemon import engine as engine_module
 
-    read, on_lane = engine_module.snapshots.read, []
+    read, reads = engine_module.snapshots.read, []
 
-    def counted(*args, **kwargs):
-        on_lane.append(threading.current_thread().name.startswith("lane "))
-        return read(*args, **kwargs)
+    def counted(queue, running, *args, **kwargs):
+        running = list(running)
+        reads.append((threading.current_thread().name.startswith("lane "), bool(running),
+                      kwargs.get("stopped", False)))
+        return read(queue, running, *args, **kwargs)
 
     monkeypatch.setattr(engine_module.snapshots, "read", counted)
     queue = Queue(home.db)
@@ -722,6 +725,25 @@ def test_a_job_run_alone_reads_the_queue_for_the_tray_once_started_and_once_ende
     engine.subscribe(seen.append)
     engine.run(drain=True)
     assert queue.summary()["done"] == 1
-    assert on_lane.count(True) == 2, on_lane
+    # (on the lane's worker, with a job running, the stop's): the spawn's, the end's
+    assert [r for r in reads if not r[2]] == [(True, True, False), (False, False, False)], reads
     assert any(s.running and s.running.name == "alone" for s in seen)
     assert seen[-1].running is None and seen[-1].done == 1
+
+
+def test_nothing_is_published_after_the_stopped_snapshot(home):
+    """A drain returns once its last worker has left its workers; that worker's thread
+    may still be ending then. Whatever it does, the stop's snapshot stays the last."""
+    queue = Queue(home.db)
+    for n in range(3):
+        push_script(queue, home, f"quick{n}.sh", "true")
+    seen: list[Snapshot] = []
+    engine = Engine(queue, home)
+    engine.subscribe(seen.append)
+    others = set(threading.enumerate())
+    engine.run(drain=True)
+    wait_for(lambda: not any(t.name.startswith("lane ") and t not in others
+                             for t in threading.enumerate()),
+             what="this engine's lane workers to end")
+    assert queue.summary()["done"] == 3
+    assert seen[-1].stopped and seen[-1].running is None, seen[-1]
