@@ -64,9 +64,10 @@ def _lock_text(lock: Path) -> bytes | None:
 def holder_said(text: bytes) -> tuple[int | None, str | None]:
     """(pid, start time) as a lock file's `text` says them; (None, None) when it is
     empty. A file of an older version holds the pid alone."""
-    words = text.decode(errors="replace").split()
-    pid = int(words[0]) if words and words[0].isdigit() else None
-    start = words[1] if len(words) > 1 and words[1].isdigit() else None
+    words = [word if word.isascii() and word.isdigit() else None  # not "²" nor "١٢"
+             for word in text.decode(errors="replace").split()[:2]]
+    pid = int(words[0]) if words and words[0] else None
+    start = words[1] if len(words) > 1 else None
     return pid, start
 
 

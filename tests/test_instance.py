@@ -77,3 +77,11 @@ def test_a_file_that_says_no_start_time_is_looked_up_in_the_kernel(pids, lock, t
     proc.kill()
     proc.wait(timeout=10)
     wait_for(lambda: instance.held(lock) is False, what="the kernel to drop the dead's lock")
+
+
+@pytest.mark.parametrize("text", ["\u00b2\n", "\u0661\u0662\n"],
+                         ids=["superscript", "arabic-indic"])
+def test_a_file_of_digits_that_are_not_ascii_holds_nothing_and_raises_nothing(lock, text):
+    lock.write_text(text, encoding="utf-8")  # digits to str.isdigit, not to a pid
+    assert instance.held(lock) is False
+    assert instance.pid_in(lock) is None
