@@ -65,19 +65,24 @@ def wait_for(predicate, timeout: float = 15.0, what: str = "the condition",
         time.sleep(every)
 
 
+def state(pid: int) -> str | None:
+    """The process's state letter (/proc/<pid>/stat field 3: R, S, T, Z...); None once
+    it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except FileNotFoundError:
+        return None
+
+
 def alive(pid: int) -> bool:
     """True while `pid` runs (a zombie counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    return state(pid) not in (None, "Z")
 
 
 def stopped(pid: int) -> bool:
     """True once `pid` is stopped (SIGSTOP took effect)."""
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        return f.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t")
+    return state(pid) in ("T", "t")
 
 
 def frozen_between_writes(proc: subprocess.Popen, db: Path) -> None:
