@@ -102,10 +102,16 @@ class Daemon:
         # What require= jobs wait for; told once a due job first waits on it.
         self.conditions = Conditions(self._tell_conditions if watch else None)
         self.power: PowerSource | None = None
+        self._starting = stopsignals.HeldWhileStarting()
 
     def __enter__(self) -> Daemon:
         memory.one_arena()  # before any thread of ours starts
-        self.lock.acquire()  # before touching the queue: recovery is the lock holder's job
+        self._starting.__enter__()  # before the lock, from which `status` says it runs
+        try:
+            self.lock.acquire()  # before touching the queue: recovery is the lock holder's job
+        except BaseException:
+            self._starting.__exit__()
+            raise
         if self.log_to_stderr is not None:
             setup_logging(self.home, to_stderr=self.log_to_stderr)
         self.first_run = not self.home.db.exists()
@@ -153,6 +159,7 @@ class Daemon:
         if self.queue is not None:
             self.queue.close()
         self.lock.release()
+        self._starting.__exit__()
 
     def _tell_conditions(self) -> None:
         """On the engine's thread, the first time a due job waits on a condition: the
@@ -224,8 +231,10 @@ class Daemon:
             except BaseException as exc:  # handed to the main thread below
                 errors.append(exc)
 
-        stopsignals.forget()
-        with StopSignals(on_signal or engine.stop):
+        stop = on_signal or engine.stop
+        with StopSignals(stop):
+            if stopsignals.stopped_by() is not None:  # one came while it was starting
+                stop()
             thread = threading.Thread(target=loop, name="engine")
             thread.start()
             thread.join()

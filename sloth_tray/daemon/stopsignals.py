@@ -47,6 +47,33 @@ def forget() -> None:
     received.clear()
 
 
+class HeldWhileStarting:
+    """From before the app takes its lock until its loop catches stop signals itself:
+    a stop signal is noted, and the loop, once it runs, stops at once (it asks
+    `stopped_by`). `status` says the app runs from the moment it holds its lock;
+    left at their defaults, SIGTERM and SIGHUP would end it there mid-start (a
+    queue half recovered, a lock file left to be told stale) and SIGINT would
+    raise wherever the start happened to be.
+
+    Entering it forgets any earlier run's signal. Off the main thread (an app
+    started by a test) Python cannot set handlers; it holds nothing then."""
+
+    def __init__(self, signals: tuple[int, ...] = STOP_SIGNALS) -> None:
+        self.signals = signals
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> HeldWhileStarting:
+        forget()
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.signal(sig, _note_handler) for sig in self.signals}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+
 class StopSignals:
     """While entered (on the main thread), a stop signal calls `stop` on a thread
     of its own. Restores the previous handlers on exit. The first signal is
@@ -111,3 +138,8 @@ class StopSignals:
 
 def _noted(signum: int, frame: object) -> None:
     """The listener thread acts on it (see StopSignals)."""
+
+
+def _note_handler(signum: int, frame: object) -> None:
+    """While starting: kept for the loop to act on (see HeldWhileStarting)."""
+    note(signum)

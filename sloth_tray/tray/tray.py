@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sloth_tray import autostart
+from sloth_tray.daemon import stopsignals
 from sloth_tray.daemon.app import Daemon
 from sloth_tray.daemon.snapshot import FailedJob, Snapshot
 from sloth_tray.daemon.stopsignals import STOP_SIGNALS
@@ -114,6 +115,9 @@ class Tray:
                 self._engine_thread.join()
 
     def _ready(self) -> None:
+        if stopsignals.stopped_by() is not None:  # one came while it was starting
+            self.quit()
+            return
         self.engine.subscribe(self._on_snapshot)
         self._engine_thread.start()
         if self.daemon.first_run:

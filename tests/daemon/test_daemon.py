@@ -15,6 +15,7 @@ import pytest
 from helpers.processes import add_script as add
 from helpers.processes import alive, start_daemon, to_other_thread, wait_for
 
+from sloth_tray import instance
 from sloth_tray.store.queue import Queue, State
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc")
@@ -233,3 +234,20 @@ def test_a_burst_renamed_in_at_once_survives_kill_9_mid_commit_exactly_once(home
             not name.name.startswith(".") for name in home.jobs.iterdir())
     scripts = every_drop_is_one_job(pids, home, dropped, kills=12, mid_burst=kills_mid_burst)
     assert all((Path(script).parent / ".queued").exists() for script in scripts)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_stop_signal_the_moment_it_holds_its_lock_stops_it_cleanly(home, pids, sig):
+    """`status` says the app runs from the moment it holds its lock; a stop sent then,
+    while it is still starting (recovery, the folders' watches), is a clean stop too."""
+    for _ in range(3):
+        daemon = pids.popen([sys.executable, "-m", "sloth_tray", "run", "--headless",
+                             "--home", str(home.root)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda daemon=daemon: (instance.pid_in(home.lock) == daemon.pid
+                                        or daemon.poll() is not None),
+                 what="the daemon to take its lock", every=0.0005)
+        daemon.send_signal(sig)
+        assert daemon.wait(timeout=20) == (130 if sig == signal.SIGINT else 0)
+        assert "Traceback" not in daemon.stderr.read()
+        assert instance.pid_in(home.lock) is None

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from helpers.bus import start_private_bus
 from helpers.display import grab, red_pixels, start_xvfb
-from helpers.processes import to_other_thread, wait_for
+from helpers.processes import alive, to_other_thread, wait_for
 from PIL import ImageStat
 
+from sloth_tray import instance
 from sloth_tray.paths import locate
 from sloth_tray.store.queue import Queue, State
 
@@ -182,6 +183,34 @@ def test_a_stop_signal_quits_the_tray_cleanly_and_releases_the_running_job(deskt
         (job,) = queue.jobs()
         assert (job.state, job.attempts) == (State.PENDING, 0)
         assert queue.history(job.id)[-1].kind == "released"
+
+
+@pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 0), (signal.SIGINT, 130)],
+                         ids=["SIGTERM", "Ctrl-C"])
+def test_a_stop_signal_while_the_tray_is_starting_quits_it_cleanly(desktop, pids, tmp_path,
+                                                                   sig, status):
+    """From the moment it holds its lock (`status` says it runs), before its icon is
+    up: the start is finished, and the app quits as it would later. The script in the
+    jobs folder is kept whatever the moment: still there, or queued, its lease given
+    back (begun, then stopped, when the start took long enough to take it)."""
+    home = locate(tmp_path / "home").ensure()
+    started = tmp_path / "started"
+    (home.jobs / "long.sh").write_text(f"echo $$ > {started}\nsleep 300\n")
+    app = pids.popen([sys.executable, "-m", "sloth_tray", "run", "--home", str(home.root)],
+                     env=desktop, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: instance.pid_in(home.lock) == app.pid or app.poll() is not None,
+             what="the app to take its lock", every=0.0005)
+    app.send_signal(sig)
+    assert app.wait(timeout=20) == status
+    assert "Traceback" not in app.stderr.read()
+    assert instance.pid_in(home.lock) is None
+    begun = started.read_text().strip() if started.exists() else ""
+    if begun:
+        assert not alive(pids.add(int(begun)))
+    with Queue(home.db) as queue:
+        kept = [(job.name, job.state, job.attempts) for job in queue.jobs()]
+    still_dropped = (home.jobs / "long.sh").exists()
+    assert kept == [("long", State.PENDING, 0)] or (kept == [] and still_dropped), kept
 
 
 def test_with_neither_a_statusnotifier_host_nor_pygobject_it_runs_headless_and_says_why(
