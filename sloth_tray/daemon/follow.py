@@ -11,7 +11,10 @@ again never wakes it again.
 A commit is seen by readers only once SQLite has also updated the WAL's index (in
 `-shm`, through memory: no event), after its frames are written and synced, so a
 look right after the event may find the queue as it was: after each change it is
-looked at a few more times (SETTLE), then no more until the next.
+looked at a few more times (SETTLE), then no more until the next. The sync is what
+takes time: a millisecond or two on an idle SSD, seconds on a busy or slow disk, so
+the looks go on, further apart, for half a minute; a wait for the queue's last job
+must not miss its end for want of another change.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from sloth_tray.paths import Home
 IN_MODIFY = 0x2
 IN_DELETE = 0x200
 WRITES = IN_MODIFY | IN_CREATE | IN_MOVED_TO | IN_DELETE
-SETTLE = (0.02, 0.1, 0.5, 2.0)  # seconds to the looks after a change, each after the last
+# The looks after a change, in seconds each after the last: at 0.02, 0.12, 0.62, 2.6,
+# 7.6 and 22.6 s after it.
+SETTLE = (0.02, 0.1, 0.5, 2.0, 5.0, 15.0)
 FIRST_LOOK, LAST_LOOK = 0.05, 5.0  # seconds between looks where there is no inotify
 
 
