@@ -6,6 +6,7 @@ Also the app's environment, cleaned for what it starts (`job_environment`).
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -199,15 +200,29 @@ PID_MAX_FOR_SINCE = 32768  # below this, pids may wrap around twice within a sho
 def _last_pid() -> int | None:
     """The pid the kernel handed out last in our pid namespace; None where that cannot
     be read, or where pid_max is so low that a short run may see the pids wrap twice
-    (then every process is looked at)."""
+    (then every process is looked at). Read at each run's end, through the bare file
+    descriptor: a text file opened costs three times as much."""
+    if not _pids_wrap_rarely():
+        return None
     try:
-        with open("/proc/sys/kernel/pid_max") as pid_max:
-            if int(pid_max.read()) < PID_MAX_FOR_SINCE:
-                return None
-        with open("/proc/sys/kernel/ns_last_pid") as last:
-            return int(last.read())
+        fd = os.open("/proc/sys/kernel/ns_last_pid", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return int(os.read(fd, 32))
+        finally:
+            os.close(fd)
     except (OSError, ValueError):
         return None
+
+
+@functools.cache
+def _pids_wrap_rarely() -> bool:
+    """pid_max is at least PID_MAX_FOR_SINCE. A setting of the machine, read once: read
+    at every run's end, it cost as much as the rest of the look for strays."""
+    try:
+        with open("/proc/sys/kernel/pid_max") as pid_max:
+            return int(pid_max.read()) >= PID_MAX_FOR_SINCE
+    except (OSError, ValueError):
+        return False
 
 
 def handed_out_since(pid: int, first: int, last: int) -> bool:
