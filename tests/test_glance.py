@@ -4,8 +4,12 @@ argparse makes of it, or not at all."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sloth_tray.cli import glance
 from sloth_tray.cli.parser import build_parser
@@ -31,6 +35,15 @@ LINES = [
     ["step", "fetch", "--", "curl", "-o", "x"], ["step", "fetch", "--", "--ask"],
     ["step", "fetch", "--ask", "--", "true"], ["step", "-n", "--", "true"],
     ["step", "fetch", "--"], ["step", "fetch"], ["step", "f", "--", "a", "--", "b"],
+    # The options every command takes, said before it, as the usage line shows them
+    ["--home", "/h", "status", "--json"], ["--home=/h", "--jobs-dir", "j", "list"],
+    ["--home", "/a", "status", "--home", "/b"], ["--config", "c", "--config", "d", "paths"],
+    ["--home", "/h", "show", "abc", "--json"], ["--home", "/h", "log", "abc", "-f"],
+    ["--home", "-x", "status"], ["--home"], ["--home", "/h"], ["--home="],
+    ["--ho", "/h", "status"], ["--home", "/h", "--version"], ["--home", "/h", "-h"],
+    ["--home", "/h", "status", "-h"], ["--home", "/h", "retry", "abc"],
+    ["--home", "/h", "step", "fetch", "--", "true"], ["--jobs-dir", "j", "--", "status"],
+    ["--home", "status", "status"], ["--home", "/h", "list", "--limit", "x"],
 ]
 
 
@@ -53,7 +66,10 @@ def test_a_line_read_without_argparse_reads_as_argparse_reads_it(line, capsys):
 @pytest.mark.parametrize("line", [
     ["status", "--json"], ["list", "--state", "failed", "--limit", "0", "--lane", "net"],
     ["show", "abc123", "--step", "fetch"], ["log", "abc", "-f", "--home", "/h"],
-    ["schedules", "--all"], ["step", "fetch", "--", "true"]], ids=" ".join)
+    ["schedules", "--all"], ["step", "fetch", "--", "true"],
+    ["--home", "/h", "status", "--json"], ["--home=/h", "--jobs-dir", "j", "list"],
+    ["--config", "c.toml", "show", "abc123"], ["--home", "/h", "step", "fetch", "--", "true"]],
+    ids=" ".join)
 def test_the_plain_lines_are_read_without_argparse(line):
     assert glance.parsed(line) is not None
 
@@ -91,3 +107,27 @@ def test_version_is_answered_as_argparse_answers_it(capsys):
     said = capsys.readouterr()
     assert argparse_reads(["--version"]) == f"exit {ours.value.code}"
     assert capsys.readouterr() == said
+
+
+# Words a person might type, in any order: commands, their options and values, the
+# options every command takes, mistakes, and values that look like options.
+WORDS = st.sampled_from([
+    "status", "list", "show", "log", "schedules", "paths", "config", "step", "retry", "help",
+    "--json", "--all", "--all-runs", "--state", "failed", "--reason", "timeout", "--limit",
+    "0", "-1", "7", "--lane", "net", "a/b", "--step", "--occurrence", "2", "-f", "--run",
+    "--home", "--home=/h", "/h", "--config", "c.toml", "--jobs-dir", "--jobs-dir=", "j",
+    "abc", "--", "-x", "-h", "--version", "--js", "", "=", "--ask", "true"])
+
+
+@given(st.lists(WORDS, max_size=7))
+def test_any_line_glance_reads_it_reads_as_argparse_reads_it(line):
+    """Whatever the words and their order: a line read here is read into argparse's
+    very Namespace; any other is left to argparse."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            read = glance.parsed(line)
+        except SystemExit as stop:  # --version alone, answered as argparse answers it
+            assert argparse_reads(line) == f"exit {stop.code}"
+            return
+        if read is not None:
+            assert vars(read) == argparse_reads(line)

@@ -148,8 +148,10 @@ def test_status_loads_only_what_a_glance_needs(tmp_path, waiting, calendar):
     with Queue(home.db) as queue:
         if waiting is not None:
             queue.push("recurring", options=waiting)
-    for command in (["status", "--json"], ["status"]):
-        modules = loaded(*command, "--home", str(home.root))
+    # The home given after the command, and before it as the usage line shows it
+    for line in (["status", "--json", "--home", str(home.root)],
+                 ["status", "--home", str(home.root)], ["--home", str(home.root), "status"]):
+        modules = loaded(*line)
         assert "sloth_tray.store.reads" in modules
         assert sorted(m for m in GLANCE_NEVER if m in modules) == []
         assert ("sloth_tray.jobs.overdue" in modules) == (waiting is not None)

@@ -4,8 +4,9 @@
 argparse costs a glance a fifth of its time (its import, its gettext look-ups for each
 parser it builds); most command lines are the plain form of a command, whose words
 this reads into the Namespace argparse would give (tests/test_glance.py compares
-them). A line with anything else, a mistake, a help, an abbreviation, an option
-before the command, an option's value starting with `-`, is argparse's: None here.
+them). The options every command takes may come before it too, as the usage line
+shows them (`--home DIR status`). A line with anything else, a mistake, a help, an
+abbreviation, an option's value starting with `-`, is argparse's: None here.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from sloth_tray import __version__, limits
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
     from typing import Any
 
 # The options every command takes (parser.add_common): absent unless given.
@@ -87,10 +88,27 @@ def parsed(line: Sequence[str]) -> SimpleNamespace | None:
     if list(line) == ["--version"]:
         print(f"sloth-tray {__version__}")
         raise SystemExit(0)
-    if not line:
-        return None
-    if line[0] == "step":
-        return _step(line)
+    words = iter(line)
+    before: dict[str, Any] = {}  # the options every command takes, said before it
+    for word in words:
+        flag, equals, value = word.partition("=")
+        if flag not in COMMON:
+            break
+        value = _value(equals, value, words, None)
+        if value is None:
+            return None
+        before[COMMON[flag]] = value
+    else:
+        return None  # no command: argparse's (`sloth-tray --home DIR` starts the app)
+    command = [word, *words]
+    read = _step(command) if word == "step" else _command(command)
+    # The command's own parser writes after the main one's: a value said after the
+    # command wins, as in argparse.
+    return None if read is None else SimpleNamespace(**before | vars(read))
+
+
+def _command(line: Sequence[str]) -> SimpleNamespace | None:
+    """A command's plain line, from its name on."""
     form = FORMS.get(line[0])
     if form is None:
         return None
@@ -102,15 +120,10 @@ def parsed(line: Sequence[str]) -> SimpleNamespace | None:
         if word in form.flags:
             found[form.flags[word]] = True
         elif flag in COMMON or flag in form.valued:
-            if not equals:
-                value = next(words, None)
-                if value is None or value.startswith("-"):
-                    return None  # argparse says what is missing
             dest, read = (COMMON[flag], None) if flag in COMMON else form.valued[flag]
-            if read is not None:
-                value = read(value)
-                if value is None:
-                    return None  # argparse refuses it, in its words
+            value = _value(equals, value, words, read)
+            if value is None:
+                return None
             found[dest] = value
         elif word.startswith("-") or len(positionals) == len(form.positionals):
             return None
@@ -119,6 +132,17 @@ def parsed(line: Sequence[str]) -> SimpleNamespace | None:
     if len(positionals) != len(form.positionals):
         return None
     return SimpleNamespace(**found, **dict(zip(form.positionals, positionals, strict=True)))
+
+
+def _value(equals: str, value: str, words: Iterator[str],
+           read: Callable[[str], Any] | None) -> Any:
+    """An option's value: after its `=`, or the next word; read by `read` if given.
+    None where argparse says what is missing or refuses the value, in its words."""
+    if not equals:
+        value = next(words, None)
+        if value is None or value.startswith("-"):
+            return None
+    return value if read is None else read(value)
 
 
 def _step(line: Sequence[str]) -> SimpleNamespace | None:
