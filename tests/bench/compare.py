@@ -69,6 +69,10 @@ What it measures (progress goes to stderr, the report to stdout):
    on a home its app runs on, vs a bare `python -c "import sqlite3, json"` (same
    interpreter) and vs `tsp -l`,
    interleaved, median of 21 runs each. Goal: sloth-tray at most 1.3 x the bare one.
+   Interleaved with them, every other read-only command a person types (status, list,
+   show, log, schedules, paths; the home after the command and before it), each a whole
+   process on the same home, after a job with steps and output: the slowest one's row.
+   Goal: at most 1.5 x the bare one.
 5. Burst: 1,000 trivial scripts (200 with --quick) at once, timed until all are done,
    in jobs per second: sloth-tray (written straight into a running daemon's jobs folder,
    timed from the first write to the last job recorded done) vs the spawn floor (the same
@@ -168,6 +172,7 @@ BURST_SECONDS_PER_JOB = 0.2  # the deadline of a burst: generous, never a figure
 BURST_POLL = 0.05  # seconds between looks at a burst's progress (light on 2 cores)
 BURST_GOAL = 0.8  # sloth-tray's burst rate over the spawn floor's, at least
 CLI_GOAL = 1.3  # `status --json` over a bare interpreter, at most
+LOOKS_GOAL = 1.5  # every other read-only command over a bare interpreter, at most
 STEP_SKIP_GOAL = 1.3  # a skipped `sloth-tray step` over `status --json`, whole processes, at most
 STEP_FIRST_GOAL = 1.3  # what a first-time step adds to its command, in `status --json`s, at most
 STEP_PYTHON_GOAL_US = 1000.0  # a skipped sloth_step.step() in a job's process, at most
@@ -920,13 +925,17 @@ def measure_cli(mode: Mode, root: Path, reaper: Reaper, tsp: str | None) -> dict
     log(f"command-line start-up: {mode.cli_runs} runs of each command, interleaved")
     # On a home its app runs on, as a user's is: `status` then says so, which a home
     # no app ever ran on (no lock file) answers without a look.
-    app = start_sloth(root / "cli-sloth", reaper)
+    # A job that ran with steps and output gives show and log something to read.
+    app = start_sloth(root / "cli-sloth", reaper, steps_job=True)
     home = app.places.home
+    sloth = [sys.executable, "-m", "sloth_tray"]
     commands = {
-        "sloth": ([sys.executable, "-m", "sloth_tray", "status", "--json", "--home", str(home)],
-                  clean_env()),
+        "sloth": ([*sloth, "status", "--json", "--home", str(home)], clean_env()),
         "bare": ([sys.executable, "-c", "import sqlite3, json"], clean_env()),
     }
+    # Every other look a person types, each as a whole process, on the same home
+    commands |= {f"look: {name}": ([*sloth, *words], clean_env())
+                 for name, words in read_only_commands(app).items()}
     server = None
     if tsp is not None:
         server = start_tsp(tsp, root / "cli-tsp", reaper)
@@ -944,11 +953,27 @@ def measure_cli(mode: Mode, root: Path, reaper: Reaper, tsp: str | None) -> dict
     reaper.stop(app.popen.pid)
     medians = {name: median(values) for name, values in times.items()}
     ratio = medians["sloth"] / medians["bare"]
+    slowest = max((name for name in medians if name.startswith("look: ")), key=medians.get)
+    looks_ratio = medians[slowest] / medians["bare"]
     log("  " + ", ".join(f"{name} {value:.1f} ms" for name, value in medians.items())
-        + f"; sloth/bare {ratio:.2f}")
+        + f"; sloth/bare {ratio:.2f}, slowest look/bare {looks_ratio:.2f}")
     return {"runs": mode.cli_runs, "commands": {name: c for name, (c, _) in commands.items()},
             "runs_ms": times, "median_ms": medians, "sloth_over_bare": ratio,
-            "goal_sloth_over_bare": CLI_GOAL, "goal_met": ratio <= CLI_GOAL}
+            "goal_sloth_over_bare": CLI_GOAL, "goal_met": ratio <= CLI_GOAL,
+            "slowest_look": slowest.removeprefix("look: "),
+            "slowest_look_over_bare": looks_ratio, "goal_look_over_bare": LOOKS_GOAL,
+            "looks_goal_met": looks_ratio <= LOOKS_GOAL}
+
+
+def read_only_commands(app: Sloth) -> dict[str, list[str]]:
+    """The read-only commands as people type them, by their words with H for the home
+    and ID for the job: the home after the command, and before it as the usage line
+    shows it; `show` and `log` of the job that ran with steps."""
+    lines = ["status --home H", "list --home H", "list --json --home H", "show ID --home H",
+             "log ID --home H", "schedules --home H", "paths --home H",
+             "--home H status --json", "--home H list"]
+    said = {"H": str(app.places.home), "ID": app.steps_job or ""}
+    return {line: [said.get(word, word) for word in line.split()] for line in lines}
 
 
 # -- 5. burst: many scripts at once ----------------------------------------------------
@@ -1468,6 +1493,7 @@ def number(value: float | None, unit: str) -> str:
 IDLE_PEERS = {"huey": "huey consumer", "tsp": "tsp server"}  # name: label in the table
 CYCLE_PEERS = ("huey", "persist-queue", "litequeue", "bare loop")
 MEASURE_CLI = "status --json, whole process"
+MEASURE_LOOKS = "slowest read-only command, whole process"
 MEASURE_IDLE_STEPS = "after a job with steps vs empty"
 STEP_ROWS = (("skipped shell step, whole process", "status --json"),
              ("first-time shell step, whole process", "`true` alone"),
@@ -1541,7 +1567,14 @@ def cli_rows(cli: dict[str, Any], absent: dict[str, str]) -> list[Row]:
                 runs=runs["sloth"], peer_runs=runs["bare"]),
             peer_row(Row("cli", MEASURE_CLI, "ms", medians["sloth"], "tsp -l", better="lower",
                          runs=runs["sloth"]),
-                     medians, "tsp", absent, lambda p: p, lambda p: runs["tsp"])]
+                     medians, "tsp", absent, lambda p: p, lambda p: runs["tsp"]),
+            Row("cli", MEASURE_LOOKS, "ms", medians[f"look: {cli['slowest_look']}"],
+                "bare interpreter", medians["bare"], "lower",
+                f"slowest: `{cli['slowest_look']}`, sloth/bare "
+                f"{cli['slowest_look_over_bare']:.2f}x (goal <= "
+                f"{cli['goal_look_over_bare']:g}x: "
+                f"{'met' if cli['looks_goal_met'] else 'NOT met'})",
+                runs=runs[f"look: {cli['slowest_look']}"], peer_runs=runs["bare"])]
 
 
 def burst_measure(count: int) -> str:
@@ -1780,6 +1813,7 @@ def every_row(mode: Mode) -> list[tuple[str, str, str]]:
              for label in SLOTH_CYCLES.values() for peer in CYCLE_PEERS]
     rows.append(("queue", cycle_measure("engine loop"), "sloth, API"))
     rows += [("cli", MEASURE_CLI, peer) for peer in ("bare interpreter", "tsp -l")]
+    rows.append(("cli", MEASURE_LOOKS, "bare interpreter"))
     rows += [("burst", burst_measure(mode.burst), peer)
              for peer in ("spawn floor", "durable floor", "huey", "tsp")]
     rows += [("scale", measure, "-") for done in mode.queue.sizes
@@ -1905,8 +1939,11 @@ def cli_note(cli: dict[str, Any]) -> str:
     tsp = " vs `tsp -l` on an empty private server" if "tsp" in cli["median_ms"] else ""
     return (f"- cli: whole-process wall time, median of {cli['runs']} interleaved runs each, "
             "output read through pipes: `python -m sloth_tray status --json --home H` on a "
-            "home its app runs on, its queue empty, vs `python -c \"import sqlite3, json\"`, "
-            f"the same interpreter with the same site-packages{tsp}")
+            "home its app runs on, after a job with steps and output, vs `python -c "
+            f"\"import sqlite3, json\"`, the same interpreter with the same site-packages{tsp}; "
+            "every other read-only command, interleaved with them: "
+            + ", ".join(f"`{name.removeprefix('look: ')}` {ms:.1f} ms"
+                        for name, ms in cli["median_ms"].items() if name.startswith("look: ")))
 
 
 def command_text(command: list[str]) -> str:
