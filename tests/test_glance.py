@@ -44,13 +44,23 @@ LINES = [
     ["--home", "/h", "status", "-h"], ["--home", "/h", "retry", "abc"],
     ["--home", "/h", "step", "fetch", "--", "true"], ["--jobs-dir", "j", "--", "status"],
     ["--home", "status", "status"], ["--home", "/h", "list", "--limit", "x"],
+    # The app: as login starts it (options, no command), and as a person does
+    [], ["--home", "/h", "--jobs-dir", "/j"], ["run"], ["run", "--headless", "--lease", "30"],
+    ["run", "--lease", "0"], ["run", "--lease", "nan"], ["run", "--lease=1h"],
+    ["--home", "/h", "run", "--no-notifications"], ["work", "--once"], ["work", "--lease"],
+    ["run", "--headless", "extra"], ["--home", "/h", "--"],
 ]
 
 
 def argparse_reads(line: list[str]) -> dict[str, object] | str:
-    """What argparse makes of `line`: its Namespace, or "exit N" when it stops there."""
+    """What argparse makes of `line`: its Namespace, or "exit N" when it stops there. A
+    line without a command is `run`'s, as main() reads it."""
+    parser = build_parser()
     try:
-        return vars(build_parser().parse_args(line))
+        read = parser.parse_args(line)
+        if read.command is None:
+            read = parser.parse_args([*line, "run"])
+        return vars(read)
     except SystemExit as stop:
         return f"exit {stop.code}"
 
@@ -68,7 +78,8 @@ def test_a_line_read_without_argparse_reads_as_argparse_reads_it(line, capsys):
     ["show", "abc123", "--step", "fetch"], ["log", "abc", "-f", "--home", "/h"],
     ["schedules", "--all"], ["step", "fetch", "--", "true"],
     ["--home", "/h", "status", "--json"], ["--home=/h", "--jobs-dir", "j", "list"],
-    ["--config", "c.toml", "show", "abc123"], ["--home", "/h", "step", "fetch", "--", "true"]],
+    ["--config", "c.toml", "show", "abc123"], ["--home", "/h", "step", "fetch", "--", "true"],
+    [], ["--home", "/h", "--jobs-dir", "/j"], ["run", "--headless"], ["work", "--once"]],
     ids=" ".join)
 def test_the_plain_lines_are_read_without_argparse(line):
     assert glance.parsed(line) is not None
@@ -116,6 +127,7 @@ WORDS = st.sampled_from([
     "--json", "--all", "--all-runs", "--state", "failed", "--reason", "timeout", "--limit",
     "0", "-1", "7", "--lane", "net", "a/b", "--step", "--occurrence", "2", "-f", "--run",
     "--home", "--home=/h", "/h", "--config", "c.toml", "--jobs-dir", "--jobs-dir=", "j",
+    "run", "work", "--headless", "--no-notifications", "--once", "--lease", "30", "nan",
     "abc", "--", "-x", "-h", "--version", "--js", "", "=", "--ask", "true"])
 
 

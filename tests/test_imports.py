@@ -194,6 +194,36 @@ def test_the_app_with_no_display_runs_headless_without_loading_the_tray(tmp_path
     assert not mapped(app.pid, "_imaging") and not mapped(app.pid, "pystray")
 
 
+def test_the_app_as_login_starts_it_reads_its_line_without_argparse(tmp_path, pids):
+    """Login starts the app as `sloth-tray --home DIR` (autostart/command.py), and it
+    runs for days: argparse and gettext would stay in its memory all along.
+    Told by the interpreter's own list of imports (-X importtime), once the app holds
+    its home's lock: its command line was read long before."""
+    from helpers.processes import wait_for
+
+    from sloth_tray import instance
+    from sloth_tray.paths import locate
+
+    home = locate(tmp_path / "home")
+    imports = tmp_path / "imports.txt"
+    with imports.open("w") as said:
+        app = pids.popen([sys.executable, "-X", "importtime", "-m", "sloth_tray",
+                          "--home", str(home.root), "--jobs-dir", str(tmp_path / "jobs"),
+                          "--config", str(tmp_path / "none.toml")],
+                         env=headless_env(), stdout=subprocess.DEVNULL, stderr=said)
+        wait_for(lambda: instance.pid_in(home.lock) == app.pid, what="the app to hold its home")
+    imported = {line.rsplit("|", 1)[-1].strip() for line in imports.read_text().splitlines()
+                if line.startswith("import time:")}
+    assert "sloth_tray.daemon.app" in imported  # the list is the app's
+    assert sorted({"argparse", "gettext"} & imported) == []
+
+
+def headless_env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+
+
 def test_the_tray_and_the_daemon_never_import_the_mcp_sdk():
     """The MCP SDK is `sloth-tray mcp`'s alone (an extra, and a second of imports): the
     app that runs the jobs, its tray and its daemon load none of it."""

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from sloth_tray import __version__
@@ -14,6 +13,8 @@ from sloth_tray.text import printable
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
+    import argparse  # for the annotations: the app reads its line without it (glance)
+
     from sloth_tray.daemon.app import Daemon
     from sloth_tray.daemon.outcome import Recorded
     from sloth_tray.store.queue import Job

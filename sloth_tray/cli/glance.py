@@ -1,5 +1,5 @@
 """A plain command line read without argparse: `status --json`, `list --state failed`,
-`show ID`, `step NAME -- COMMAND`, `--version`.
+`show ID`, `step NAME -- COMMAND`, `--version`, and the app's own `run` (or no command).
 
 argparse costs a glance a fifth of its time (its import, its gettext look-ups for each
 parser it builds); most command lines are the plain form of a command, whose words
@@ -79,12 +79,19 @@ FORMS = {
                  positionals=("id",)),
     "log": Form({"-f": "follow", "--follow": "follow"},
                 {"--run": ("run", _count(limits.OCCURRENCE))}, positionals=("id",)),
+    # The app itself: login starts it as `sloth-tray --home DIR`, and it would keep
+    # argparse's modules in memory for as long as it runs.
+    "run": Form({"--headless": "headless", "--no-notifications": "no_notifications"},
+                {"--lease": ("lease", _count(limits.LEASE))}),
+    "work": Form({"--once": "once"}, {"--lease": ("lease", _count(limits.LEASE))}),
 }
+APP = "run"  # what a line with no command starts
 
 
 def parsed(line: Sequence[str]) -> SimpleNamespace | None:
     """The Namespace argparse would make of `line`, when it is a plain one; else None.
-    `--version` is answered here, as argparse answers it."""
+    `--version` is answered here, as argparse answers it; a line without a command
+    (none at all, or only the options every command takes) is `run`'s, as in main()."""
     if list(line) == ["--version"]:
         print(f"sloth-tray {__version__}")
         raise SystemExit(0)
@@ -99,7 +106,7 @@ def parsed(line: Sequence[str]) -> SimpleNamespace | None:
             return None
         before[COMMON[flag]] = value
     else:
-        return None  # no command: argparse's (`sloth-tray --home DIR` starts the app)
+        word, words = APP, iter(())  # no command: `sloth-tray --home DIR` starts the app
     command = [word, *words]
     read = _step(command) if word == "step" else _command(command)
     # The command's own parser writes after the main one's: a value said after the
