@@ -57,14 +57,18 @@ What it measures (progress goes to stderr, the report to stdout):
    close() to the script's first command, as tests/bench/drop_latency.py does) vs huey
    (a task enqueued by this process, timed from just before the enqueue call to the
    task's first line) vs tsp (`tsp /bin/sh script`, timed from just before the client
-   starts to the script's first command). Every clock includes the queue write. The
-   three run in parallel.
+   starts to the script's first command) vs the durable floor (latency_floor.py: the
+   least a Python queue that loses nothing does, inotify read directly, the script moved
+   into a spool folder and its row committed at synchronous=FULL before its start, timed
+   as sloth-tray is). Every clock includes the queue write. The four run in parallel.
 3. Full cycle per second at synchronous=FULL (the Queue default), two sloth rows: the
    public API (push + claim + complete) and the daemon's engine loop (push + the runner's
    `started` note + complete and the next claim in one batch(); queue_bench.py's
    engine_loop_cycles), each against huey's SqliteStorage (enqueue + dequeue),
    persist-queue's SQLiteAckQueue (put + get + ack), litequeue (put + pop + done) and the
-   bare SQLite lease loop of tests/bench/queue_bench.py; rounds interleaved, median.
+   bare SQLite lease loop of tests/bench/queue_bench.py, and the rules' floor (the engine
+   loop's writes in bare SQL: each event appended to the history, the owner in each
+   write's WHERE, 2 fsyncs a job); rounds interleaved, median.
 4. Command-line start-up: whole-process wall time of `python -m sloth_tray status --json`
    on a home its app runs on, vs a bare `python -c "import sqlite3, json"` (same
    interpreter) and vs `tsp -l`,
@@ -664,6 +668,34 @@ def sloth_latencies(mode: Mode, root: Path, reaper: Reaper) -> list[dict[str, fl
     return trials
 
 
+def floor_latencies(mode: Mode, root: Path, reaper: Reaper) -> list[dict[str, float]]:
+    """The durable floor (latency_floor.py) after the same idle times, dropped into as
+    sloth-tray is; a quarter second behind the others, so its drops meet theirs less."""
+    base = root / "latency-floor"
+    jobs, results, ready = base / "jobs", base / "results", base / "ready"
+    jobs.mkdir(parents=True)
+    results.mkdir()
+    floor = subprocess.Popen([sys.executable, str(BENCH_DIR / "latency_floor.py"), str(jobs),
+                              str(base / "spool"), str(ready)], stdin=subprocess.DEVNULL)
+    reaper.add(floor.pid, floor)
+    wait_for(lambda: True if ready.exists() else None, READY_TIMEOUT,
+             "the durable floor to watch its folder", floor)
+    time.sleep(0.25)
+    trials = []
+    for index, idle in enumerate(idle_plan(mode), start=1):
+        time.sleep(idle)
+        result = results / f"drop-{index:03d}.ns"
+        dropped = drop_latency.write_script(jobs / f"drop-{index:03d}.sh",
+                                            drop_latency.script_text(result))
+        started = wait_for(lambda r=result: drop_latency.read_timestamp(r), TASK_TIMEOUT,
+                           f"durable floor drop {index} to start", floor)
+        latency = (started - dropped) / 1e6
+        trials.append({"idle_s": idle, "latency_ms": latency})
+        log(f"  floor after {idle:4g} s idle: {latency:9.1f} ms")
+    reaper.stop(floor.pid)
+    return trials
+
+
 def idle_plan(mode: Mode) -> list[float]:
     return [idle for _ in range(mode.repeats) for idle in mode.idles]
 
@@ -761,17 +793,20 @@ def measure_latency(mode: Mode, root: Path, reaper: Reaper, tsp: str | None,
     floor_places = Places(home=root / "floor" / "home", results=root / "floor" / "results")
     floor_places.results.mkdir(parents=True)
     floors = drop_latency.spawn_floor(floor_places)
-    with ThreadPoolExecutor(max_workers=3) as pool:
+    with ThreadPoolExecutor(max_workers=4) as pool:
         sloth = pool.submit(sloth_latencies, mode, root, reaper)
         huey = pool.submit(huey_latencies, mode, root, reaper) if "huey" in peers else None
         peer = pool.submit(tsp_latencies, mode, root, reaper, tsp) if tsp else None
+        durable = pool.submit(floor_latencies, mode, root, reaper)
         sloth_trials = sloth.result()
         huey_trials = huey.result() if huey else None
         tsp_trials = peer.result() if peer else None
+        floor_trials = durable.result()
     schedule = {f"{idle:g}": dict(zip(("next_poll_s", "interval_s"), huey_next_poll(idle),
                                       strict=True)) for idle in mode.idles}
     results = {"spawn_floor_ms": median(floors), "spawn_floor_runs_ms": floors,
-               "sloth": by_idle(sloth_trials), "huey_schedule": schedule, "repeats": mode.repeats}
+               "sloth": by_idle(sloth_trials), "durable floor": by_idle(floor_trials),
+               "huey_schedule": schedule, "repeats": mode.repeats}
     if huey_trials is not None:
         results["huey"] = by_idle(huey_trials)
     if tsp_trials is not None:
@@ -854,6 +889,7 @@ CYCLES: dict[str, queue_bench.CycleRunner] = {
     "persist-queue": persist_cycles,
     "litequeue": litequeue_cycles,
     "bare loop": queue_bench.bare_cycles,
+    "rules floor": queue_bench.rules_floor_cycles,
 }
 
 SLOTH_CYCLES = {"sloth": "API", "sloth engine loop": "engine loop"}  # name: label in the table
@@ -881,6 +917,11 @@ CYCLE_NOTES = {
                  "FULL on queue.conn after construction and read back as 2",
     "bare loop": "queue_bench.py's BareLoop: 1 INSERT + 2 UPDATEs, autocommit, "
                  "PRAGMA synchronous=FULL",
+    "rules floor": "queue_bench.rules_floor_cycles: the engine loop's writes in bare SQL, "
+                   "nothing around them: push, `started` without its own fsync, the "
+                   "outcome and the next claim in one commit; each appends its event to "
+                   "the job's history, each write holds the lease's owner in its WHERE: "
+                   "2 fsyncs a job, as huey's; the engine loop's cost beyond it is its own",
 }
 
 
@@ -1491,7 +1532,8 @@ def number(value: float | None, unit: str) -> str:
 
 
 IDLE_PEERS = {"huey": "huey consumer", "tsp": "tsp server"}  # name: label in the table
-CYCLE_PEERS = ("huey", "persist-queue", "litequeue", "bare loop")
+CYCLE_PEERS = ("huey", "persist-queue", "litequeue", "bare loop", "rules floor")
+LATENCY_PEERS = ("huey", "tsp", "durable floor")
 MEASURE_CLI = "status --json, whole process"
 MEASURE_LOOKS = "slowest read-only command, whole process"
 MEASURE_IDLE_STEPS = "after a job with steps vs empty"
@@ -1555,7 +1597,7 @@ def latency_rows(latency: dict[str, Any], absent: dict[str, str]) -> list[Row]:
                          better="lower", runs=s["runs_ms"]),
                      latency, peer, absent, lambda p, i=idle: p[i]["median_ms"],
                      lambda p, i=idle: p[i]["runs_ms"])
-            for idle, s in latency["sloth"].items() for peer in ("huey", "tsp")]
+            for idle, s in latency["sloth"].items() for peer in LATENCY_PEERS]
 
 
 def cli_rows(cli: dict[str, Any], absent: dict[str, str]) -> list[Row]:
@@ -1808,7 +1850,7 @@ def every_row(mode: Mode) -> list[tuple[str, str, str]]:
     rows.append(("idle", "job 1h ahead vs empty", "sloth, empty"))
     rows.append(("idle", MEASURE_IDLE_STEPS, "sloth, empty"))
     rows += [("latency", latency_measure(idle), peer)
-             for idle in mode.idles for peer in ("huey", "tsp")]
+             for idle in mode.idles for peer in LATENCY_PEERS]
     rows += [("queue", cycle_measure(label), peer)
              for label in SLOTH_CYCLES.values() for peer in CYCLE_PEERS]
     rows.append(("queue", cycle_measure("engine loop"), "sloth, API"))
@@ -1912,7 +1954,10 @@ def report(results: dict[str, Any], rows: list[Row]) -> str:
             f"tsp's include starting /bin/sh + date (spawn floor "
             f"{latency['spawn_floor_ms']:.1f} ms), huey's task is a function call in its "
             "worker thread; tsp's clock starts before its client process "
-            "(`tsp /bin/sh script`), which queues the job",
+            "(`tsp /bin/sh script`), which queues the job and keeps it in memory; the "
+            "durable floor (latency_floor.py) reads inotify itself, moves the script into "
+            "a spool folder, commits its row at synchronous=FULL and starts it: what any "
+            "queue that loses nothing in a crash must do before the start",
             huey_schedule_note(latency["huey_schedule"]),
         ]
     if "cycles" in results:
@@ -2091,7 +2136,7 @@ def draw_chart(results: dict[str, Any], path: Path) -> None:
                idle_groups(idle, "cpu_ms_per_min"), "CPU ms / min")
     groups = [(f"after {idle_s} s idle",
                [("sloth-tray", s["median_ms"]),
-                *((peer, latency[peer][idle_s]["median_ms"]) for peer in ("huey", "tsp")
+                *((peer, latency[peer][idle_s]["median_ms"]) for peer in LATENCY_PEERS
                   if peer in latency)])
               for idle_s, s in latency["sloth"].items()]
     draw_panel(draw, (30, 770, 970, 1120), f"Drop -> start latency, median of "
