@@ -33,7 +33,7 @@ from sloth_tray.daemon import snapshot as snapshots
 from sloth_tray.daemon.alarm import Alarm, make_alarm
 from sloth_tray.daemon.capture import append_note
 from sloth_tray.daemon.outcome import Attempt, Recorded, record
-from sloth_tray.daemon.runner import Runner
+from sloth_tray.daemon.runner import Prepared, Runner
 from sloth_tray.daemon.serial import SerialThread
 from sloth_tray.daemon.snapshot import RunningJob, Snapshot, agent_of
 from sloth_tray.errors import DatabaseProblem, SlothError
@@ -62,6 +62,13 @@ def default_owner() -> str:
 
         host = platform.node()
     return f"{host}:{os.getpid()}"
+
+
+def could_not_run(job: Job, exc: Exception) -> Attempt:
+    """A bug of ours on a job's way: said in the app's log, and the attempt failed with
+    a sentence, not the daemon taken down."""
+    log.exception("running %s (%s) failed", job.name, job.id, exc_info=exc)
+    return Attempt.failed(Reason.INTERNAL_ERROR, f"sloth-tray could not run it: {exc}")
 
 
 Listener = Callable[[Snapshot], None]
@@ -166,31 +173,35 @@ class Engine:
     def claim_with_push(self, lanes: Iterable[str]) -> list[Job]:
         """Inside the commit that queues drops into `lanes` (the inbox's): a due job
         claimed for each of them that no worker of ours runs, so a drop into an idle
-        app starts after one commit, not two. start_claimed starts them once that
-        commit is made; if it fails, the claims are undone with it. A claim that
-        fails is undone alone, and the loop claims the usual way, which says why."""
+        app starts after one commit, not two. Each one's worker starts at once and
+        prepares its run while the commit is made (its fsync is the longest wait on
+        a drop's way to its start); it spawns once the commit holds its claim, and
+        ends without a word if the commit was undone. A claim that fails is undone
+        alone, and the loop claims the usual way, which says why."""
         claimed: list[Job] = []
         if self._stopping:
             return claimed
         busy = {work.lane for work in self._working()}
-        for lane in dict.fromkeys(lanes):
-            if lane in busy:
-                continue
-            try:
-                with self.queue.savepoint():
-                    job = self.queue.claim(self.owner, self._unmet(), procs.new_token(),
-                                           lane=lane)
-            except Exception as exc:
-                log.debug("claiming a drop as it was queued failed: %s", exc)
-                continue
-            if job is not None:
-                claimed.append(job)
+        # The workers prepare once every claim is made: the interpreter is then the
+        # worker's while this thread waits for the disk, not this thread's way there.
+        claims_made = threading.Event()
+        try:
+            for lane in dict.fromkeys(lanes):
+                if lane in busy:
+                    continue
+                try:
+                    with self.queue.savepoint():
+                        job = self.queue.claim(self.owner, self._unmet(), procs.new_token(),
+                                               lane=lane)
+                except Exception as exc:
+                    log.debug("claiming a drop as it was queued failed: %s", exc)
+                    continue
+                if job is not None:
+                    claimed.append(job)
+                    self._start_worker(job, claims_made=claims_made)
+        finally:
+            claims_made.set()
         return claimed
-
-    def start_claimed(self, jobs: Iterable[Job]) -> None:
-        """The jobs claim_with_push claimed, their commit made: each lane's worker."""
-        for job in jobs:
-            self._start_worker(job)
 
     def _unmet(self) -> frozenset[str]:
         return self.conditions.unmet() if self.conditions is not None else frozenset()
@@ -437,9 +448,12 @@ class Engine:
             started = True
         return started
 
-    def _start_worker(self, job: Job) -> None:
+    def _start_worker(self, job: Job, *, claims_made: threading.Event | None = None) -> None:
+        """`job`'s lane's worker. `claims_made`: `job` was claimed in a transaction still
+        open (claim_with_push), to be committed once this is set; the worker prepares
+        the run then, and spawns it once the commit holds its claim."""
         work = LaneWork(job.lane, self.runner.twin())
-        work.thread = threading.Thread(target=self._work_lane, args=(work, job),
+        work.thread = threading.Thread(target=self._work_lane, args=(work, job, claims_made),
                                        name=f"lane {job.lane}", daemon=True)
         with self._workers_lock:
             self._workers.append(work)
@@ -447,12 +461,22 @@ class Engine:
             work.runner.stop()
         work.thread.start()
 
-    def _work_lane(self, work: LaneWork, job: Job | None) -> None:
+    def _work_lane(self, work: LaneWork, job: Job | None,
+                   claims_made: threading.Event | None = None) -> None:
         """A lane's worker: run the job, then each next one of its lane claimed with
         the last outcome, until none is due; a quit gives back the one claimed."""
+        prepared: Prepared | Attempt | None = None
         try:
+            if job is not None and claims_made is not None:
+                claims_made.wait()
+                prepared = self._prepare(work, job)  # while the claim's commit syncs
+                # Asked once that commit is over (the connection is the committer's
+                # until then): the claim is there only if it committed.
+                if not self.queue.holds_run(job.id, self.owner, job.child["token"]):
+                    job = None  # undone with its commit: the claim never was
             while job is not None and not self._stopping:
-                self._run_one(work, job)
+                self._run_one(work, job, prepared)
+                prepared = None
                 job, work.claimed = work.claimed, None
             if job is not None:
                 self._give_back(job)
@@ -538,8 +562,10 @@ class Engine:
             self._pause_seen = paused
         return paused
 
-    def _run_one(self, work: LaneWork, job: Job) -> None:
-        """Run one claimed job on its lane's worker and record how it ended."""
+    def _run_one(self, work: LaneWork, job: Job,
+                 prepared: Prepared | Attempt | None = None) -> None:
+        """Run one claimed job on its lane's worker and record how it ended;
+        `prepared`: its run as Runner.prepare made it already."""
         work.job = job
         work.running = RunningJob(job.id, job.name, job.attempts, job.max_attempts,
                                   self.queue.clock(), lane=job.lane, by=agent_of(job.source))
@@ -554,13 +580,12 @@ class Engine:
             work.runner.interrupt(job, "interrupted: what it requires was lost as it "
                                   "started")
         try:
-            attempt = work.runner.run(job, running_for=running_for)
+            attempt = work.runner.run(job, running_for=running_for, prepared=prepared)
         except DatabaseProblem:
             work.running = work.job = None
             raise
         except Exception as exc:  # a bug of ours must not take the daemon down
-            log.exception("running %s (%s) failed", job.name, job.id)
-            attempt = Attempt.failed(Reason.INTERNAL_ERROR, f"sloth-tray could not run it: {exc}")
+            attempt = could_not_run(job, exc)
         try:
             result = self._record(work, job, attempt)
         finally:
@@ -576,6 +601,13 @@ class Engine:
         # look that its end rings for publishes; else the next job, claimed with this
         # outcome, is published as it starts: one snapshot between two jobs, not two
         # (a burst of tiny jobs pays for each).
+
+    def _prepare(self, work: LaneWork, job: Job) -> Prepared | Attempt:
+        """Runner.prepare, a bug of ours ending the attempt as in _run_one."""
+        try:
+            return work.runner.prepare(job)
+        except Exception as exc:
+            return could_not_run(job, exc)
 
     def _record(self, work: LaneWork, job: Job, attempt: Attempt) -> Recorded:
         """The attempt is over: its outcome must reach the queue, or the job would

@@ -70,11 +70,10 @@ CLOSE_TOLD_EVENTS: list[type[FileSystemEvent]] = [
 
 
 class Claims(Protocol):
-    """What claims drops in the very commit that queues them: the engine."""
+    """What claims drops in the very commit that queues them: the engine. Each job it
+    claims there starts once that commit is made, and never if it is undone."""
 
     def claim_with_push(self, lanes: Iterable[str]) -> list[Job]: ...
-
-    def start_claimed(self, jobs: Iterable[Job]) -> None: ...
 
 
 class Inbox(FileSystemEventHandler):
@@ -294,7 +293,6 @@ class Inbox(FileSystemEventHandler):
         fails alone: given back to the jobs folder when the queue said no (locked,
         unwell), to be tried again after a settle time."""
         pushed_lanes: list[str] = []
-        claimed: list[Job] = []
         with self._lock:
             placed: list[tuple[str, spool.Drop]] = []
             for path in paths:
@@ -308,19 +306,16 @@ class Inbox(FileSystemEventHandler):
                                                     spool.refusal(info, self.folder), lane)))
             if not placed:
                 return
-            claim = start = None
+            claim = None
             if self.claims is not None:
                 lanes_placed = [drop.lane for _, drop in placed]
                 claims = self.claims
 
-                def claim() -> None:
-                    claimed.extend(claims.claim_with_push(lanes_placed))
-
-                def start() -> None:  # as soon as the commit is made: they are due
-                    claims.start_claimed(claimed)
+                def claim() -> None:  # each started once the commit is made
+                    claims.claim_with_push(lanes_placed)
             try:
                 outcomes = spool.push_drops(self.queue, [drop for _, drop in placed],
-                                            then=claim, committed=start)
+                                            then=claim)
             except SlothError as exc:  # the commit failed: none of them is queued
                 outcomes = [exc] * len(placed)
             for (path, drop), outcome in zip(placed, outcomes, strict=True):

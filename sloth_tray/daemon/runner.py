@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from sloth_tray.daemon import jobenv, procs
 from sloth_tray.daemon.alarm import Alarm, make_alarm
@@ -121,11 +122,43 @@ class Runner:
 
     # -- the work -------------------------------------------------------------
 
-    def run(self, job: Job, *, running_for: tuple[float, Callable[[], None]] | None = None
-            ) -> Attempt:
+    def run(self, job: Job, *, running_for: tuple[float, Callable[[], None]] | None = None,
+            prepared: Prepared | Attempt | None = None) -> Attempt:
         """Run one claimed job and say how it ended. `running_for` (seconds, call):
         call once the job has run that long (the engine shows it as running then);
-        0: as soon as it is spawned."""
+        0: as soon as it is spawned. `prepared`: what prepare(job) made of it already."""
+        if prepared is None:
+            prepared = self.prepare(job)
+        if isinstance(prepared, Attempt):
+            return prepared
+        run_log = prepared.run_log
+        try:
+            self._spawned_at = self.monotonic()
+            child = subprocess.Popen(
+                prepared.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, cwd=prepared.workdir, env=prepared.env,
+                **procs.spawn_options())
+        except OSError as exc:
+            run_log.close()
+            return Attempt.failed(Reason.COULD_NOT_START,
+                                  spawn_error(prepared.command[0], exc))
+        readers: list[Joinable] = []
+        try:
+            return self._supervise(job, child, run_log, prepared.token, prepared.sleep_watch,
+                                   readers, running_for)
+        except BaseException:
+            # Whatever went wrong (the database, a bug), the child must not run on
+            # unsupervised: its lease would expire and a second copy would start.
+            self._reap_group(child, readers, prepared.token)
+            raise
+        finally:
+            run_log.close()
+
+    def prepare(self, job: Job) -> Prepared | Attempt:
+        """All a claimed job's start needs but the spawn: what to run, where, with which
+        environment and log; or the Attempt that ends it before anything starts. It
+        writes nothing where the claim gave the run its token (the engine's claims do):
+        the engine prepares a drop's run while the commit that claims it is made."""
         sleep_watch = SleepWatch(self.queue.clock, self.monotonic)  # from the claim on
         if not job.script:  # pushed by a program with nothing to run
             return Attempt.failed(Reason.UNRUNNABLE, "the job has no script to run")
@@ -153,27 +186,11 @@ class Runner:
         env = jobenv.for_run(os.environ, job_id=job.id, name=job.name, attempt=job.attempts,
                              home=self.home, db=self.queue.path, owner=self.owner,
                              token=token)
-        # One log per run, numbered across retries: two runs never share a file.
+        # One log per run, numbered across retries: two runs never share a file. Made by
+        # the run's first output: until then, nothing to close.
         run_log = CappedLog(self.home.job_logs(job.id, job.name) / f"{max(job.runs, 1)}.log",
                             self.log_cap)
-        try:
-            self._spawned_at = self.monotonic()
-            child = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, cwd=workdir, env=env, **procs.spawn_options())
-        except OSError as exc:
-            run_log.close()
-            return Attempt.failed(Reason.COULD_NOT_START, spawn_error(command[0], exc))
-        readers: list[Joinable] = []
-        try:
-            return self._supervise(job, child, run_log, token, sleep_watch, readers, running_for)
-        except BaseException:
-            # Whatever went wrong (the database, a bug), the child must not run on
-            # unsupervised: its lease would expire and a second copy would start.
-            self._reap_group(child, readers, token)
-            raise
-        finally:
-            run_log.close()
+        return Prepared(command, workdir, env, token, run_log, sleep_watch)
 
     def _supervise(self, job: Job, child: subprocess.Popen, run_log: CappedLog, token: str,
                    sleep_watch: SleepWatch, readers: list[Joinable],
@@ -331,6 +348,17 @@ class Runner:
         procs.kill_strays(token, since=child.pid if short else None)
         for reader in readers:
             reader.join(timeout=self.grace)
+
+
+class Prepared(NamedTuple):
+    """A claimed job's run, all but spawned (Runner.prepare)."""
+
+    command: list[str]
+    workdir: Path
+    env: dict[str, str]
+    token: str
+    run_log: CappedLog
+    sleep_watch: SleepWatch
 
 
 class SleepWatch:

@@ -51,6 +51,16 @@ def started(db: sqlite3.Connection, job_id: str, owner: str, child: dict[str, An
                         child=json.dumps(child))
 
 
+def holds_run(db: sqlite3.Connection, job_id: str, owner: str, token: str) -> bool:
+    """Whether `owner` holds the running job for the run under `token` (the claim wrote
+    it): a claim made in a transaction that was undone, or a later claim's run, is not
+    this run's."""
+    return db.execute(
+        "SELECT 1 FROM jobs WHERE id = ? AND state = 'running' AND lease_owner = ? "
+        "AND json_extract(child, '$.token') = ?", (job_id, owner, token),
+    ).fetchone() is not None
+
+
 def expire_all(db: sqlite3.Connection, now: float) -> int:
     """Every running lease ended now, so the next claims reclaim those jobs."""
     return db.execute(

@@ -231,6 +231,13 @@ class Queue(SharedConnection):
         with self._without_own_fsync(), self._autocommit() as db:
             return leases.started(db, job_id, owner, child, self.clock())
 
+    def holds_run(self, job_id: str, owner: str, token: str) -> bool:
+        """Whether `owner` holds the running job for the run under `token`. A claim made
+        in another thread's transaction is read once that transaction has ended (this
+        waits for the connection): there only if it committed."""
+        with self._autocommit() as db:
+            return leases.holds_run(db, job_id, owner, token)
+
     def release(self, job_id: str, owner: str, why: str | None = None) -> State | None:
         """Give the lease back (a clean quit, or `why`); the attempt does not count.
         The state it left the job in (pending; failed, when the run was cut short in a

@@ -270,14 +270,12 @@ class Drop(NamedTuple):
 
 
 def push_drops(queue: Queue, drops: Sequence[Drop],
-               then: Callable[[], object] | None = None,
-               committed: Callable[[], object] | None = None) -> list[str | Exception]:
+               then: Callable[[], object] | None = None) -> list[str | Exception]:
     """Push drops placed in the spool in one commit: one fsync for them all, each its
     own job, as push() makes it. For each drop, in order: its job id, or what stopped
     its push alone (its savepoint undone, the others' kept). `then` is called inside
     that commit once the drops are pushed (the engine claims them there), so what it
-    writes is undone with them if the commit fails; `committed` as soon as it is made,
-    before the markers (the engine starts what it claimed).
+    writes is undone with them if the commit fails.
 
     Each marker is made once the commit that holds its job is done, as push() makes
     it, so a crash at any moment leaves each folder as reconcile() expects: before the
@@ -297,8 +295,6 @@ def push_drops(queue: Queue, drops: Sequence[Drop],
                 outcomes.append(exc)
         if then is not None:
             then()
-    if committed is not None:
-        committed()
     for read, outcome in zip(reads, outcomes, strict=True):
         if isinstance(outcome, str):
             _pushed(read, outcome)

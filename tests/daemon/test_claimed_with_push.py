@@ -76,3 +76,51 @@ def test_a_claim_made_with_a_push_whose_commit_fails_is_undone_with_it(
         history = [event.kind for event in daemon.queue.history(job.id)]
     assert failed and job.state == State.DONE and marks.read_text() == "ran\n"
     assert history.count("claimed") == 1 and job.attempts == 1, history
+
+
+def test_a_drop_is_prepared_while_its_claim_commits_and_spawned_only_after(
+        home, tmp_path, monkeypatch):
+    """The worker of a drop claimed with its push starts at once and prepares the run
+    during that commit (its fsync is the longest wait on the way), but spawns nothing
+    until the commit holds its claim: held open here until the worker asks."""
+    import threading
+
+    from sloth_tray.daemon import runner
+    from sloth_tray.store.queue import Queue
+
+    marks = tmp_path / "marks"
+    asked = threading.Event()
+    spawned_while_open: list[object] = []
+    real_holds, real_popen = Queue.holds_run, runner.subprocess.Popen
+
+    def holds_run(queue, *args):
+        asked.set()
+        return real_holds(queue, *args)
+
+    monkeypatch.setattr(Queue, "holds_run", holds_run)
+    with Daemon(home) as daemon:
+        real_claim = daemon.engine.claim_with_push
+        open_commit = threading.Event()
+
+        def popen(*args, **kwargs):
+            if open_commit.is_set():
+                spawned_while_open.append(args)
+            return real_popen(*args, **kwargs)
+
+        def claimed_then_held(lanes):
+            claimed = real_claim(lanes)
+            open_commit.set()
+            try:
+                assert asked.wait(10), "the worker never asked whether its claim holds"
+            finally:
+                open_commit.clear()
+            return claimed
+
+        monkeypatch.setattr(runner.subprocess, "Popen", popen)
+        monkeypatch.setattr(daemon.engine, "claim_with_push", claimed_then_held)
+        rename_in(home, "held.sh", f"echo ran >> {marks}\n")
+        job = wait_for(lambda: ended(daemon, "held"), what="the drop to run")
+        history = [event.kind for event in daemon.queue.history(job.id)]
+    assert asked.is_set() and spawned_while_open == []
+    assert job.state == State.DONE and marks.read_text() == "ran\n"
+    assert history.count("claimed") == 1 and job.attempts == 1, history

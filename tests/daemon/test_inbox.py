@@ -152,9 +152,9 @@ def pushes_counted(monkeypatch) -> list[list[str]]:
     batches: list[list[str]] = []
     real = spool.push_drops
 
-    def counted(queue, drops, then=None, committed=None):
+    def counted(queue, drops, then=None):
         batches.append([d.script.name for d in drops])
-        return real(queue, drops, then, committed)
+        return real(queue, drops, then)
 
     monkeypatch.setattr(spool, "push_drops", counted)
     return batches
