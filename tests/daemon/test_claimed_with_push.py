@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 
 import pytest
 from helpers.processes import wait_for
 
+from sloth_tray.daemon import runner
 from sloth_tray.daemon.app import Daemon
 from sloth_tray.errors import SlothError
-from sloth_tray.store.queue import State
+from sloth_tray.store.queue import Queue, State
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify")
 
@@ -83,11 +85,6 @@ def test_a_drop_is_prepared_while_its_claim_commits_and_spawned_only_after(
     """The worker of a drop claimed with its push starts at once and prepares the run
     during that commit (its fsync is the longest wait on the way), but spawns nothing
     until the commit holds its claim: held open here until the worker asks."""
-    import threading
-
-    from sloth_tray.daemon import runner
-    from sloth_tray.store.queue import Queue
-
     marks = tmp_path / "marks"
     asked = threading.Event()
     spawned_while_open: list[object] = []
