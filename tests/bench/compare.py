@@ -88,8 +88,11 @@ What it measures (progress goes to stderr, the report to stdout):
    at a time. Goal: sloth-tray at 0.8 of the floor or more.
 6. Scale: claim and status latency with 10k, 100k and 1M done jobs (no 1M with --quick),
    with queue_bench.py's own code; sloth-tray only, so no one is ahead there.
-7. Memory: RSS of `run --headless`, idle (from 1.), and of the tray app when a display
-   is available (skipped, with a note, when DISPLAY is unset).
+7. Memory: RSS of `run --headless`, idle (from 1.), against huey's and tsp's and the
+   memory floor's (latency_floor.py --watchdog, idle in the same window: a daemon with
+   a SQLite queue, subprocess and watchdog's observer watching a folder, and none of
+   sloth-tray's code), and of the tray app when a display is available (skipped, with
+   a note, when DISPLAY is unset).
 8. Steps, in a run holding its job's lease with no daemon (the job pushed and claimed
    with a run token on a Queue of the bench's, the run's environment as the runner sets
    it): run 1 records steps, run 2 (the job released and claimed again, as after a quit)
@@ -605,6 +608,8 @@ def measure_idle(mode: Mode, root: Path, reaper: Reaper, tsp: str | None,
         pids["huey"] = start_huey(root / "idle-huey", "bench_huey_idle", reaper).popen.pid
     if tsp is not None:
         pids["tsp"] = start_tsp(tsp, root / "idle-tsp", reaper)
+    # The memory floor: latency_floor.py, its folder watched by watchdog as sloth-tray's is
+    pids[MEMORY_FLOOR] = start_floor(root / "idle-floor", reaper, watchdog=True)[0].pid
     time.sleep(mode.settle)
     readings = sample(pids, mode.idle_window, mode.sub_window)
     for name, pid in pids.items():
@@ -668,18 +673,28 @@ def sloth_latencies(mode: Mode, root: Path, reaper: Reaper) -> list[dict[str, fl
     return trials
 
 
+def start_floor(base: Path, reaper: Reaper, *, watchdog: bool = False
+                ) -> tuple[subprocess.Popen, Path]:
+    """latency_floor.py's daemon, watching its folder (with watchdog's observer when
+    `watchdog`): it and its jobs folder."""
+    jobs, ready = base / "jobs", base / "ready"
+    jobs.mkdir(parents=True)
+    floor = subprocess.Popen([sys.executable, str(BENCH_DIR / "latency_floor.py"),
+                              *(["--watchdog"] if watchdog else []), str(jobs),
+                              str(base / "spool"), str(ready)], stdin=subprocess.DEVNULL)
+    reaper.add(floor.pid, floor)
+    wait_for(lambda: True if ready.exists() else None, READY_TIMEOUT,
+             "the floor's daemon to watch its folder", floor)
+    return floor, jobs
+
+
 def floor_latencies(mode: Mode, root: Path, reaper: Reaper) -> list[dict[str, float]]:
     """The durable floor (latency_floor.py) after the same idle times, dropped into as
     sloth-tray is; a quarter second behind the others, so its drops meet theirs less."""
     base = root / "latency-floor"
-    jobs, results, ready = base / "jobs", base / "results", base / "ready"
-    jobs.mkdir(parents=True)
+    floor, jobs = start_floor(base, reaper)
+    results = base / "results"
     results.mkdir()
-    floor = subprocess.Popen([sys.executable, str(BENCH_DIR / "latency_floor.py"), str(jobs),
-                              str(base / "spool"), str(ready)], stdin=subprocess.DEVNULL)
-    reaper.add(floor.pid, floor)
-    wait_for(lambda: True if ready.exists() else None, READY_TIMEOUT,
-             "the durable floor to watch its folder", floor)
     time.sleep(0.25)
     trials = []
     for index, idle in enumerate(idle_plan(mode), start=1):
@@ -1532,6 +1547,9 @@ def number(value: float | None, unit: str) -> str:
 
 
 IDLE_PEERS = {"huey": "huey consumer", "tsp": "tsp server"}  # name: label in the table
+# latency_floor.py --watchdog, idle: the interpreter, SQLite, subprocess and a watchdog
+# observer with its watch, none of sloth-tray's own code
+MEMORY_FLOOR = "memory floor"
 CYCLE_PEERS = ("huey", "persist-queue", "litequeue", "bare loop", "rules floor")
 LATENCY_PEERS = ("huey", "tsp", "durable floor")
 MEASURE_CLI = "status --json, whole process"
@@ -1752,7 +1770,7 @@ def memory_rows(idle: dict[str, Any], absent: dict[str, str]) -> list[Row]:
                          better="lower", runs=idle["sloth"]["sub_windows"]["rss_mib"]),
                      idle, name, absent, lambda p: p["rss_mib"],
                      lambda p: p["sub_windows"]["rss_mib"])
-            for name, label in IDLE_PEERS.items()]
+            for name, label in {**IDLE_PEERS, MEMORY_FLOOR: MEMORY_FLOOR}.items()]
     return rows
 
 
@@ -1860,7 +1878,7 @@ def every_row(mode: Mode) -> list[tuple[str, str, str]]:
              for peer in ("spawn floor", "durable floor", "huey", "tsp")]
     rows += [("scale", measure, "-") for done in mode.queue.sizes
              for measure in scale_measures(done)]
-    rows += [("memory", MEASURE_RSS, peer) for peer in IDLE_PEERS.values()]
+    rows += [("memory", MEASURE_RSS, peer) for peer in (*IDLE_PEERS.values(), MEMORY_FLOOR)]
     rows.append(("memory", MEASURE_TRAY, "-"))
     rows += [("steps", measure, peer) for measure, peer in STEP_ROWS]
     rows += [("lanes", measure, peer) for measure, peer in LANE_ROWS]
