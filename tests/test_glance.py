@@ -127,7 +127,8 @@ WORDS = st.sampled_from([
     "--json", "--all", "--all-runs", "--state", "failed", "--reason", "timeout", "--limit",
     "0", "-1", "7", "--lane", "net", "a/b", "--step", "--occurrence", "2", "-f", "--run",
     "--home", "--home=/h", "/h", "--config", "c.toml", "--jobs-dir", "--jobs-dir=", "j",
-    "run", "work", "--headless", "--no-notifications", "--once", "--lease", "30", "nan",
+    "run", "work", "--headless", "--no-notifications", "--once", "--lease", "30",
+    "nan", "inf", "1e308",
     "abc", "--", "-x", "-h", "--version", "--js", "", "=", "--ask", "true"])
 
 

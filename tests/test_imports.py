@@ -180,14 +180,11 @@ def test_schedules_reads_the_queue_without_its_writing_code(tmp_path):
 def test_the_app_with_no_display_runs_headless_without_loading_the_tray(tmp_path, pids):
     """`sloth-tray` on a server: one line, then the daemon, with neither Pillow nor
     pystray in memory (what `run --headless` holds, not 6 MB more)."""
-    import os
-
     from helpers.processes import mapped, wait_for
 
-    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
     home = tmp_path / "home"
     app = pids.popen([sys.executable, "-m", "sloth_tray", "run", "--home", str(home)],
-                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                     env=headless_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     app_log = home / "logs" / "sloth-tray.log"
     wait_for(lambda: app_log.exists() and "running headless" in app_log.read_text(),
              what="the app to say it runs headless")
