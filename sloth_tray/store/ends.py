@@ -63,6 +63,18 @@ def holds(db: sqlite3.Connection, job_id: str, owner: str | None) -> bool:
                       "AND lease_owner = ?", (job_id, owner)).fetchone() is not None
 
 
+def held_with_steps(db: sqlite3.Connection, job_id: str, owner: str | None) -> bool | None:
+    """Whether the job has any steps, when `owner` holds it running (no owner: the
+    caller checked); None when it does not. One read where a run's end would make
+    three: most jobs have no steps, and their end then cuts and looks at none."""
+    steps_of = "EXISTS (SELECT 1 FROM steps WHERE job = :id)"
+    if owner is None:
+        return bool(db.execute(f"SELECT {steps_of}", {"id": job_id}).fetchone()[0])
+    row = db.execute(f"SELECT {steps_of} FROM jobs WHERE id = :id AND state = 'running' "
+                     "AND lease_owner = :owner", {"id": job_id, "owner": owner}).fetchone()
+    return None if row is None else bool(row[0])
+
+
 def finish(db: sqlite3.Connection, job_id: str, now: float, state: str,
            event: tuple[str, str], local: Zone, *, owner: str | None = None,
            follow: bool = False, **columns: Any) -> State | None:
@@ -79,10 +91,12 @@ def finish(db: sqlite3.Connection, job_id: str, now: float, state: str,
     is followed by its next run in this same transaction: a crash can never end a
     series.
     """
-    cut = False  # its steps still running, cut short already
-    if state != State.CANCELLED and columns.get("reason") != Reason.STEP_UNSURE \
-            and holds(db, job_id, owner):
-        unsure, cut = steps.end_run(db, job_id, now), True
+    cut = False  # its steps still running, cut short already (or it has none)
+    if state != State.CANCELLED and columns.get("reason") != Reason.STEP_UNSURE:
+        has_steps = held_with_steps(db, job_id, owner)
+        if has_steps is None:  # not `owner`'s: nothing is moved
+            return None
+        unsure, cut = steps.end_run(db, job_id, now) if has_steps else None, True
         if unsure is not None:  # an attempt that did not count still does not
             state, event = State.FAILED, ("failed", unsure)
             columns = {"last_error": unsure, "reason": Reason.STEP_UNSURE.value,
