@@ -1313,7 +1313,7 @@ def measure_burst(mode: Mode, root: Path, reaper: Reaper, tsp: str | None,
 
 def measure_scale(mode: Mode, root: Path) -> list[dict[str, Any]]:
     log(f"scale: {', '.join(f'{n:,}' for n in mode.queue.sizes)} done jobs")
-    return [queue_bench.measure_scale(done, mode.queue, str(root)) for done in mode.queue.sizes]
+    return queue_bench.measure_scale(mode.queue.sizes, mode.queue, str(root))
 
 
 # -- 8. steps ---------------------------------------------------------------------------

@@ -369,36 +369,75 @@ def call_latencies(call: Callable[[], object], calls: int) -> list[float]:
     return latencies
 
 
-def measure_scale(done: int, settings: Settings, base: str | None) -> dict[str, Any]:
+SCALE_ROUNDS = 10  # turns each size takes at its claims and reads, interleaved
+
+
+def measure_scale(sizes: tuple[int, ...], settings: Settings,
+                  base: str | None) -> list[dict[str, Any]]:
+    """Claim and status() latencies with `sizes` done jobs in the table, a file each,
+    all filled first and then timed in turns (SCALE_ROUNDS of them, the first size
+    moving each turn): what the disk and the machine do meanwhile falls on every size
+    alike, so the growth from the smallest is the table's own, not the minutes'. A
+    claim at FULL waits for the disk, whose noise from one minute to the next is
+    larger than the growth being measured."""
     with temp_dir(base) as tmp:
-        path = Path(tmp) / "scale.db"
-        Queue(path).close()  # schema, indexes and triggers, exactly as the app makes them
-        start = time.perf_counter()
-        fill_done(path, done)
-        fill_seconds = time.perf_counter() - start
-        log(f"  scale {done:>9,} done jobs: filled in {fill_seconds:.1f} s")
-
-        result: dict[str, Any] = {"done": done, "fill_seconds": fill_seconds, "claim_us": {},
-                                  "claim_runs_us": {}}
-        expected = done
+        paths = {done: Path(tmp) / f"scale-{done}.db" for done in sizes}
+        results = {done: {"done": done, "claim_us": {}, "claim_runs_us": {}} for done in sizes}
+        for done, path in paths.items():
+            Queue(path).close()  # schema, indexes and triggers, exactly as the app makes them
+            start = time.perf_counter()
+            fill_done(path, done)
+            results[done]["fill_seconds"] = time.perf_counter() - start
+            log(f"  scale {done:>9,} done jobs: filled in {results[done]['fill_seconds']:.1f} s")
+        expected = {done: done for done in sizes}  # done jobs in each file
         for synchronous in SYNCHRONOUS:
-            with Queue(path, synchronous=synchronous) as queue:
-                check_done(queue, expected)
-                if synchronous == SYNCHRONOUS[0]:
-                    for i in range(PENDING_LATER):
-                        queue.push(f"later-{i}", delay=3600)
-                claims = claim_latencies(queue, settings.claims)
-                expected += settings.claims
-                check_done(queue, expected)
-            result["claim_us"][synchronous] = median(claims)
-            result["claim_runs_us"][synchronous] = claims
-            log(f"  scale {done:>9,} claim at {synchronous}: {median(claims):.0f} us")
+            queues = {done: Queue(path, synchronous=synchronous) for done, path in paths.items()}
+            try:
+                for done, queue in queues.items():
+                    check_done(queue, expected[done])
+                    if synchronous == SYNCHRONOUS[0]:
+                        for i in range(PENDING_LATER):
+                            queue.push(f"later-{i}", delay=3600)
+                claims = in_turns(queues, lambda queue, n: claim_latencies(queue, n),
+                                  settings.claims)
+                for done, queue in queues.items():
+                    expected[done] += settings.claims
+                    check_done(queue, expected[done])
+                    results[done]["claim_us"][synchronous] = median(claims[done])
+                    results[done]["claim_runs_us"][synchronous] = claims[done]
+                    log(f"  scale {done:>9,} claim at {synchronous}: "
+                        f"{median(claims[done]):.0f} us")
+            finally:
+                for queue in queues.values():
+                    queue.close()
+        queues = {done: Queue(path) for done, path in paths.items()}
+        try:
+            statuses = in_turns(queues, lambda queue, n: call_latencies(queue.status, n),
+                                settings.reads)
+            wakeups = in_turns(queues, lambda queue, n: call_latencies(queue.next_wakeup, n),
+                               settings.reads)
+        finally:
+            for queue in queues.values():
+                queue.close()
+        for done in sizes:
+            results[done]["status_runs_us"] = statuses[done]
+            results[done]["status_us"] = median(statuses[done])
+            results[done]["next_wakeup_us"] = median(wakeups[done])
+        return [results[done] for done in sizes]
 
-        with Queue(path) as queue:
-            result["status_runs_us"] = call_latencies(queue.status, settings.reads)
-            result["status_us"] = median(result["status_runs_us"])
-            result["next_wakeup_us"] = median(call_latencies(queue.next_wakeup, settings.reads))
-        return result
+
+def in_turns(queues: dict[int, Queue], timed: Callable[[Queue, int], list[float]],
+             calls: int) -> dict[int, list[float]]:
+    """`calls` timings of each queue, made in SCALE_ROUNDS turns: each turn times a
+    share of them on every queue, the one that goes first moving each turn."""
+    found: dict[int, list[float]] = {done: [] for done in queues}
+    order = list(queues)
+    for turn in range(SCALE_ROUNDS):
+        share = calls * (turn + 1) // SCALE_ROUNDS - calls * turn // SCALE_ROUNDS
+        shift = turn % len(order)
+        for done in order[shift:] + order[:shift]:
+            found[done] += timed(queues[done], share)
+    return found
 
 
 # -- machine and report ------------------------------------------------------
@@ -507,8 +546,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     for synchronous in SYNCHRONOUS:
         results["cycle"].append(measure_cycles(synchronous, settings, args.dir))
-    for done in settings.sizes:
-        results["scale"].append(measure_scale(done, settings, args.dir))
+    results["scale"] = measure_scale(settings.sizes, settings, args.dir)
     results["seconds"] = time.perf_counter() - started
 
     print(report(results))
