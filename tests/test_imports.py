@@ -253,6 +253,17 @@ def test_the_queue_runs_none_of_what_a_job_runs():
         assert sorted(m for m in loaded(code=code) if m.startswith("sloth_tray.for_jobs")) == []
 
 
+def test_the_app_holds_only_the_words_it_shares_with_a_job():
+    """The app hands every run its environment's names and reads back its last words
+    (for_jobs/step_env.py), but never runs a step: the job's library (sloth_step and
+    its parts, a third of a megabyte) stays out of the memory of an app that runs for
+    days."""
+    modules = loaded(code="import sloth_tray.cli.daemons, sloth_tray.daemon.app, "
+                          "sloth_tray.daemon.engine, sloth_tray.daemon.runner")
+    assert sorted(m for m in modules if m.startswith("sloth_tray.for_jobs.")) == [
+        "sloth_tray.for_jobs.step_env"]
+
+
 def test_a_glance_without_a_home_named_loads_no_platformdirs(tmp_path, monkeypatch):
     """The default home and config.toml are found as platformdirs finds them, without it
     (and the tempfile, shutil and compression modules it brings) on Linux."""

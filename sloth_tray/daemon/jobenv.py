@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 
 from sloth_tray.daemon import procs
-from sloth_tray.for_jobs import sloth_step
+from sloth_tray.for_jobs import step_env
 from sloth_tray.paths import Home
 
 COMMAND = "sloth-tray.exe" if os.name == "nt" else "sloth-tray"
@@ -28,10 +28,10 @@ def for_run(base: Mapping[str, str], *, job_id: str, name: str, attempt: int, ho
     env = app_environment(base) | {
         "SLOTH_JOB_ID": job_id, "SLOTH_JOB_NAME": name, "SLOTH_ATTEMPT": str(attempt),
         "SLOTH_HOME": str(home.root), procs.RUN_TOKEN_ENV: token,
-        sloth_step.OWNER_ENV: owner, sloth_step.QUEUE_ENV: str(Path(db).absolute()),
-        sloth_step.DOORBELL_ENV: str(Path(home.doorbell).absolute()),
+        step_env.OWNER_ENV: owner, step_env.QUEUE_ENV: str(Path(db).absolute()),
+        step_env.DOORBELL_ENV: str(Path(home.doorbell).absolute()),
     }
-    env.pop(sloth_step.KEY_ENV, None)  # a step's key is its own, never the app's
+    env.pop(step_env.KEY_ENV, None)  # a step's key is its own, never the app's
     command_folder = own_command_folder()
     if command_folder:
         env["PATH"] = appended(env.get("PATH"), command_folder)
@@ -88,7 +88,7 @@ def step_module_folder() -> str:
     """The folder holding the job's sloth_step.py and nothing else, which checks the
     job's Python and runs the app's sloth_step (in a bundle: their copies there).
     Resolved once: a module's place does not move while it is loaded."""
-    return str(Path(sloth_step.__file__).resolve().parent / "pythonpath")
+    return str(Path(step_env.__file__).resolve().parent / "pythonpath")
 
 
 # Lanes start their first runs at once, and sysconfig fills its variables on first use

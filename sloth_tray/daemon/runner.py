@@ -34,7 +34,7 @@ from sloth_tray.daemon.alarm import Alarm, make_alarm
 from sloth_tray.daemon.capture import CappedLog, LastLine, OutputWatcher, Watched, pump
 from sloth_tray.daemon.outcome import Attempt, Ending
 from sloth_tray.errors import DatabaseProblem
-from sloth_tray.for_jobs import sloth_step
+from sloth_tray.for_jobs import step_env
 from sloth_tray.jobs.header import BadJobFile, NotAFile, command_for, read_head
 from sloth_tray.paths import Home
 from sloth_tray.store.queue import Job, Queue
@@ -418,10 +418,10 @@ def ending(returncode: int, out: LastLine, err: LastLine, run_log: CappedLog) ->
         return Attempt(Ending.SUCCEEDED, result, code=0)
     # A skipped step's note on stderr says what happened, never why the job failed.
     said = err.text()
-    if returncode == sloth_step.TOO_OLD_STATUS and sloth_step.is_too_old(said):
+    if returncode == step_env.TOO_OLD_STATUS and step_env.is_too_old(said):
         # Its Python cannot import sloth_step: no retry would find another one.
         return Attempt.failed(Reason.UNRUNNABLE, said.removeprefix("sloth-tray: "), returncode)
-    said = (said if not sloth_step.is_note(said) else "") or out.text()
+    said = (said if not step_env.is_note(said) else "") or out.text()
     if returncode == EX_TEMPFAIL:  # not a failure: the script's own words say why
         return Attempt(Ending.LATER, with_log_error(said or exit_description(EX_TEMPFAIL),
                                                     run_log), code=returncode)

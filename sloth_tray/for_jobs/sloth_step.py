@@ -34,8 +34,11 @@ reads) is the app's store/steps.py: a job never runs it.
 
 import json
 import os
-import re
 
+from .step_env import PYTHON_FLOOR as PYTHON_FLOOR
+from .step_env import TOO_OLD_STATUS as TOO_OLD_STATUS
+from .step_env import is_note as is_note
+from .step_env import is_too_old as is_too_old
 from .step_record import BUSY_TIMEOUT as BUSY_TIMEOUT
 from .step_record import DOORBELL_ENV as DOORBELL_ENV
 from .step_record import JOB_ENV as JOB_ENV
@@ -95,42 +98,12 @@ for _exception in (StepError, StepRefused, StepUnsure, StepTimedOut, StepUnanswe
     _exception.__module__ = __name__
 del _exception
 
-# The oldest Python that runs this file. pythonpath/sloth_step.py, which any Python
-# reads, ends an older one's import with TOO_OLD_STATUS (126: as a shell says "cannot
-# execute") and a line is_too_old knows: the runner fails the job for good
-# (unrunnable), as no retry would find another Python.
-PYTHON_FLOOR = (3, 6)
-TOO_OLD_STATUS = 126
-
-
 def step_key(job: str, name: str, occurrence: int) -> str:
     """SLOTH_STEP_KEY: the same for every run of this step, for APIs that take an
     idempotency key (fixed length, letters and digits only)."""
     import hashlib  # here: OpenSSL costs 5 ms, which a skipped step and the app never pay
 
     return hashlib.sha256(f"{job}\0{name}\0{occurrence}".encode()).hexdigest()[:32]
-
-
-# The notes a step writes to the job's stderr when it is skipped, or its output kept
-# short: what happened, never why a job failed (the runner passes over them).
-_NOTE = re.compile(r"sloth-tray: step .+? (skipped \((done|marked done by hand) "
-                   r"\d{4}-\d\d-\d\d |had written \d|wrote \d)")
-
-
-_TOO_OLD = re.compile(r"sloth-tray: sloth_step needs Python \d+\.\d+ or later, and this "
-                      r"job runs Python ")
-
-
-def is_too_old(line: str) -> bool:
-    """Whether this last line of a job's stderr is pythonpath/sloth_step.py's: the
-    job's Python is older than PYTHON_FLOOR."""
-    return _TOO_OLD.match(line) is not None
-
-
-def is_note(line: str) -> bool:
-    """Whether this line of a job's stderr is a step's note (skipped_line and the notes
-    of output kept short), not something the job said."""
-    return _NOTE.match(line) is not None
 
 
 def skipped_line(name: str, row: dict) -> str:

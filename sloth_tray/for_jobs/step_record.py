@@ -11,19 +11,19 @@ import sys
 import threading
 import time
 
+# A job's environment names its run (the runner sets these).
+from .step_env import DOORBELL_ENV as DOORBELL_ENV
+from .step_env import JOB_ENV as JOB_ENV
+from .step_env import KEY_ENV as KEY_ENV
+from .step_env import OWNER_ENV as OWNER_ENV
+from .step_env import QUEUE_ENV as QUEUE_ENV
+from .step_env import TOKEN_ENV as TOKEN_ENV
+
 # -- what a step may be called, and how much of its output is kept -----------------------
 
 NAME_MAX = 200  # characters
 OUTPUT_CAP = 1024 * 1024  # bytes of a step's stdout (or its result's JSON) kept for replay
 BUSY_TIMEOUT = 60.0  # seconds a step waits for the queue file while another writer holds it
-
-# A job's environment names its run (the runner sets these).
-JOB_ENV = "SLOTH_JOB_ID"
-TOKEN_ENV = "SLOTH_RUN_TOKEN"
-OWNER_ENV = "SLOTH_LEASE_OWNER"
-QUEUE_ENV = "SLOTH_QUEUE"
-KEY_ENV = "SLOTH_STEP_KEY"
-DOORBELL_ENV = "SLOTH_DOORBELL"  # touched when a step starts or ends: the tray shows it
 
 STATES = ("running", "done", "failed", "cut", "waiting", "unanswered")
 
