@@ -28,8 +28,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from sloth_tray import instance
-from sloth_tray.daemon import memory, procs
+from sloth_tray.daemon import ahead, memory, procs
 from sloth_tray.daemon import snapshot as snapshots
+from sloth_tray.daemon.ahead import Ahead
 from sloth_tray.daemon.alarm import Alarm, make_alarm
 from sloth_tray.daemon.capture import append_note
 from sloth_tray.daemon.outcome import Attempt, Recorded, record
@@ -85,6 +86,10 @@ class LaneWork:
     job: Job | None = None
     running: RunningJob | None = None
     claimed: Job | None = None
+    # While a run works: the guess at the next claim, its run prepared (daemon/ahead.py);
+    # once claimed as guessed, that run, for the next job.
+    ahead: Ahead | None = None
+    claimed_run: Prepared | None = None
     thread: threading.Thread | None = None
 
 
@@ -476,8 +481,8 @@ class Engine:
                     job = None  # undone with its commit: the claim never was
             while job is not None and not self._stopping:
                 self._run_one(work, job, prepared)
-                prepared = None
-                job, work.claimed = work.claimed, None
+                job, prepared = work.claimed, work.claimed_run
+                work.claimed, work.claimed_run = None, None
             if job is not None:
                 self._give_back(job)
         except DatabaseProblem as exc:
@@ -580,7 +585,8 @@ class Engine:
             work.runner.interrupt(job, "interrupted: what it requires was lost as it "
                                   "started")
         try:
-            attempt = work.runner.run(job, running_for=running_for, prepared=prepared)
+            attempt = work.runner.run(job, running_for=running_for, prepared=prepared,
+                                      meanwhile=lambda: self._guess_next(work))
         except DatabaseProblem:
             work.running = work.job = None
             raise
@@ -601,6 +607,17 @@ class Engine:
         # look that its end rings for publishes; else the next job, claimed with this
         # outcome, is published as it starts: one snapshot between two jobs, not two
         # (a burst of tiny jobs pays for each).
+
+    def _guess_next(self, work: LaneWork) -> None:
+        """While the lane's job runs: its next claim guessed, and that run prepared
+        (daemon/ahead.py). A guess that cannot be made now is no guess."""
+        work.ahead = None
+        if self._stopping:
+            return
+        try:
+            work.ahead = ahead.guess(self.queue, work.runner, work.lane, self._unmet())
+        except DatabaseProblem as exc:  # locked for long: the claim prepares as before
+            log.debug("guessing the next job of lane %s failed: %s", work.lane, exc)
 
     def _prepare(self, work: LaneWork, job: Job) -> Prepared | Attempt:
         """Runner.prepare, a bug of ours ending the attempt as in _run_one."""
@@ -634,15 +651,21 @@ class Engine:
         stopping (the claim leaves a paused lane alone). A claim that fails is undone
         alone (the outcome still commits), and the loop claims again the usual way,
         which reports what is wrong."""
+        guessed, work.ahead = work.ahead, None
+        work.claimed_run = None
         if self._stopping:
             return
         try:
             with self.queue.savepoint():
-                work.claimed = self.queue.claim(self.owner, self._unmet(), procs.new_token(),
-                                                lane=work.lane)
+                work.claimed = self.queue.claim(
+                    self.owner, self._unmet(),
+                    guessed.token if guessed is not None else procs.new_token(), lane=work.lane)
         except Exception as exc:  # the loop's own claim says what is wrong
             log.debug("claiming the next job with the outcome failed: %s", exc)
             work.claimed = None
+        # The run prepared while the last one ran, if this claim took the job guessed.
+        work.claimed_run = ahead.run_for(guessed, work.claimed, self.queue.clock,
+                                         work.runner.monotonic)
 
     def _report(self, exc: SlothError) -> None:
         if str(exc) != self._problem:

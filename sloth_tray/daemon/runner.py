@@ -123,10 +123,14 @@ class Runner:
     # -- the work -------------------------------------------------------------
 
     def run(self, job: Job, *, running_for: tuple[float, Callable[[], None]] | None = None,
-            prepared: Prepared | Attempt | None = None) -> Attempt:
+            prepared: Prepared | Attempt | None = None,
+            meanwhile: Callable[[], None] | None = None) -> Attempt:
         """Run one claimed job and say how it ended. `running_for` (seconds, call):
         call once the job has run that long (the engine shows it as running then);
-        0: as soon as it is spawned. `prepared`: what prepare(job) made of it already."""
+        0: as soon as it is spawned. `prepared`: what prepare(job) made of it already.
+        `meanwhile`: called once its child is spawned and watched, on this thread,
+        while the child works (the engine prepares the lane's next run then); what it
+        raises is said in the log, and the run goes on."""
         if prepared is None:
             prepared = self.prepare(job)
         if isinstance(prepared, Attempt):
@@ -145,7 +149,7 @@ class Runner:
         readers: list[Joinable] = []
         try:
             return self._supervise(job, child, run_log, prepared.token, prepared.sleep_watch,
-                                   readers, running_for)
+                                   readers, running_for, meanwhile)
         except BaseException:
             # Whatever went wrong (the database, a bug), the child must not run on
             # unsupervised: its lease would expire and a second copy would start.
@@ -194,7 +198,8 @@ class Runner:
 
     def _supervise(self, job: Job, child: subprocess.Popen, run_log: CappedLog, token: str,
                    sleep_watch: SleepWatch, readers: list[Joinable],
-                   running_for: tuple[float, Callable[[], None]] | None) -> Attempt:
+                   running_for: tuple[float, Callable[[], None]] | None,
+                   meanwhile: Callable[[], None] | None = None) -> Attempt:
         """The spawned child until it ends, or the run is cut short: each wake-up looks
         at its end, the requests, the timeout, then (when due) the lease."""
         # Counted before `started`, the owner check that covers every nudge so far: one
@@ -219,6 +224,11 @@ class Runner:
         if show is not None and running_for[0] <= 0:
             show()  # spawned and watched: now, not after a wait that its end may cut
             show_at, show = None, None
+        if meanwhile is not None:
+            try:
+                meanwhile()
+            except Exception:  # the work beside the run is never the run's end
+                log.exception("while %s ran, the work beside it failed", job.name)
         while child.returncode is None:
             self.alarm.wait(self._deadline(next_beat, show_at, timeout_at))
             # Its own end first, before a stop or a timeout, even if the watcher has not

@@ -17,6 +17,7 @@ class ClaimStatements(NamedTuple):
     due: str
     lapsed: str
     taken_back: str
+    ahead: str
     params: dict[str, str]
 
 
@@ -84,6 +85,20 @@ def claim_statements(lane: str | None = None, skip_lanes: Collection[str] = (),
             lease_until, last_error, result, script, options, created_at, updated_at,
             child, reason, runs, lane, key, source
 
+    `ahead`: the job `due` would lease once the lane's running job has ended, read
+    and not leased (the engine prepares its run while the one before runs): `due`'s
+    choice without its look at the lane's running job::
+
+        SELECT id, name, state, attempts, max_attempts, not_before, lease_owner,
+            lease_until, last_error, result, script, options, created_at, updated_at,
+            child, reason, runs, lane, key, source
+        FROM jobs WHERE state = 'pending' AND not_before <= :now
+            AND NOT EXISTS (SELECT 1 FROM lanes WHERE lanes.name = lane AND paused = 1)
+            AND (NOT EXISTS (SELECT 1 FROM flags WHERE name = 'paused' AND value)
+                OR EXISTS (SELECT 1 FROM lanes WHERE lanes.name = lane AND paused = -1))
+            AND coalesce(script, name) NOT IN (SELECT series FROM paused_series)
+            ORDER BY not_before, rowid LIMIT 1
+
     Right after each `<= :now`, in this order: for a pending job, when a condition is
     unmet, reads.not_waiting's `AND NOT coalesce(instr(',' ||
     json_extract(options, '$.require') || ',', :unmet0) OR ..., 0)`; then `AND lane =
@@ -123,4 +138,7 @@ def claim_statements(lane: str | None = None, skip_lanes: Collection[str] = (),
                 "ORDER BY lease_until, rowid LIMIT 1"),
         taken_back=(f"{lease}'$[#]', json_array(:now, 'reclaimed', :reclaimed), {claimed} "
                     f"WHERE id = :id RETURNING {JOB_COLUMNS}"),
+        ahead=(f"SELECT {JOB_COLUMNS} FROM jobs WHERE state = 'pending' "
+               f"AND not_before <= :now{waits}{in_lane} AND {lanes.NOT_PAUSED} "
+               f"AND {reads.NOT_HELD} ORDER BY not_before, rowid LIMIT 1"),
         params=params)

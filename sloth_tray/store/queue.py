@@ -137,13 +137,7 @@ class Queue(SharedConnection):
         `token`, when given, is the coming run's token, kept as its `child` from
         the claim on (what `started` would otherwise write before the spawn).
         """
-        # The same arguments make the same statements: built once, not at every claim.
-        asked = (lane, frozenset(skip_lanes), frozenset(unmet))
-        statements = self._claims.get(asked)
-        if statements is None:
-            if len(self._claims) >= 64:  # lanes and conditions come and go
-                self._claims.clear()
-            statements = self._claims[asked] = claim_statements(lane, skip_lanes, unmet)
+        statements = self._claim_statements(lane, skip_lanes, unmet)
         now = self.clock()
         params = {"owner": owner, "now": now, "lease": self.lease_seconds,
                   "child": json.dumps({"token": token}) if token else None,
@@ -165,6 +159,28 @@ class Queue(SharedConnection):
                     return rows.jobs(db, statements.taken_back, {
                         **params, "id": lapsed[0], "reclaimed": reclaimed})[0]
                 # else: it was given back, or failed for good; look again
+
+    def next_in_lane(self, lane: str, unmet: frozenset[str] = frozenset()) -> Job | None:
+        """The job a claim for `lane` (`unmet` as in claim) would lease now, were the
+        lane's running job over: read, and nothing leased (ClaimStatements.ahead). The
+        engine prepares its run while the one before runs; a guess, which the claim
+        that follows confirms or not."""
+        statements = self._claim_statements(lane, (), unmet)
+        with self._autocommit() as db:
+            return next(iter(rows.jobs(db, statements.ahead,
+                                       {"now": self.clock(), **statements.params})), None)
+
+    def _claim_statements(self, lane: str | None, skip_lanes: Collection[str],
+                          unmet: frozenset[str]) -> ClaimStatements:
+        """claim_statements(lane, skip_lanes, unmet), built once for the same arguments,
+        not at every claim."""
+        asked = (lane, frozenset(skip_lanes), frozenset(unmet))
+        statements = self._claims.get(asked)
+        if statements is None:
+            if len(self._claims) >= 64:  # lanes and conditions come and go
+                self._claims.clear()
+            statements = self._claims[asked] = claim_statements(lane, skip_lanes, unmet)
+        return statements
 
     # -- runs that end waiting (store/steps.py: a sleep, an ask) ------------------------
 

@@ -747,3 +747,87 @@ def test_nothing_is_published_after_the_stopped_snapshot(home):
              what="this engine's lane workers to end")
     assert queue.summary()["done"] == 3
     assert seen[-1].stopped and seen[-1].running is None, seen[-1]
+
+
+# -- the next run prepared while the one before runs (daemon/ahead.py) ------------------
+
+
+def said_by_its_run(queue: Queue, home, name: str, out) -> str:
+    """A job that writes what its run was told: its id, its token, its attempt."""
+    return push_script(queue, home, f"{name}.sh",
+                       f'echo "$SLOTH_JOB_ID $SLOTH_RUN_TOKEN $SLOTH_ATTEMPT" > {out}')
+
+
+def prepared_runs(monkeypatch, while_running) -> list[tuple[str, bool]]:
+    """Each Runner.prepare of the test, as (job id, whether `while_running` held then)."""
+    from sloth_tray.daemon.runner import Runner
+
+    seen: list[tuple[str, bool]] = []
+    prepare = Runner.prepare
+
+    def watched(self, job):
+        seen.append((job.id, while_running()))
+        return prepare(self, job)
+
+    monkeypatch.setattr(Runner, "prepare", watched)
+    return seen
+
+
+def run_until(engine: Engine, done) -> None:
+    thread = threading.Thread(target=engine.run)
+    thread.start()
+    try:
+        done()
+    finally:
+        engine.stop()
+        thread.join(10)
+
+
+def test_the_next_run_is_prepared_while_the_one_before_runs(home, tmp_path, monkeypatch):
+    """Back to back, the job the outcome's claim takes was guessed while the job before
+    ran, and its run prepared then, once: the spawn follows the commit at once. It runs
+    as its row says, under the token the claim stored."""
+    queue = Queue(home.db)
+    started, go, out = tmp_path / "started", tmp_path / "go", tmp_path / "out"
+    first = push_script(queue, home, "first.sh",
+                        f"touch {started}; while [ ! -e {go} ]; do sleep 0.02; done")
+    second = said_by_its_run(queue, home, "second", out)
+    prepared = prepared_runs(monkeypatch, lambda: not go.exists())
+    engine = Engine(queue, home)
+
+    def both_ran() -> None:
+        wait_for(lambda: (second, True) in prepared, what="the second run prepared")
+        go.touch()
+        wait_for(lambda: queue.get(second).state == State.DONE, what="the second job")
+
+    run_until(engine, both_ran)
+    assert [job for job, _ in prepared] == [first, second]  # the second, once: ahead
+    job = queue.get(second)
+    assert out.read_text().split() == [second, job.child["token"], "1"]
+
+
+def test_a_wrong_guess_at_the_next_job_is_never_what_runs(home, tmp_path, monkeypatch):
+    """The job guessed is cancelled while the one before runs: the claim takes another,
+    which runs prepared as itself (its id, its attempt, the token its row holds), and
+    the run prepared for the guess is never spawned."""
+    queue, other = Queue(home.db), Queue(home.db)
+    started, go = tmp_path / "started", tmp_path / "go"
+    push_script(queue, home, "first.sh",
+                f"touch {started}; while [ ! -e {go} ]; do sleep 0.02; done")
+    guessed = said_by_its_run(queue, home, "guessed", tmp_path / "guessed.out")
+    taken = said_by_its_run(queue, home, "taken", tmp_path / "taken.out")
+    prepared = prepared_runs(monkeypatch, lambda: not go.exists())
+    engine = Engine(queue, home)
+
+    def guessed_then_cancelled() -> None:
+        wait_for(lambda: (guessed, True) in prepared, what="the guess prepared")
+        assert other.cancel(guessed)
+        go.touch()
+        wait_for(lambda: queue.get(taken).state == State.DONE, what="the job taken")
+
+    run_until(engine, guessed_then_cancelled)
+    assert not (tmp_path / "guessed.out").exists()
+    assert queue.get(guessed).state == State.CANCELLED
+    assert (taken, False) in prepared  # prepared once claimed, the guess being wrong
+    job = queue.get(taken)
+    assert (tmp_path / "taken.out").read_text().split() == [taken, job.child["token"], "1"]

@@ -788,7 +788,8 @@ def test_the_claims_docstring_shows_its_statements_whole():
 
     usual = claim_statements()
     assert _docstring_sql(claim_statements.__doc__) == [
-        " ".join(sql.split()) for sql in (usual.due, usual.lapsed, usual.taken_back)]
+        " ".join(sql.split()) for sql in (usual.due, usual.lapsed, usual.taken_back,
+                                          usual.ahead)]
     assert usual.params == {}
     # The clauses the docstring says join each `<= :now`, in its order.
     some = claim_statements("net", {"b", "a"}, frozenset({"ac", "battery"}))
@@ -801,6 +802,8 @@ def test_the_claims_docstring_shows_its_statements_whole():
         "not_before <= :now", f"not_before <= :now {waits} {lanes}").replace(
         "lease_until <= :now", f"lease_until <= :now {lanes}")
     assert some.taken_back == usual.taken_back
+    assert some.ahead == usual.ahead.replace("not_before <= :now",
+                                             f"not_before <= :now {waits} {lanes}")
     assert some.params == {"unmet0": ",ac,", "unmet1": ",battery,", "lane": "net",
                            "skip0": "a", "skip1": "b"}
 
@@ -819,6 +822,7 @@ def test_a_claim_builds_no_temporary_table_but_the_one_its_returning_fills(queue
     usual = claim_statements()
     assert temporary_tables(usual.due, bound) == 1  # RETURNING's rows
     assert temporary_tables(usual.lapsed, bound) == 0
+    assert temporary_tables(usual.ahead, bound) == 0  # nor the guess at a lane's next
     assert temporary_tables("UPDATE jobs SET state = 'done' WHERE id = :id",
                             {"id": queue.push("job")}) == 0
 
@@ -828,7 +832,7 @@ def test_a_claim_runs_the_statements_its_docstring_shows(queue, clock):
     the usual claim, then a lapsed lease taken back."""
     from sloth_tray.store.claims import claim_statements
 
-    due, lapsed, taken_back = _docstring_sql(claim_statements.__doc__)
+    due, lapsed, taken_back, _ = _docstring_sql(claim_statements.__doc__)
     said: list[str] = []
     job_id = queue.push("job")
     queue._db.set_trace_callback(said.append)
