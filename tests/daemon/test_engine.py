@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import sqlite3
 import sys
 import threading
@@ -12,6 +13,8 @@ import time
 import pytest
 from helpers.clock import FakeClock
 from helpers.processes import wait_for
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sloth_tray.daemon import snapshot as snapshot_module
 from sloth_tray.daemon.alarm import make_alarm
@@ -831,3 +834,20 @@ def test_a_wrong_guess_at_the_next_job_is_never_what_runs(home, tmp_path, monkey
     assert (taken, False) in prepared  # prepared once claimed, the guess being wrong
     job = queue.get(taken)
     assert (tmp_path / "taken.out").read_text().split() == [taken, job.child["token"], "1"]
+
+
+@given(read=st.floats(min_value=0.0, max_value=1e12) | st.just(math.inf))
+def test_back_to_back_snapshots_take_at_most_their_share_of_the_time(read):
+    """However long a snapshot takes to read (it counts every waiting job), a burst of
+    tiny jobs spends at most SNAPSHOT_SHARE of its time on them; a quick read leaves
+    the moment a job runs unseen as it was."""
+    from sloth_tray.daemon.engine import SHOW_RUNNING_AFTER, SNAPSHOT_SHARE, show_running_after
+
+    moment = show_running_after(read)
+    assert moment >= SHOW_RUNNING_AFTER
+    if math.isinf(read):
+        assert moment == math.inf  # never shown while back to back: no snapshot
+    else:
+        assert read / moment <= SNAPSHOT_SHARE * (1 + 1e-9)  # the float's last bit
+    if read <= SNAPSHOT_SHARE * SHOW_RUNNING_AFTER:
+        assert moment == SHOW_RUNNING_AFTER
