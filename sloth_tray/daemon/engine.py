@@ -55,8 +55,9 @@ PROBE_EVERY = 60.0  # at most this often are conditions without a service read (
 
 
 def show_running_after(last_read: float) -> float:
-    """Back to back, how long a job runs before it is shown running (a snapshot read):
-    SHOW_RUNNING_AFTER, or longer where the last snapshot took long to read. A
+    """Back to back (a job claimed with the outcome of its lane's last), how long it
+    runs before it is shown running (a snapshot read): SHOW_RUNNING_AFTER, or longer
+    where the last snapshot took long to read. A
     snapshot counts the waiting jobs (1.7 ms with a thousand waiting, 25 ms with ten
     thousand), and a burst of tiny jobs would otherwise spend a sixth of its time on
     them: they take at most SNAPSHOT_SHARE of it."""
@@ -490,8 +491,10 @@ class Engine:
                 # until then): the claim is there only if it committed.
                 if not self.queue.holds_run(job.id, self.owner, job.child["token"]):
                     job = None  # undone with its commit: the claim never was
+            following = False  # the lane's first job: none ran right before it
             while job is not None and not self._stopping:
-                self._run_one(work, job, prepared)
+                self._run_one(work, job, prepared, following=following)
+                following = True
                 job, prepared = work.claimed, work.claimed_run
                 work.claimed, work.claimed_run = None, None
             if job is not None:
@@ -578,17 +581,20 @@ class Engine:
             self._pause_seen = paused
         return paused
 
-    def _run_one(self, work: LaneWork, job: Job,
-                 prepared: Prepared | Attempt | None = None) -> None:
+    def _run_one(self, work: LaneWork, job: Job, prepared: Prepared | Attempt | None = None,
+                 *, following: bool = False) -> None:
         """Run one claimed job on its lane's worker and record how it ended;
-        `prepared`: its run as Runner.prepare made it already."""
+        `prepared`: its run as Runner.prepare made it already; `following`: it was
+        claimed with the outcome of the lane's job before it."""
         work.job = job
         work.running = RunningJob(job.id, job.name, job.attempts, job.max_attempts,
                                   self.queue.clock(), lane=job.lane, by=agent_of(job.source))
         # Shown running once spawned: a snapshot read before would hold the spawn up.
         # Back to back, only once it has run a moment: a burst of tiny jobs would
-        # otherwise pay a full snapshot each.
-        moment = show_running_after(self._read_took)
+        # otherwise pay a full snapshot each. A longer one after a slow read only for a
+        # job right behind another of its lane: a drop into an idle lane is shown as
+        # it starts.
+        moment = show_running_after(self._read_took) if following else SHOW_RUNNING_AFTER
         back_to_back = time.monotonic() - self._published_at < moment
         running_for = (moment if back_to_back else 0.0, self._publish)
         if job.options.get("interrupt") and waiting_for(job.options, self._unmet()):

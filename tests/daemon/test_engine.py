@@ -836,6 +836,29 @@ def test_a_wrong_guess_at_the_next_job_is_never_what_runs(home, tmp_path, monkey
     assert (tmp_path / "taken.out").read_text().split() == [taken, job.child["token"], "1"]
 
 
+def test_a_lanes_first_job_is_shown_running_at_once_however_slow_snapshots_are(
+        home, tmp_path, monkeypatch):
+    """A drop into an idle app is shown running as it starts, even right after a
+    snapshot that was slow to read: only a job that follows another in its lane waits
+    the longer moment a slow read calls for."""
+    from sloth_tray.daemon import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "show_running_after", lambda read: 3600.0)
+    queue = Queue(home.db)
+    go = tmp_path / "go"
+    push_script(queue, home, "slow.sh", until(go), delay=0.5)  # due once the app is idle
+    engine = Engine(queue, home)
+    seen: list[Snapshot] = []
+    engine.subscribe(seen.append)
+
+    def shown_running() -> None:
+        wait_for(lambda: any(s.running and s.running.name == "slow" for s in seen),
+                 timeout=5, what="the lane's first job to be shown running")
+        go.touch()
+
+    run_until(engine, shown_running)
+
+
 @given(read=st.floats(min_value=0.0, max_value=1e12) | st.just(math.inf))
 def test_back_to_back_snapshots_take_at_most_their_share_of_the_time(read):
     """However long a snapshot takes to read (it counts every waiting job), a burst of
