@@ -9,8 +9,6 @@ escapes what it must, and a program reads it, not a terminal).
 
 from __future__ import annotations
 
-import unicodedata
-
 # Bidirectional controls: they reorder what follows on the line (Trojan Source).
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 # C0, DEL and C1; line and paragraph separators (a line break to some terminals);
@@ -19,6 +17,8 @@ _CATEGORIES = frozenset({"Cc", "Zl", "Zp", "Cs"})
 
 
 def _unsafe(char: str) -> bool:
+    import unicodedata  # here: a line with nothing to look at twice, the usual, never needs it
+
     return char in _BIDI or unicodedata.category(char) in _CATEGORIES
 
 

@@ -47,9 +47,11 @@ def test_reading_commands_load_nothing_they_do_not_use(tmp_path, command):
 # and typing (a fifth of its time), and the calendar unless a calendar job waits.
 # hashlib loads OpenSSL (5 ms): only a step's key needs it (sloth_step, a job's).
 # argparse (and gettext, locale) only for a line that is not plain (cli/glance.py);
-# signal's enums and threading for nothing a look does.
+# signal's enums and threading for nothing a look does; unicodedata only for a line with
+# a control character to show (text.printable).
 GLANCE_NEVER = ("sloth_tray.store.queue", "sloth_tray.jobs.header", "dataclasses", "typing",
-                "hashlib", "argparse", "gettext", "signal", "threading", "inspect")
+                "hashlib", "argparse", "gettext", "signal", "threading", "inspect",
+                "unicodedata")
 CALENDAR = ("sloth_tray.jobs.schedule", "zoneinfo", "croniter")
 
 
