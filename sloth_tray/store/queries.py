@@ -217,11 +217,20 @@ def next_due(db: sqlite3.Connection, unmet: frozenset[str] = frozenset(),
     caller's own included (a run that died with its worker), counts."""
     waits, waits_params = reads.not_waiting(unmet)
     ids = sorted(renewed)
+    # Lane by lane, the lanes that could start a job (none of theirs running, not
+    # paused), each on the live jobs' index: the jobs waiting behind a running one are
+    # never read, where a look along every waiting job read them all, and in a burst
+    # that is nearly every job (5 ms with ten thousand waiting, at each look).
     return db.execute(
         "SELECT min(t) FROM ("
-        f" SELECT min(not_before) AS t FROM jobs WHERE state = 'pending'{waits}"
+        " SELECT (SELECT min(not_before) FROM jobs INDEXED BY jobs_live_lane"
+        f" WHERE {lanes.LIVE} AND lane = free.lane AND state = 'pending'{waits}"
         f" AND not_before < {steps.NEVER!r}"  # an ask with no timeout: its answer
-        f" AND {lanes.CLAIMABLE} AND {reads.NOT_HELD}"
+        f" AND {reads.NOT_HELD}) AS t"
+        f" FROM (SELECT DISTINCT lane FROM jobs INDEXED BY jobs_live_lane WHERE {lanes.LIVE})"
+        " AS free WHERE NOT EXISTS (SELECT 1 FROM jobs AS busy INDEXED BY jobs_live_lane"
+        f" WHERE {lanes.LIVE} AND state = 'running' AND busy.lane = free.lane)"
+        f" AND {lanes.NOT_PAUSED}"
         " UNION ALL SELECT min(lease_until) FROM jobs WHERE state = 'running'"
         f" AND id NOT IN ({', '.join(':renewed' + str(i) for i in range(len(ids)))})"
         f" AND {lanes.NOT_PAUSED})",  # as claim: a paused lane's lease is not taken back

@@ -758,6 +758,29 @@ def test_a_lease_that_ran_out_in_a_paused_lane_wakes_nothing_until_the_resume(
     assert queue.claim("me").id == job_id
 
 
+@pytest.mark.parametrize("pause", ["its lane", "the queue", "the queue, its lane resumed"])
+def test_a_job_waiting_in_a_paused_lane_is_no_time_to_wake(queue, clock, pause):
+    """A paused lane's jobs start at the resume, not when they fall due: while it holds,
+    their due times wake nothing. A lane resumed on its own under the queue's pause
+    runs, and its due times count."""
+    queue.push("sync", lane="net", delay=30)
+    queue.push("other lane's", lane="web", delay=90)
+    if pause == "its lane":
+        queue.set_paused(True, lane="net")
+        assert queue.next_wakeup() == clock.now + 90  # the other lane's, not net's
+        queue.set_paused(False, lane="net")
+    elif pause == "the queue":
+        queue.set_paused(True)
+        assert queue.next_wakeup() is None
+        queue.set_paused(False)
+    else:
+        queue.set_paused(True)
+        queue.set_paused(False, lane="net")
+        assert queue.next_wakeup() == clock.now + 30
+        return
+    assert queue.next_wakeup() == clock.now + 30
+
+
 # -- the claim, read whole ------------------------------------------------------------------
 
 def _docstring_sql(doc: str) -> list[str]:
