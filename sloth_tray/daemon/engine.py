@@ -57,10 +57,10 @@ PROBE_EVERY = 60.0  # at most this often are conditions without a service read (
 def show_running_after(last_read: float) -> float:
     """Back to back (a job claimed with the outcome of its lane's last), how long it
     runs before it is shown running (a snapshot read): SHOW_RUNNING_AFTER, or longer
-    where the last snapshot took long to read. A
-    snapshot counts the waiting jobs (1.7 ms with a thousand waiting, 25 ms with ten
-    thousand), and a burst of tiny jobs would otherwise spend a sixth of its time on
-    them: they take at most SNAPSHOT_SHARE of it."""
+    where the last snapshot took long to read. A snapshot counts the waiting jobs (1 ms
+    with a thousand waiting behind a running job, 9 ms with ten thousand), and a burst
+    of tiny jobs would otherwise spend a tenth of its time on them or more: they take
+    at most SNAPSHOT_SHARE of it."""
     return max(SHOW_RUNNING_AFTER, last_read / SNAPSHOT_SHARE)
 
 
