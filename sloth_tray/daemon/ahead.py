@@ -16,13 +16,17 @@ a child ran.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import NamedTuple
 
 from sloth_tray.daemon import procs
 from sloth_tray.daemon.runner import Prepared, Runner, SleepWatch, working_folder_gone
+from sloth_tray.errors import DatabaseProblem
 from sloth_tray.store.queue import Job, Queue
 from sloth_tray.store.states import State
+
+log = logging.getLogger("sloth_tray")
 
 # What Runner.prepare reads of a claimed job: a guess that agrees on these is that run.
 PREPARED_FROM = ("id", "name", "script", "options", "attempts", "runs", "child")
@@ -43,9 +47,14 @@ class Ahead(NamedTuple):
 
 def guess(queue: Queue, runner: Runner, lane: str, unmet: frozenset[str]) -> Ahead | None:
     """The lane's next claim guessed and its run prepared; None when no job is due there
-    now, or when its run would end before it starts (refused, unrunnable: prepared
-    again once claimed, which says why)."""
-    due = queue.next_in_lane(lane, unmet)
+    now, when its run would end before it starts (refused, unrunnable: prepared again
+    once claimed, which says why), or when the file is locked for long (the claim then
+    prepares the run as before)."""
+    try:
+        due = queue.next_in_lane(lane, unmet)
+    except DatabaseProblem as exc:
+        log.debug("guessing the next job of lane %s failed: %s", lane, exc)
+        return None
     if due is None:
         return None
     job = as_claimed(due, procs.new_token())

@@ -33,7 +33,7 @@ from sloth_tray.daemon import snapshot as snapshots
 from sloth_tray.daemon.ahead import Ahead
 from sloth_tray.daemon.alarm import Alarm, make_alarm
 from sloth_tray.daemon.capture import append_note
-from sloth_tray.daemon.outcome import Attempt, Recorded, record
+from sloth_tray.daemon.outcome import Attempt, Recorded, could_not_run, record
 from sloth_tray.daemon.runner import Prepared, Runner
 from sloth_tray.daemon.serial import SerialThread
 from sloth_tray.daemon.snapshot import RunningJob, Snapshot, agent_of
@@ -42,26 +42,14 @@ from sloth_tray.jobs.conditions import Conditions, waiting_for
 from sloth_tray.paths import Home
 from sloth_tray.store import spool
 from sloth_tray.store.queue import Job, Queue
-from sloth_tray.store.states import Reason, State
+from sloth_tray.store.states import State
 from sloth_tray.timefmt import clock_time
 
 log = logging.getLogger("sloth_tray")
 
 PROBLEM_RETRY = 30.0  # seconds before trying the database again after an error
 RECORD_RETRY = 2.0  # seconds between tries to record an outcome while the db is locked
-SHOW_RUNNING_AFTER = 0.05  # back to back, a job shorter than this is not shown running
-SNAPSHOT_SHARE = 0.02  # back to back, at most this share of the time goes to snapshots
 PROBE_EVERY = 60.0  # at most this often are conditions without a service read (desktop/probes.py)
-
-
-def show_running_after(last_read: float) -> float:
-    """Back to back (a job claimed with the outcome of its lane's last), how long it
-    runs before it is shown running (a snapshot read): SHOW_RUNNING_AFTER, or longer
-    where the last snapshot took long to read. A snapshot counts the waiting jobs (1 ms
-    with a thousand waiting behind a running job, 9 ms with ten thousand), and a burst
-    of tiny jobs would otherwise spend a tenth of its time on them or more: they take
-    at most SNAPSHOT_SHARE of it."""
-    return max(SHOW_RUNNING_AFTER, last_read / SNAPSHOT_SHARE)
 
 
 def default_owner() -> str:
@@ -74,13 +62,6 @@ def default_owner() -> str:
 
         host = platform.node()
     return f"{host}:{os.getpid()}"
-
-
-def could_not_run(job: Job, exc: Exception) -> Attempt:
-    """A bug of ours on a job's way: said in the app's log, and the attempt failed with
-    a sentence, not the daemon taken down."""
-    log.exception("running %s (%s) failed", job.name, job.id, exc_info=exc)
-    return Attempt.failed(Reason.INTERNAL_ERROR, f"sloth-tray could not run it: {exc}")
 
 
 Listener = Callable[[Snapshot], None]
@@ -594,7 +575,8 @@ class Engine:
         # otherwise pay a full snapshot each. A longer one after a slow read only for a
         # job right behind another of its lane: a drop into an idle lane is shown as
         # it starts.
-        moment = show_running_after(self._read_took) if following else SHOW_RUNNING_AFTER
+        moment = (snapshots.show_running_after(self._read_took) if following
+                  else snapshots.SHOW_RUNNING_AFTER)
         back_to_back = time.monotonic() - self._published_at < moment
         running_for = (moment if back_to_back else 0.0, self._publish)
         if job.options.get("interrupt") and waiting_for(job.options, self._unmet()):
@@ -628,14 +610,9 @@ class Engine:
 
     def _guess_next(self, work: LaneWork) -> None:
         """While the lane's job runs: its next claim guessed, and that run prepared
-        (daemon/ahead.py). A guess that cannot be made now is no guess."""
-        work.ahead = None
-        if self._stopping:
-            return
-        try:
-            work.ahead = ahead.guess(self.queue, work.runner, work.lane, self._unmet())
-        except DatabaseProblem as exc:  # locked for long: the claim prepares as before
-            log.debug("guessing the next job of lane %s failed: %s", work.lane, exc)
+        (daemon/ahead.py); none while stopping."""
+        work.ahead = None if self._stopping else ahead.guess(
+            self.queue, work.runner, work.lane, self._unmet())
 
     def _prepare(self, work: LaneWork, job: Job) -> Prepared | Attempt:
         """Runner.prepare, a bug of ours ending the attempt as in _run_one."""

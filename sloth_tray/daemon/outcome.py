@@ -11,12 +11,15 @@ Reason as a column (as pueue keeps a task's status apart from its result).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from enum import StrEnum
 
 from sloth_tray.errors import UnknownJob
 from sloth_tray.store.queue import Job, Queue
 from sloth_tray.store.states import Reason, State
+
+log = logging.getLogger("sloth_tray")
 
 
 class Ending(StrEnum):
@@ -41,6 +44,13 @@ class Attempt:
     @classmethod
     def failed(cls, reason: Reason, detail: str, code: int | None = None) -> Attempt:
         return cls(Ending.FAILED, detail, reason, code)
+
+
+def could_not_run(job: Job, exc: Exception) -> Attempt:
+    """A bug of ours on a job's way: said in the app's log, and the attempt failed with
+    a sentence, not the daemon taken down."""
+    log.exception("running %s (%s) failed", job.name, job.id, exc_info=exc)
+    return Attempt.failed(Reason.INTERNAL_ERROR, f"sloth-tray could not run it: {exc}")
 
 
 class Effect(StrEnum):

@@ -33,6 +33,19 @@ SHOWN_RUNS_PER_SERIES = 10  # of them, the newest failed runs of one series at m
 SHOWN_WAITING = 10  # next pending jobs carried in a snapshot
 SHOWN_ASKING = 10  # questions carried in a snapshot, oldest first (the tray's rows)
 
+SHOW_RUNNING_AFTER = 0.05  # back to back, a job shorter than this is not shown running
+SNAPSHOT_SHARE = 0.02  # back to back, at most this share of the time goes to snapshots
+
+
+def show_running_after(last_read: float) -> float:
+    """Back to back (a job claimed with the outcome of its lane's last), how long it
+    runs before it is shown running (a snapshot read): SHOW_RUNNING_AFTER, or longer
+    where the last snapshot took long to read. A snapshot counts the waiting jobs (1 ms
+    with a thousand waiting behind a running job, 9 ms with ten thousand), and a burst
+    of tiny jobs would otherwise spend a tenth of its time on them or more: they take
+    at most SNAPSHOT_SHARE of it."""
+    return max(SHOW_RUNNING_AFTER, last_read / SNAPSHOT_SHARE)
+
 
 def agent_of(source: str | None) -> str | None:
     """The agent that added a job (its MCP client's name), or None: a drop, `add`."""

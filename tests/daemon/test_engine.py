@@ -841,9 +841,7 @@ def test_a_lanes_first_job_is_shown_running_at_once_however_slow_snapshots_are(
     """A drop into an idle app is shown running as it starts, even right after a
     snapshot that was slow to read: only a job that follows another in its lane waits
     the longer moment a slow read calls for."""
-    from sloth_tray.daemon import engine as engine_module
-
-    monkeypatch.setattr(engine_module, "show_running_after", lambda read: 3600.0)
+    monkeypatch.setattr(snapshot_module, "show_running_after", lambda read: 3600.0)
     queue = Queue(home.db)
     go = tmp_path / "go"
     push_script(queue, home, "slow.sh", until(go), delay=0.5)  # due once the app is idle
@@ -864,7 +862,7 @@ def test_back_to_back_snapshots_take_at_most_their_share_of_the_time(read):
     """However long a snapshot takes to read (it counts every waiting job), a burst of
     tiny jobs spends at most SNAPSHOT_SHARE of its time on them; a quick read leaves
     the moment a job runs unseen as it was."""
-    from sloth_tray.daemon.engine import SHOW_RUNNING_AFTER, SNAPSHOT_SHARE, show_running_after
+    from sloth_tray.daemon.snapshot import SHOW_RUNNING_AFTER, SNAPSHOT_SHARE, show_running_after
 
     moment = show_running_after(read)
     assert moment >= SHOW_RUNNING_AFTER
