@@ -857,6 +857,31 @@ def test_a_lanes_first_job_is_shown_running_at_once_however_slow_snapshots_are(
     run_until(engine, shown_running)
 
 
+def test_a_guessed_job_whose_working_folder_went_meanwhile_fails_as_it_says(
+        home, tmp_path, monkeypatch):
+    """The next job's run is prepared while the one before runs; its working folder is
+    removed before its turn comes. It is prepared again once claimed, and fails for
+    what it is, in the words a job never guessed would get."""
+    queue = Queue(home.db, max_attempts=1)
+    go, work = tmp_path / "go", tmp_path / "work"
+    work.mkdir()
+    push_script(queue, home, "first.sh", until(go))
+    second = push_script(queue, home, "second.sh", "true", options={"cwd": str(work)})
+    prepared = prepared_runs(monkeypatch, lambda: not go.exists())
+
+    def folder_gone_then_run() -> None:
+        wait_for(lambda: (second, True) in prepared, what="the second run prepared")
+        work.rmdir()
+        go.touch()
+        wait_for(lambda: queue.get(second).state == State.FAILED, what="the second to fail")
+
+    run_until(Engine(queue, home), folder_gone_then_run)
+    job = queue.get(second)
+    assert job.reason == Reason.COULD_NOT_START
+    assert job.last_error == (f"cannot start the job: its working folder {work} is gone (it "
+                              "was there when the job was added)")
+
+
 @given(read=st.floats(min_value=0.0, max_value=1e12) | st.just(math.inf))
 def test_back_to_back_snapshots_take_at_most_their_share_of_the_time(read):
     """However long a snapshot takes to read (it counts every waiting job), a burst of
