@@ -398,8 +398,7 @@ def measure_scale(sizes: tuple[int, ...], settings: Settings,
                     if synchronous == SYNCHRONOUS[0]:
                         for i in range(PENDING_LATER):
                             queue.push(f"later-{i}", delay=3600)
-                claims = in_turns(queues, lambda queue, n: claim_latencies(queue, n),
-                                  settings.claims)
+                claims = in_turns(queues, claim_latencies, settings.claims)
                 for done, queue in queues.items():
                     expected[done] += settings.claims
                     check_done(queue, expected[done])
