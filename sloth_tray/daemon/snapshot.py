@@ -40,8 +40,8 @@ SNAPSHOT_SHARE = 0.02  # back to back, at most this share of the time goes to sn
 def show_running_after(last_read: float) -> float:
     """Back to back (a job claimed with the outcome of its lane's last), how long it
     runs before it is shown running (a snapshot read): SHOW_RUNNING_AFTER, or longer
-    where the last snapshot took long to read. A snapshot counts the waiting jobs (1 ms
-    with a thousand waiting behind a running job, 9 ms with ten thousand), and a burst
+    where the last snapshot took long to read. A snapshot counts the waiting jobs (0.6 ms
+    with a thousand waiting behind a running job, 3 ms with ten thousand), and a burst
     of tiny jobs would otherwise spend a tenth of its time on them or more: they take
     at most SNAPSHOT_SHARE of it."""
     return max(SHOW_RUNNING_AFTER, last_read / SNAPSHOT_SHARE)

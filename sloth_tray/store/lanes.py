@@ -75,6 +75,13 @@ LIVE_INDEX = (
     f"CREATE INDEX jobs_live_lane ON jobs(lane, state) WHERE {LIVE}",
 )
 
+# The live jobs' index with each one's due time after its state: how many of a lane's
+# waiting jobs are due now is counted on the index alone (counts), not on their rows.
+DUE_IN_LIVE_INDEX = (
+    "DROP INDEX jobs_live_lane",
+    f"CREATE INDEX jobs_live_lane ON jobs(lane, state, not_before) WHERE {LIVE}",
+)
+
 # A lane's own word on the pause (lanes.paused): paused by itself; or resumed by itself
 # while the whole queue is paused (the others, and lanes made later, stay paused); 0:
 # as the whole queue.
@@ -147,10 +154,15 @@ def order(name: str) -> tuple[bool, str]:
 
 def known(db: sqlite3.Connection) -> list[str]:
     """Every lane the queue knows of: those with a row (a folder seen, a pause) and
-    those with a live job, main always; sorted, main first."""
+    those with a live job, main always; sorted, main first. The live jobs' lanes are
+    read a lane at a time, from one to the next on their index: however many jobs
+    wait in a lane, it costs one look."""
     names = {MAIN} | {row[0] for row in db.execute(
-        f"SELECT name FROM lanes UNION SELECT lane FROM jobs INDEXED BY jobs_live_lane "
-        f"WHERE {LIVE}")}
+        "WITH RECURSIVE live(lane) AS ("
+        f" SELECT min(lane) FROM jobs INDEXED BY jobs_live_lane WHERE {LIVE}"
+        f" UNION ALL SELECT (SELECT min(lane) FROM jobs INDEXED BY jobs_live_lane"
+        f" WHERE {LIVE} AND lane > live.lane) FROM live WHERE lane IS NOT NULL)"
+        " SELECT name FROM lanes UNION SELECT lane FROM live WHERE lane IS NOT NULL")}
     return sorted(names, key=order)
 
 
@@ -232,16 +244,27 @@ def counts(db: sqlite3.Connection, now: float, whole_queue_paused: bool,
     for name, state, n in db.execute("SELECT lane, state, n FROM lane_counts WHERE n > 0"):
         if name in found:
             found[name][state] = n
-    for name, state, n in db.execute(
-            f"SELECT lane, state, count(*) FROM jobs INDEXED BY jobs_live_lane "
-            f"WHERE {LIVE} GROUP BY lane, state"):
-        found[name][state] = n  # a lane with a live job is known
     waits, params = not_waiting
-    for name, n in db.execute(
-            "SELECT lane, count(*) FROM (SELECT lane FROM jobs WHERE state = 'pending' "
-            f"AND not_before <= :now{waits} UNION ALL SELECT lane FROM jobs "
-            "WHERE state = 'running' AND lease_until <= :now) GROUP BY lane",
-            {"now": now, **params}):
+    due: dict[str, int] = {}
+    # One pass over the live jobs' index: each lane's jobs per state, and how many of
+    # its waiting ones are due now, read on the index alone when no job is held back
+    # otherwise (the usual case: a held-back job is told by its row).
+    for name, state, n, due_now in db.execute(
+            f"SELECT lane, state, count(*), count(CASE WHEN state = 'pending' AND "
+            f"not_before <= :now THEN 1 END) FROM jobs INDEXED BY jobs_live_lane "
+            f"WHERE {LIVE} GROUP BY lane, state", {"now": now}):
+        found[name][state] = n  # a lane with a live job is known
+        if due_now and not waits:
+            due[name] = due_now
+    if waits:
+        due = dict(db.execute(
+            "SELECT lane, count(*) FROM jobs INDEXED BY jobs_live_lane "
+            f"WHERE {LIVE} AND state = 'pending' AND not_before <= :now{waits} GROUP BY lane",
+            {"now": now, **params}))
+    for name, n in db.execute("SELECT lane, count(*) FROM jobs WHERE state = 'running' "
+                              "AND lease_until <= :now GROUP BY lane", {"now": now}):
+        due[name] = due.get(name, 0) + n  # a lapsed lease is due: the claim takes it back
+    for name, n in due.items():
         entry = found[name]  # a lane with a due job is known
         entry["due_now"] = 0 if entry["paused"] else n
     return found  # known() is in order: main first

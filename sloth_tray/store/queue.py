@@ -643,7 +643,7 @@ class Queue(SharedConnection):
         """Per lane, as `status --json` has them (reads.summary's "lanes")."""
         with self._autocommit() as db:
             return lanes.counts(db, self.clock(), reads.paused(db),
-                                reads.not_held_back(reads.unmet(db)))
+                                reads.not_held_back(db, reads.unmet(db)))
 
     def next_wakeup(self, unmet: frozenset[str] = frozenset(),
                     renewed: Collection[str] = ()) -> float | None:

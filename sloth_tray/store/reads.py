@@ -23,7 +23,7 @@ from pathlib import Path
 from sloth_tray.errors import SlothError, UnknownJob
 from sloth_tray.paths import Home
 from sloth_tray.store import lanes, steps
-from sloth_tray.store.schema import REQUIRING, connect, translated_errors
+from sloth_tray.store.schema import REQUIRING, SERIES_LIVE, connect, translated_errors
 from sloth_tray.store.states import State
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
@@ -45,6 +45,9 @@ SERIES_KEY = "coalesce(script, name)"
 
 # A claim's condition on a pending job: its series is not paused on its own.
 NOT_HELD = f"{SERIES_KEY} NOT IN (SELECT series FROM paused_series)"
+
+
+ENDED = (State.DONE, State.CANCELLED)  # counted in lane_counts by triggers, per lane
 
 
 def state_counts(db: sqlite3.Connection) -> dict[str, int]:
@@ -96,10 +99,15 @@ def not_waiting(unmet: frozenset[str] | set[str]) -> tuple[str, dict[str, str]]:
             {f"unmet{i}": f",{name}," for i, name in enumerate(names)})
 
 
-def not_held_back(unmet: frozenset[str] | set[str]) -> tuple[str, dict[str, str]]:
+def not_held_back(db: sqlite3.Connection,
+                  unmet: frozenset[str] | set[str]) -> tuple[str, dict[str, str]]:
     """not_waiting(), and the claim's other word on a pending job itself: its series
     is not paused on its own (NOT_HELD). What a glance leaves out of "due
-    now", so that it counts what a claim would take."""
+    now", so that it counts what a claim would take. Nothing at all when no job can
+    be held back (every condition holds, no series is paused): the due jobs are then
+    counted on an index alone (lanes.counts)."""
+    if not unmet and db.execute("SELECT 1 FROM paused_series LIMIT 1").fetchone() is None:
+        return "", {}
     waits, params = not_waiting(unmet)
     return f"{waits} AND {NOT_HELD}", params
 
@@ -128,11 +136,16 @@ def summary(db: sqlite3.Connection, now: float) -> dict[str, Any]:
     whatever the clock says: nothing will start. Jobs waiting for a condition are
     not due either ("waiting_on" says how many wait for which), nor are the runs of a
     series paused on its own: what is due is what a claim would take."""
-    found: dict[str, Any] = state_counts(db)
     is_paused = paused(db)
     held_back = unmet(db)
     waits = waiting_on(db, now, held_back)
-    per_lane = lanes.counts(db, now, is_paused, not_held_back(held_back))
+    per_lane = lanes.counts(db, now, is_paused, not_held_back(db, held_back))
+    # The live jobs as the lanes counted them (every lane with one is known), the
+    # ended ones from every lane's trigger-kept count (lanes.counts shows fewer).
+    ended = dict(db.execute("SELECT state, sum(n) FROM lane_counts GROUP BY state"))
+    found: dict[str, Any] = {
+        state.value: ended.get(state.value, 0) if state in ENDED else
+        sum(lane[state.value] for lane in per_lane.values()) for state in State}
     # Due now: what a lane that starts jobs now would start (a paused lane's are not;
     # nor are jobs held back by an unmet condition or a series' own pause).
     found["due_now"] = sum(lane["due_now"] for lane in per_lane.values())
@@ -144,25 +157,18 @@ def recurring_series(db: sqlite3.Connection) -> list[SeriesRow]:
     """Each live recurring series (one with a waiting or running run), with its last
     success: the fields of an overdue.Series.
 
-    Cheap however many finished jobs pile up: the heads come from the partial
-    indexes, and each run names the run it follows in its first event (`the
-    next run after <id>`), so the walk back to the newest done run is a
-    primary-key read per run that did not succeed. A run that was pruned was
+    Cheap however many jobs wait or finished jobs pile up: the heads come from an
+    index of their own (schema.SERIES_LIVE), and each run names the run it follows
+    in its first event (`the next run after <id>`), so the walk back to the newest
+    done run is a primary-key read per run that did not succeed. A run that was pruned was
     done (prune deletes only done and cancelled runs): its successor's
     creation, the moment it ended, stands for its success.
     """
     series: dict[tuple[str, str | None], SeriesRow] = {}
     heads = db.execute(
         "SELECT name, script, options, created_at, last_error, "
-        "json_extract(history, '$[0][2]') FROM jobs INDEXED BY jobs_due "
-        "WHERE state = 'pending' AND (json_extract(options, '$.every') > 0 "
-        "OR json_type(options, '$.at') IS NOT NULL "
-        "OR json_type(options, '$.cron') IS NOT NULL) UNION ALL "
-        "SELECT name, script, options, created_at, last_error, "
-        "json_extract(history, '$[0][2]') FROM jobs INDEXED BY jobs_leased "
-        "WHERE state = 'running' AND (json_extract(options, '$.every') > 0 "
-        "OR json_type(options, '$.at') IS NOT NULL "
-        "OR json_type(options, '$.cron') IS NOT NULL)").fetchall()
+        "json_extract(history, '$[0][2]') FROM jobs INDEXED BY jobs_series_live "
+        f"WHERE {SERIES_LIVE}").fetchall()
     for name, script, options, created_at, last_error, first_event in heads:
         last_success, first_created, error = _walk_back(db, created_at, last_error, first_event)
         known = series.get((name, script))

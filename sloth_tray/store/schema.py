@@ -54,6 +54,11 @@ _CALENDARLESS_EVERY_RUN_ENDS = """CREATE TRIGGER recur AFTER UPDATE OF state ON 
 # A waiting job that requires a condition: jobs_due_requiring's clause, which a query
 # says word for word to be read on it.
 REQUIRING = "state = 'pending' AND json_extract(options, '$.require') IS NOT NULL"
+# A live run of a series (waiting or running, every=, at= or cron=): jobs_series_live's
+# clause, said word for word by the read of the series (reads.recurring_series).
+SERIES_LIVE = ("state IN ('pending', 'running') AND (json_extract(options, '$.every') > 0 "
+               "OR json_type(options, '$.at') IS NOT NULL "
+               "OR json_type(options, '$.cron') IS NOT NULL)")
 
 # Each entry moves the schema one version forward; user_version = entries applied.
 # Statements are kept apart (not one script) so a migration runs inside our own
@@ -223,6 +228,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "DROP TRIGGER count_update",
         "DROP TABLE counts",
     ),
+    # A glance at a deep queue (status, the tray's snapshot) reads the waiting jobs on
+    # indexes alone: how many of each lane's are due now from the live jobs' index,
+    # which gains their due time (store/lanes.py), and the live runs of the series from
+    # an index of their own, which the many jobs of no series never enter. Both read
+    # each waiting job's row before, and judged its options as JSON: a glance took 10
+    # to 16 ms with 10,000 waiting, 88 ms with 100,000 (2.6 and 13 ms on these).
+    (*lanes.DUE_IN_LIVE_INDEX,
+     f"CREATE INDEX jobs_series_live ON jobs(state) WHERE {SERIES_LIVE}"),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -211,6 +211,9 @@ class LaneMachine(RuleBasedStateMachine):
         for state in ("pending", "running", "failed"):  # live jobs: their lanes are known
             per_lane = sum(lane[state] for lane in summary["lanes"].values())
             assert per_lane == summary[state], f"{state}: lanes add up to {per_lane}"
+        for state in State:  # the totals: every job the user saw go in, where it is now
+            seen = sum(j.state == state for j in self.jobs)
+            assert summary[state.value] == seen, f"{state.value}: {summary[state.value]}"
         for state in ("done", "cancelled"):  # a forgotten lane's are in the totals only
             for name, lane in summary["lanes"].items():
                 ended = sum(j.state == state for j in self.jobs if j.lane == name)
@@ -225,6 +228,18 @@ class LaneMachine(RuleBasedStateMachine):
         for name, lane in summary["lanes"].items():
             assert lane["paused"] == self._lane_paused(name), name
         assert summary["due_now"] == sum(lane["due_now"] for lane in summary["lanes"].values())
+
+    @invariant()
+    def each_lane_says_how_many_of_its_jobs_are_due_now(self) -> None:
+        """Due now: waiting and due, or running with its lease run out (a claim takes
+        it back); none in a paused lane."""
+        now = self.clock.now
+        for name, lane in self.queue.summary()["lanes"].items():
+            due = sum(j.lane == name and (
+                (j.state == State.PENDING and j.due <= now)
+                or (j.state == State.RUNNING and j.lease_until is not None
+                    and j.lease_until <= now)) for j in self.jobs)
+            assert lane["due_now"] == (0 if self._lane_paused(name) else due), name
 
 
 LaneMachine.TestCase.settings = settings(

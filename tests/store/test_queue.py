@@ -16,7 +16,7 @@ from helpers.queues import queue_file_of_schema, run_once
 from sloth_tray.errors import DatabaseProblem, UnknownJob
 from sloth_tray.store import queries
 from sloth_tray.store.queue import Queue, Reason, State
-from sloth_tray.store.schema import SCHEMA_VERSION
+from sloth_tray.store.schema import SCHEMA_VERSION, SERIES_LIVE
 
 
 def kinds(queue: Queue, job_id: str) -> list[str]:
@@ -583,7 +583,7 @@ def test_a_queue_of_the_previous_schema_is_migrated_in_place_and_is_not_paused(t
         q.set_paused(True)
         assert q.paused()
     with sqlite3.connect(path) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 14
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 15
 
 
 def test_a_queue_that_kept_its_totals_apart_counts_them_from_its_lanes(tmp_path):
@@ -631,6 +631,42 @@ def test_a_queue_whose_live_index_had_three_words_gets_two_and_runs_one_job_a_la
                            "WHERE state NOT IN ('done', 'cancelled') ORDER BY lane, state"
                            ).fetchall() == [("main", "pending"), ("main", "running"),
                                             ("other", "running")]
+
+
+def test_a_queue_of_schema_14_counts_its_waiting_jobs_and_series_on_their_new_indexes(
+        tmp_path):
+    """The live jobs' index gains their due time and the series' live runs get an index
+    of their own: built from the jobs already there, so a glance counts and finds them
+    as before."""
+    path = tmp_path / "q.db"
+    every, at = json.dumps({"every": 3600}), json.dumps({"at": "09:00"})
+    queue_file_of_schema(path, 14, rows=(
+        ("0123456789aa", "due", "pending", 0, None, "{}"),
+        ("0123456789ab", "later", "pending", 1e12, None, "{}"),
+        ("0123456789ac", "net's", "pending", 0, None, "{}"),
+        ("0123456789ad", "hourly", "pending", 1e12, "/s/hourly.sh", every),
+        ("0123456789ae", "daily", "running", 0, "/s/daily.sh", at),
+        ("0123456789af", "broken", "failed", 0, None, "{}"),
+        ("0123456789b0", "old", "done", 0, None, every)))
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as raw:
+        raw.execute("UPDATE jobs SET lane = 'net' WHERE name IN ('net''s', 'daily')")
+        raw.execute("UPDATE jobs SET lease_owner = 'w', lease_until = 1e12 "
+                    "WHERE state = 'running'")
+    with Queue(path) as q:
+        summary = q.summary()
+        assert {name: (lane["pending"], lane["running"], lane["failed"], lane["due_now"])
+                for name, lane in summary["lanes"].items()} == {
+                    "main": (3, 0, 1, 1), "net": (1, 1, 0, 1)}
+        assert (summary["pending"], summary["running"], summary["failed"],
+                summary["done"], summary["due_now"]) == (4, 1, 1, 1, 2)
+        assert sorted(series.name for series in q.recurring_series()) == ["daily", "hourly"]
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        assert raw.execute("SELECT name FROM jobs INDEXED BY jobs_series_live WHERE "
+                           f"{SERIES_LIVE} ORDER BY name").fetchall() == [("daily",),
+                                                                            ("hourly",)]
+        assert raw.execute("SELECT count(*) FROM jobs INDEXED BY jobs_live_lane WHERE "
+                           "state NOT IN ('done', 'cancelled') AND state = 'pending' "
+                           "AND not_before <= 0").fetchone() == (2,)
 
 
 def test_a_series_from_schema_5_is_followed_once_and_not_by_the_old_trigger(tmp_path, clock):
