@@ -75,6 +75,14 @@ LIVE_INDEX = (
     f"CREATE INDEX jobs_live_lane ON jobs(lane, state) WHERE {LIVE}",
 )
 
+# The lanes that have a live job, a look each: from one lane to the next along the live
+# jobs' index (a recursive skip), however many jobs wait in each. A SELECT of `lane`.
+LIVE_LANES = ("WITH RECURSIVE live(lane) AS ("
+              f" SELECT min(lane) FROM jobs INDEXED BY jobs_live_lane WHERE {LIVE}"
+              " UNION ALL SELECT (SELECT min(lane) FROM jobs INDEXED BY jobs_live_lane"
+              f" WHERE {LIVE} AND lane > live.lane) FROM live WHERE lane IS NOT NULL)"
+              " SELECT lane FROM live WHERE lane IS NOT NULL")
+
 # The live jobs' index with each one's due time after its state: how many of a lane's
 # waiting jobs are due now is counted on the index alone (counts), not on their rows.
 DUE_IN_LIVE_INDEX = (
@@ -154,15 +162,9 @@ def order(name: str) -> tuple[bool, str]:
 
 def known(db: sqlite3.Connection) -> list[str]:
     """Every lane the queue knows of: those with a row (a folder seen, a pause) and
-    those with a live job, main always; sorted, main first. The live jobs' lanes are
-    read a lane at a time, from one to the next on their index: however many jobs
-    wait in a lane, it costs one look."""
+    those with a live job (LIVE_LANES), main always; sorted, main first."""
     names = {MAIN} | {row[0] for row in db.execute(
-        "WITH RECURSIVE live(lane) AS ("
-        f" SELECT min(lane) FROM jobs INDEXED BY jobs_live_lane WHERE {LIVE}"
-        f" UNION ALL SELECT (SELECT min(lane) FROM jobs INDEXED BY jobs_live_lane"
-        f" WHERE {LIVE} AND lane > live.lane) FROM live WHERE lane IS NOT NULL)"
-        " SELECT name FROM lanes UNION SELECT lane FROM live WHERE lane IS NOT NULL")}
+        f"SELECT name FROM lanes UNION SELECT lane FROM ({LIVE_LANES})")}
     return sorted(names, key=order)
 
 

@@ -227,9 +227,9 @@ def next_due(db: sqlite3.Connection, unmet: frozenset[str] = frozenset(),
         f" WHERE {lanes.LIVE} AND lane = free.lane AND state = 'pending'{waits}"
         f" AND not_before < {steps.NEVER!r}"  # an ask with no timeout: its answer
         f" AND {reads.NOT_HELD}) AS t"
-        f" FROM (SELECT DISTINCT lane FROM jobs INDEXED BY jobs_live_lane WHERE {lanes.LIVE})"
-        " AS free WHERE NOT EXISTS (SELECT 1 FROM jobs AS busy INDEXED BY jobs_live_lane"
-        f" WHERE {lanes.LIVE} AND state = 'running' AND busy.lane = free.lane)"
+        f" FROM ({lanes.LIVE_LANES}) AS free WHERE NOT EXISTS (SELECT 1 FROM jobs AS busy"
+        f" INDEXED BY jobs_live_lane WHERE {lanes.LIVE} AND state = 'running'"
+        " AND busy.lane = free.lane)"
         f" AND {lanes.NOT_PAUSED}"
         " UNION ALL SELECT min(lease_until) FROM jobs WHERE state = 'running'"
         f" AND id NOT IN ({', '.join(':renewed' + str(i) for i in range(len(ids)))})"

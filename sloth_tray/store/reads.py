@@ -23,7 +23,13 @@ from pathlib import Path
 from sloth_tray.errors import SlothError, UnknownJob
 from sloth_tray.paths import Home
 from sloth_tray.store import lanes, steps
-from sloth_tray.store.schema import REQUIRING, SERIES_LIVE, connect, translated_errors
+from sloth_tray.store.schema import (
+    REQUIRING,
+    SERIES_KEY,
+    SERIES_LIVE,
+    connect,
+    translated_errors,
+)
 from sloth_tray.store.states import State
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
@@ -39,9 +45,6 @@ _FOLLOWS = r"the next run after ([0-9a-f]{12})"  # compiled by re once a series 
 SERIES_WALK_LIMIT = 1000
 
 
-# What ties a series' runs together: the spooled script they share (a command's,
-# its name), as Queue.failed_by_series groups failed runs.
-SERIES_KEY = "coalesce(script, name)"
 
 # A claim's condition on a pending job: its series is not paused on its own.
 NOT_HELD = f"{SERIES_KEY} NOT IN (SELECT series FROM paused_series)"

@@ -16,16 +16,13 @@ import json
 import sqlite3
 
 from sloth_tray.store import lanes, reads
-from sloth_tray.store.reads import SERIES_KEY
+from sloth_tray.store.schema import REPEATS, SERIES_KEY, SERIES_LIVE
 from sloth_tray.store.states import State
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
     from datetime import tzinfo
     from typing import Any
-
-REPEATS = ("(json_extract(options, '$.every') > 0 OR json_type(options, '$.at') IS NOT NULL "
-           "OR json_type(options, '$.cron') IS NOT NULL)")
 
 # Every job, newest first, but a series' done runs: only its newest, with how many
 # older done runs it stands for (`earlier`). {where}: the caller's filter.
@@ -114,9 +111,14 @@ def read(db: sqlite3.Connection, now: float, tz: tzinfo | None = None, *,
     held = paused_keys(db)
     unmet = reads.unmet(db)
     groups: dict[str, list[tuple]] = {}
+    # The runs of the series on their own index; without `ended`, of those that go on
+    # alone (their live runs have an index too): never every job the queue kept.
+    going_on = "" if ended else (f" AND {SERIES_KEY} IN (SELECT {SERIES_KEY} FROM jobs "
+                                 f"INDEXED BY jobs_series_live WHERE {SERIES_LIVE})")
     for row in db.execute(
             f"SELECT {SERIES_KEY}, id, name, lane, state, not_before, updated_at, runs, "
-            f"last_error, options, attempts FROM jobs WHERE {REPEATS} ORDER BY rowid DESC"):
+            f"last_error, options, attempts FROM jobs INDEXED BY jobs_series_runs "
+            f"WHERE {REPEATS}{going_on} ORDER BY rowid DESC"):
         groups.setdefault(row[0], []).append(row[1:])
     deadlines = _overdue_keys(db, now, tz) if groups else set()
     found = []

@@ -1675,15 +1675,16 @@ def cycle_rows(cycles: dict[str, Any], absent: dict[str, str]) -> list[Row]:
     return rows
 
 
-def scale_measures(done: int) -> tuple[str, str]:
-    return f"claim ({SYNCHRONOUS}) @ {done:,} done", f"status() @ {done:,} done"
+def scale_measures(done: int) -> tuple[str, str, str]:
+    return (f"claim ({SYNCHRONOUS}) @ {done:,} done", f"status() @ {done:,} done",
+            f"tray snapshot @ {done:,} done")
 
 
 def scale_rows(scale: list[dict[str, Any]]) -> list[Row]:
     rows = []
     base = scale[0]
     for s in scale:
-        claim, status = scale_measures(s["done"])
+        claim, status, snapshot = scale_measures(s["done"])
         growth = s["claim_us"][SYNCHRONOUS] / base["claim_us"][SYNCHRONOUS]
         rows.append(Row("scale", claim, "us", s["claim_us"][SYNCHRONOUS],
                         note=f"x{growth:.2f} vs {base['done']:,}",
@@ -1691,6 +1692,9 @@ def scale_rows(scale: list[dict[str, Any]]) -> list[Row]:
         growth = s["status_us"] / base["status_us"]
         rows.append(Row("scale", status, "us", s["status_us"],
                         note=f"x{growth:.2f} vs {base['done']:,}", runs=s["status_runs_us"]))
+        growth = s["snapshot_us"] / base["snapshot_us"]
+        rows.append(Row("scale", snapshot, "us", s["snapshot_us"],
+                        note=f"x{growth:.2f} vs {base['done']:,}", runs=s["snapshot_runs_us"]))
     return rows
 
 

@@ -20,7 +20,8 @@ What it measures:
    next claim in one batch().
 2. Scale: with 10k, 100k and 1M done jobs in the table (plus a few pending
    ones not yet due), the median latency of claim() (at FULL and at NORMAL),
-   status() and next_wakeup(). Only the call itself is timed.
+   status(), next_wakeup() and the tray's snapshot read (a tenth as many of
+   those). Only the call itself is timed.
 
 Fsync cost depends on the disk under the temp directory, so the machine
 summary names that directory and its file system. Nothing is cached between
@@ -43,7 +44,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from sloth_tray.daemon import procs
+from sloth_tray.daemon import procs, snapshot
 from sloth_tray.store.queue import Queue
 
 SYNCHRONOUS = ("FULL", "NORMAL")
@@ -374,7 +375,8 @@ SCALE_ROUNDS = 10  # turns each size takes at its claims and reads, interleaved
 
 def measure_scale(sizes: tuple[int, ...], settings: Settings,
                   base: str | None) -> list[dict[str, Any]]:
-    """Claim and status() latencies with `sizes` done jobs in the table, a file each,
+    """Claim, status() and the tray's snapshot latencies with `sizes` done jobs in the
+    table, a file each,
     all filled first and then timed in turns (SCALE_ROUNDS of them, the first size
     moving each turn): what the disk and the machine do meanwhile falls on every size
     alike, so the growth from the smallest is the table's own, not the minutes'. A
@@ -415,6 +417,8 @@ def measure_scale(sizes: tuple[int, ...], settings: Settings,
                                 settings.reads)
             wakeups = in_turns(queues, lambda queue, n: call_latencies(queue.next_wakeup, n),
                                settings.reads)
+            snapshots = in_turns(queues, lambda queue, n: call_latencies(
+                lambda: snapshot.read(queue, (), frozenset()), n), max(1, settings.reads // 10))
         finally:
             for queue in queues.values():
                 queue.close()
@@ -422,6 +426,8 @@ def measure_scale(sizes: tuple[int, ...], settings: Settings,
             results[done]["status_runs_us"] = statuses[done]
             results[done]["status_us"] = median(statuses[done])
             results[done]["next_wakeup_us"] = median(wakeups[done])
+            results[done]["snapshot_runs_us"] = snapshots[done]
+            results[done]["snapshot_us"] = median(snapshots[done])
         return [results[done] for done in sizes]
 
 

@@ -583,7 +583,7 @@ def test_a_queue_of_the_previous_schema_is_migrated_in_place_and_is_not_paused(t
         q.set_paused(True)
         assert q.paused()
     with sqlite3.connect(path) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 15
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 16
 
 
 def test_a_queue_that_kept_its_totals_apart_counts_them_from_its_lanes(tmp_path):
