@@ -16,7 +16,7 @@ from helpers.queues import queue_file_of_schema, run_once
 from sloth_tray.errors import DatabaseProblem, UnknownJob
 from sloth_tray.store import queries
 from sloth_tray.store.queue import Queue, Reason, State
-from sloth_tray.store.schema import SCHEMA_VERSION, SERIES_LIVE
+from sloth_tray.store.schema import REPEATS, SCHEMA_VERSION, SERIES_LIVE
 
 
 def kinds(queue: Queue, job_id: str) -> list[str]:
@@ -633,11 +633,11 @@ def test_a_queue_whose_live_index_had_three_words_gets_two_and_runs_one_job_a_la
                                             ("other", "running")]
 
 
-def test_a_queue_of_schema_14_counts_its_waiting_jobs_and_series_on_their_new_indexes(
+def test_a_queue_of_schema_14_reads_its_waiting_jobs_and_series_on_their_new_indexes(
         tmp_path):
-    """The live jobs' index gains their due time and the series' live runs get an index
-    of their own: built from the jobs already there, so a glance counts and finds them
-    as before."""
+    """The live jobs' index gains their due time, and the series' live runs and all
+    their runs get indexes of their own: built from the jobs already there, so a
+    glance counts and finds them as before."""
     path = tmp_path / "q.db"
     every, at = json.dumps({"every": 3600}), json.dumps({"at": "09:00"})
     queue_file_of_schema(path, 14, rows=(
@@ -667,6 +667,8 @@ def test_a_queue_of_schema_14_counts_its_waiting_jobs_and_series_on_their_new_in
         assert raw.execute("SELECT count(*) FROM jobs INDEXED BY jobs_live_lane WHERE "
                            "state NOT IN ('done', 'cancelled') AND state = 'pending' "
                            "AND not_before <= 0").fetchone() == (2,)
+        assert raw.execute(f"SELECT name FROM jobs INDEXED BY jobs_series_runs WHERE {REPEATS} "
+                           "ORDER BY name").fetchall() == [("daily",), ("hourly",), ("old",)]
 
 
 def test_a_series_from_schema_5_is_followed_once_and_not_by_the_old_trigger(tmp_path, clock):
