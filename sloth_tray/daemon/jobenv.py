@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import os
 import sys
-import sysconfig
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
 
@@ -109,12 +108,23 @@ def own_command_folder() -> str | None:
 def _own_command_folder() -> str | None:
     if getattr(sys, "frozen", False):
         return str(Path(sys.executable).resolve().parent)
-    started_as = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
-    places = [started_as.parent if started_as and started_as.name == COMMAND else None,
-              sysconfig.get_path("scripts"),
-              sysconfig.get_path("scripts", f"{os.name}_user"),
-              Path(sys.executable).parent]
-    for place in places:
+    for place in _command_places():
         if place and (Path(place) / COMMAND).is_file():
             return str(Path(place).absolute())
     return None
+
+
+def _command_places() -> Iterator[str | Path | None]:
+    """Where pip puts `sloth-tray`, most likely first, each looked up only if the one
+    before has none: the app started as that command, at login, and from a virtual
+    environment need no sysconfig, whose tables hold 0.4 MiB for as long as the app
+    runs. A virtual environment's scripts are in its own bin (Scripts) folder."""
+    started_as = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    yield started_as.parent if started_as and started_as.name == COMMAND else None
+    if sys.prefix != sys.base_prefix:
+        yield Path(sys.prefix) / ("Scripts" if os.name == "nt" else "bin")
+    import sysconfig
+
+    yield sysconfig.get_path("scripts")
+    yield sysconfig.get_path("scripts", f"{os.name}_user")
+    yield Path(sys.executable).parent
