@@ -44,11 +44,8 @@ BUSY_TIMEOUT = 5.0  # seconds a read waits for a writer, as the queue's own conn
 _FOLLOWS = r"the next run after ([0-9a-f]{12})"  # compiled by re once a series is walked
 SERIES_WALK_LIMIT = 1000
 
-
-
 # A claim's condition on a pending job: its series is not paused on its own.
 NOT_HELD = f"{SERIES_KEY} NOT IN (SELECT series FROM paused_series)"
-
 
 ENDED = (State.DONE, State.CANCELLED)  # counted in lane_counts by triggers, per lane
 
@@ -163,8 +160,8 @@ def recurring_series(db: sqlite3.Connection) -> list[SeriesRow]:
     Cheap however many jobs wait or finished jobs pile up: the heads come from an
     index of their own (schema.SERIES_LIVE), and each run names the run it follows
     in its first event (`the next run after <id>`), so the walk back to the newest
-    done run is a primary-key read per run that did not succeed. A run that was pruned was
-    done (prune deletes only done and cancelled runs): its successor's
+    done run is a primary-key read per run that did not succeed. A run that was
+    pruned was done (prune deletes only done and cancelled runs): its successor's
     creation, the moment it ended, stands for its success.
     """
     series: dict[tuple[str, str | None], SeriesRow] = {}

@@ -56,7 +56,8 @@ _CALENDARLESS_EVERY_RUN_ENDS = """CREATE TRIGGER recur AFTER UPDATE OF state ON 
 REQUIRING = "state = 'pending' AND json_extract(options, '$.require') IS NOT NULL"
 # A run of a series (every=, at= or cron=), and what ties a series' runs together: the
 # spooled script they share (a command's, its name). The series' indexes are made on
-# these words, and a query says them word for word to be read on one.
+# these words, and a query says them word for word to be read on one: new words need
+# a migration that makes those indexes again.
 REPEATS = ("(json_extract(options, '$.every') > 0 OR json_type(options, '$.at') IS NOT NULL "
            "OR json_type(options, '$.cron') IS NOT NULL)")
 SERIES_KEY = "coalesce(script, name)"
