@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 
 def sound_home(home: Home) -> Home:
     """The home, vetted (Home.ensure), once its queue file has read back whole and sound
-    (schema.verify: about 30 ms per 100,000 jobs): a command must never write on top of
-    a damaged page, nor do half its work and then meet one."""
+    (schema.verify: about 30 ms per 100,000 jobs, once a process for each state of the
+    file): a command must never write on top of a damaged page, nor do half its work
+    and then meet one."""
     from sloth_tray.store.schema import verify
 
     home.ensure()

@@ -190,6 +190,43 @@ def test_status_never_migrates_on_top_of_a_damaged_page(tmp_path):
     assert sorted(p.name for p in home.root.iterdir()) == before
 
 
+def test_a_process_reads_its_queue_file_whole_once_and_a_new_file_again(tmp_path,
+                                                                         monkeypatch):
+    """A process that lives on (the MCP server) reads its queue file whole once for each
+    state of it, not at every use: each tool call read a file of 100,000 jobs whole,
+    twice an add_job (28 ms each). A file written to since, or another put in its
+    place, is read whole again, and refused if damaged."""
+    home = locate(tmp_path / "home").ensure()
+    rows = tuple((f"{i:012x}", f"job-{i:04d}-" + "x" * 200, "pending", 0, None, "{}")
+                 for i in range(100))
+    queue_file_of_schema(home.db, SCHEMA_VERSION, rows=rows)
+    read_whole = []
+    real = schema._problems_in
+
+    def counted(path):
+        read_whole.append(path)
+        return real(path)
+
+    monkeypatch.setattr(schema, "_problems_in", counted)
+    for _ in range(3):
+        schema.verify(home.db)
+    assert len(read_whole) == 1
+    data = bytearray(home.db.read_bytes())
+    page_size = int.from_bytes(data[16:18], "big")
+    page = data.index(b"job-0050-") // page_size
+    data[page * page_size:(page + 1) * page_size] = random.Random(7).randbytes(page_size)
+    home.db.write_bytes(bytes(data))  # written to in place: the same inode
+    with pytest.raises(DatabaseProblem, match="damaged"):
+        schema.verify(home.db)
+    copy = home.db.with_name("restored")
+    copy.write_bytes(bytes(data))
+    copy.chmod(0o600)
+    os.replace(copy, home.db)  # another file put in its place
+    with pytest.raises(DatabaseProblem, match="damaged"):
+        schema.verify(home.db)
+    assert len(read_whole) == 3
+
+
 def _open_when_told(path, go, results) -> None:
     """In a child process: wait for the word, open the queue file, say how it went."""
     go.wait()
