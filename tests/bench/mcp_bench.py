@@ -74,6 +74,24 @@ class Wire:
         return result["structuredContent"]
 
 
+def add_round_trips(home: Path, env: dict[str, str], reaper: Any, adds: int,
+                    key: str = "bench") -> list[float]:
+    """`adds` add_job round trips, ms each, through a server of its own on `home`,
+    stopped after."""
+    wire = Wire(home, env)
+    reaper.add(wire.pid, wire.popen)
+    try:
+        wire.initialize()
+        times = []
+        for n in range(adds):
+            began = time.perf_counter()
+            wire.tool("add_job", {"command": ["true"], "key": f"{key}-{n}", "delay": "1h"})
+            times.append(1000 * (time.perf_counter() - began))
+        return times
+    finally:
+        reaper.stop(wire.pid)
+
+
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(int(share * len(ordered)), len(ordered) - 1)]
