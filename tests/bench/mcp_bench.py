@@ -82,14 +82,19 @@ def add_round_trips(home: Path, env: dict[str, str], reaper: Any, adds: int,
     reaper.add(wire.pid, wire.popen)
     try:
         wire.initialize()
-        times = []
-        for n in range(adds):
-            began = time.perf_counter()
-            wire.tool("add_job", {"command": ["true"], "key": f"{key}-{n}", "delay": "1h"})
-            times.append(1000 * (time.perf_counter() - began))
-        return times
+        return timed_adds(wire, adds, key)
     finally:
         reaper.stop(wire.pid)
+
+
+def timed_adds(wire: Wire, adds: int, key: str) -> list[float]:
+    """`adds` add_job round trips on `wire`, ms each: a command due in an hour, keyed."""
+    times = []
+    for n in range(adds):
+        began = time.perf_counter()
+        wire.tool("add_job", {"command": ["true"], "key": f"{key}-{n}", "delay": "1h"})
+        times.append(1000 * (time.perf_counter() - began))
+    return times
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -113,11 +118,7 @@ def measure(root: Path, reaper: Any, *, starts: int, adds: int) -> tuple[dict[st
     wire = Wire(home, env)
     reaper.add(wire.pid, wire.popen)
     wire.initialize()
-    times = []
-    for n in range(adds):
-        began = time.perf_counter()
-        wire.tool("add_job", {"command": ["true"], "key": f"bench-{n}", "delay": "1h"})
-        times.append(1000 * (time.perf_counter() - began))
+    times = timed_adds(wire, adds, "bench")
     later = wire.tool("add_job", {"command": ["true"], "key": "bench-wait", "delay": "1h"})
     wire.send("tools/call", {"name": "wait_job", "arguments": {"ids": [later["id"]],
                                                                "timeout_s": 55}})
