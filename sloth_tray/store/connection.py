@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Self
 
+from sloth_tray.store import schema
 from sloth_tray.store.schema import connect, translated_errors
 
 
@@ -39,7 +40,7 @@ class SharedConnection:
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            schema.close(self._db, self.path)  # its checkpoint keeps a sound file sound
 
     def __enter__(self) -> Self:
         return self

@@ -473,16 +473,16 @@ def verify(path: Path) -> None:
     daemon start and write on top of it.
 
     Once a process for each state of the file: one that lives on (the MCP server,
-    at each tool call) reads it whole again only once it was written to since (a
-    checkpoint, a file put in its place). Whole, a file takes about 30 ms per
-    100,000 jobs. Between, the file's changes are in its WAL, written by SQLite; a
-    page damaged with no write to the file is met as SQLite reads it, one sentence
-    then too."""
+    at each tool call) reads it whole again only once something else wrote to it
+    since (another process's checkpoint, damage written in place, a file put in its
+    place); the checkpoint its own last connection makes as it closes keeps a sound
+    file sound (close). Whole, a file takes about 30 ms per 100,000 jobs. Between,
+    the file's changes are in its WAL, written by SQLite; a page damaged with no
+    write to the file is met as SQLite reads it, one sentence then too."""
     if not path.exists() or path.stat().st_size == 0:
         return
     _vet_existing(path)
-    info = os.stat(path)
-    state = (info.st_dev, info.st_ino, info.st_ctime_ns)
+    state = _state_of(path)
     if state in _SOUND:
         return
     try:
@@ -499,7 +499,30 @@ def verify(path: Path) -> None:
     if problems != ["ok"]:
         raise DatabaseProblem(f"{path} is damaged ({problems[0]}); it was left as it is, "
                               "and sloth-tray will not start on top of it")
-    _SOUND.add(state)
+    if state is not None:  # (gone meanwhile: read whole at its next use)
+        _SOUND.add(state)
+
+
+def close(db: sqlite3.Connection, path: Path) -> None:
+    """Close a connection to the queue file at `path`. The last one to close copies its
+    WAL into the file (a checkpoint), which changes the file by SQLite's own hand: one
+    this process found sound just before is sound after, and not read whole again."""
+    before = _state_of(path)
+    db.close()
+    if before is not None and before in _SOUND:
+        after = _state_of(path)
+        if after is not None:
+            _SOUND.add(after)
+
+
+def _state_of(path: Path) -> tuple[int, int, int] | None:
+    """What tells one state of the file from another: its device, its inode and the
+    time of its last change; None when it is gone."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino, info.st_ctime_ns)
 
 
 def _problems_in(path: Path) -> list[str]:

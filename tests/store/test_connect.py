@@ -227,6 +227,28 @@ def test_a_process_reads_its_queue_file_whole_once_and_a_new_file_again(tmp_path
     assert len(read_whole) == 3
 
 
+def test_a_file_this_process_wrote_and_closed_is_not_read_whole_again(tmp_path, monkeypatch):
+    """The last connection to close copies the WAL into the file (a checkpoint): the
+    file changes, by SQLite's own hand. A file found sound stays so: the MCP server,
+    with no app holding the queue open, read it whole again after each add_job."""
+    from sloth_tray.store.queue import Queue
+
+    home = locate(tmp_path / "home").ensure()
+    Queue(home.db).close()
+    read_whole = []
+    real = schema._problems_in
+    monkeypatch.setattr(schema, "_problems_in", lambda path: read_whole.append(path)
+                        or real(path))
+    schema.verify(home.db)
+    changed = os.stat(home.db).st_ctime_ns
+    for n in range(3):
+        with Queue(home.db) as queue:
+            queue.push(f"job-{n}")
+        schema.verify(home.db)
+    assert os.stat(home.db).st_ctime_ns != changed  # the closes wrote to the file
+    assert len(read_whole) == 1
+
+
 def _open_when_told(path, go, results) -> None:
     """In a child process: wait for the word, open the queue file, say how it went."""
     go.wait()
