@@ -680,7 +680,7 @@ class Engine:
                 snapshot, self._next_overdue = snapshots.read(
                     self.queue, running, self._unmet(), problem=self._problem,
                     stopped=stopped)
-                self._read_took = max(time.monotonic() - self._published_at, 0.0)
+                self._read_took = time.monotonic() - self._published_at
                 self._paused = snapshot.paused
             except SlothError as exc:
                 snapshot = snapshots.without_queue(running, paused=self._paused,

@@ -376,12 +376,11 @@ SCALE_ROUNDS = 10  # turns each size takes at its claims and reads, interleaved
 def measure_scale(sizes: tuple[int, ...], settings: Settings,
                   base: str | None) -> list[dict[str, Any]]:
     """Claim, status() and the tray's snapshot latencies with `sizes` done jobs in the
-    table, a file each,
-    all filled first and then timed in turns (SCALE_ROUNDS of them, the first size
-    moving each turn): what the disk and the machine do meanwhile falls on every size
-    alike, so the growth from the smallest is the table's own, not the minutes'. A
-    claim at FULL waits for the disk, whose noise from one minute to the next is
-    larger than the growth being measured."""
+    table, a file each, all filled first and then timed in turns (SCALE_ROUNDS of
+    them, the first size moving each turn): what the disk and the machine do meanwhile
+    falls on every size alike, so the growth from the smallest is the table's own, not
+    the minutes'. A claim at FULL waits for the disk, whose noise from one minute to the
+    next is larger than the growth being measured."""
     with temp_dir(base) as tmp:
         paths = {done: Path(tmp) / f"scale-{done}.db" for done in sizes}
         results = {done: {"done": done, "claim_us": {}, "claim_runs_us": {}} for done in sizes}

@@ -791,9 +791,8 @@ def test_the_next_run_is_prepared_while_the_one_before_runs(home, tmp_path, monk
     ran, and its run prepared then, once: the spawn follows the commit at once. It runs
     as its row says, under the token the claim stored."""
     queue = Queue(home.db)
-    started, go, out = tmp_path / "started", tmp_path / "go", tmp_path / "out"
-    first = push_script(queue, home, "first.sh",
-                        f"touch {started}; while [ ! -e {go} ]; do sleep 0.02; done")
+    go, out = tmp_path / "go", tmp_path / "out"
+    first = push_script(queue, home, "first.sh", until(go))
     second = said_by_its_run(queue, home, "second", out)
     prepared = prepared_runs(monkeypatch, lambda: not go.exists())
     engine = Engine(queue, home)
@@ -814,9 +813,8 @@ def test_a_wrong_guess_at_the_next_job_is_never_what_runs(home, tmp_path, monkey
     which runs prepared as itself (its id, its attempt, the token its row holds), and
     the run prepared for the guess is never spawned."""
     queue, other = Queue(home.db), Queue(home.db)
-    started, go = tmp_path / "started", tmp_path / "go"
-    push_script(queue, home, "first.sh",
-                f"touch {started}; while [ ! -e {go} ]; do sleep 0.02; done")
+    go = tmp_path / "go"
+    push_script(queue, home, "first.sh", until(go))
     guessed = said_by_its_run(queue, home, "guessed", tmp_path / "guessed.out")
     taken = said_by_its_run(queue, home, "taken", tmp_path / "taken.out")
     prepared = prepared_runs(monkeypatch, lambda: not go.exists())
