@@ -11,7 +11,6 @@ import os
 import re
 from collections import namedtuple
 from collections.abc import Mapping
-from pathlib import Path
 
 from sloth_tray import limits
 from sloth_tray.errors import SlothError
@@ -21,11 +20,13 @@ TYPE_CHECKING = False  # as the standard library does: typing itself is not impo
 if TYPE_CHECKING:
     from typing import Any
 
+    Place = str | os.PathLike[str]  # a Path, or text (a look imports no pathlib: paths.py)
+
 CONFIG_ENV = "SLOTH_TRAY_CONFIG"
 
 
-def default_path() -> Path:
-    return user_dir("config") / "config.toml"
+def default_path() -> str:
+    return os.path.join(user_dir("config"), "config.toml")
 
 
 def _flag(value: Any) -> bool:
@@ -34,10 +35,10 @@ def _flag(value: Any) -> bool:
     return value
 
 
-def _folder(value: Any) -> Path:
+def _folder(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError("a folder, as a quoted path such as \"~/sloth-jobs\"")
-    return Path(value).expanduser()
+    return os.path.expanduser(value)
 
 
 class Key(namedtuple("Key", ["parse", "default", "help", "limit"], defaults=(None,))):
@@ -91,7 +92,7 @@ class Settings:
     __slots__ = ("values", "sources", "path", "texts")
 
     def __init__(self, values: dict[str, Any] | None = None,
-                 sources: dict[str, str] | None = None, path: Path | None = None,
+                 sources: dict[str, str] | None = None, path: Place | None = None,
                  texts: dict[str, str] | None = None) -> None:
         self.values = dict(values or {})
         self.sources = dict(sources or {})
@@ -113,17 +114,17 @@ class Settings:
         return value_text(key, self.values.get(key))
 
 
-def load(path: Path | None = None, *, env: Mapping[str, str] = os.environ,
+def load(path: Place | None = None, *, env: Mapping[str, str] = os.environ,
          flags: Mapping[str, Any] | None = None) -> Settings:
     """The effective settings; `flags` are the command line's, None where not given."""
-    path = path or (Path(env[CONFIG_ENV]) if env.get(CONFIG_ENV) else default_path())
+    path = path or env.get(CONFIG_ENV) or default_path()
     values = {key: spec.default for key, spec in KEYS.items()}
     sources = dict.fromkeys(KEYS, "default")
     texts: dict[str, str] = {}
     for key, value in _read(path, texts).items():
         values[key], sources[key] = value, f"file {path}"
     if env.get(JOBS_ENV):
-        values["jobs_dir"], sources["jobs_dir"] = Path(env[JOBS_ENV]).expanduser(), \
+        values["jobs_dir"], sources["jobs_dir"] = os.path.expanduser(env[JOBS_ENV]), \
             f"env {JOBS_ENV}"
     for key, value in (flags or {}).items():
         if value is not None:
@@ -134,11 +135,12 @@ def load(path: Path | None = None, *, env: Mapping[str, str] = os.environ,
     return Settings(values, sources, path, texts)
 
 
-def _read(path: Path, texts: dict[str, str] | None = None) -> dict[str, Any]:
+def _read(path: Place, texts: dict[str, str] | None = None) -> dict[str, Any]:
     """The settings config.toml at `path` holds (none when there is no file); `texts`
     gets the words each was written in (a number written bare: its short form)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
     except FileNotFoundError:
         return {}
     except (OSError, UnicodeDecodeError) as exc:
@@ -176,7 +178,7 @@ _BARE_AMOUNT = r"""\s*["']?([A-Za-z0-9_-]+)["']?\s*=\s*([0-9][0-9_.]*[A-Za-z]+)\
 _TOML_LINE = r"\(at line ([0-9]+), column [0-9]+\)"
 
 
-def _unquoted(path: Path, text: str, exc: Exception) -> str | None:
+def _unquoted(path: Place, text: str, exc: Exception) -> str | None:
     """The sentence for the common mistake TOML only calls a syntax error: a duration
     or a size not in quotes (one its key takes once quoted), on the line the TOML error
     names; None for any other."""
@@ -198,7 +200,7 @@ def _unquoted(path: Path, text: str, exc: Exception) -> str | None:
             f'{key} = "{value}"')
 
 
-def _overlong_number(path: Path, text: str) -> str:
+def _overlong_number(path: Place, text: str) -> str:
     """The sentence for a number too long to read, naming its line and key if it can."""
     for number, line in enumerate(text.splitlines(), start=1):
         if re.search(r"[0-9_]{1000,}", line):

@@ -14,12 +14,11 @@ What is said of a run no app will finish (`after_a_crash`) lives here as well.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 LINUX_LOCKS = "/proc/locks"  # every lock the kernel holds, by device and inode
 
 
-def held(lock: Path) -> bool:
+def held(lock: str | os.PathLike[str]) -> bool:
     """True while a process holds the lock file `lock` (an app or `sloth-tray work`
     runs on its home); False when nobody does, or there is no lock file."""
     try:
@@ -40,7 +39,7 @@ def held(lock: Path) -> bool:
     return pid is not None and _alive(pid)  # elsewhere: the pid its holder wrote, alive
 
 
-def pid_in(lock: Path) -> int | None:
+def pid_in(lock: str | os.PathLike[str]) -> int | None:
     """The pid the holder wrote in the lock file (emptied as it lets go), or None."""
     return holder_said(_lock_text(lock) or b"")[0]
 
@@ -52,7 +51,7 @@ def holder_text(pid: int) -> str:
     return f"{pid}\n" if start is None else f"{pid}\n{start}\n"
 
 
-def _lock_text(lock: Path) -> bytes | None:
+def _lock_text(lock: str | os.PathLike[str]) -> bytes | None:
     """What the lock file says, or None when it cannot be read."""
     try:
         with open(lock, "rb") as file:
@@ -110,7 +109,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _locked_on_windows(lock: Path) -> bool:
+def _locked_on_windows(lock: str | os.PathLike[str]) -> bool:
     """Windows locks are mandatory: the holder's locked byte cannot be read by anyone
     else. (Nothing is taken: a read, not a lock.)"""
     try:

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
 
 from sloth_tray.errors import SlothError
+
+TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
+if TYPE_CHECKING:
+    Place = str | os.PathLike[str]  # a Path, or text (a look imports no pathlib: paths.py)
 
 # Owners and modes mean this on POSIX; Windows guards a user's folders with ACLs.
 POSIX = os.name == "posix"
@@ -78,14 +81,14 @@ def problem(info: os.stat_result) -> str | None:
     return None
 
 
-def check_opened(path: Path, info: os.stat_result) -> None:
+def check_opened(path: Place, info: os.stat_result) -> None:
     """Refuse a file already opened (its fstat), when someone else owns it or could write it."""
     why = problem(info)
     if why:
         raise UnsafePath(f"{path} {why}; {REFUSED}")
 
 
-def read_only(path: Path) -> bool:
+def read_only(path: Place) -> bool:
     """Whether `path` is on a file system mounted read-only (False where that cannot be
     told: no statvfs on Windows, or nothing there)."""
     try:
@@ -94,14 +97,14 @@ def read_only(path: Path) -> bool:
         return False
 
 
-def refuse_if_read_only(path: Path, what: str) -> None:
+def refuse_if_read_only(path: Place, what: str) -> None:
     """For a folder about to be written in: a read-only file system, said as such."""
     if read_only(path):
         raise SlothError(f"{what} {path} is on a read-only file system; sloth-tray can only "
                          "read it there (status, list, show, log)")
 
 
-def link_target(path: Path) -> str:
+def link_target(path: Place) -> str:
     """Where the link at `path` points, for a sentence; "somewhere else" if unreadable."""
     try:
         return os.readlink(path)
@@ -109,11 +112,11 @@ def link_target(path: Path) -> str:
         return "somewhere else"
 
 
-def _link_refusal(path: Path) -> UnsafePath:
+def _link_refusal(path: Place) -> UnsafePath:
     return UnsafePath(f"{path} is a symbolic link (to {link_target(path)}); {NOT_FOLLOWED}")
 
 
-def refuse_if_link(path: Path) -> None:
+def refuse_if_link(path: Place) -> None:
     """For an open(O_NOFOLLOW) that failed: say so in one sentence if a link was the cause."""
     try:
         if stat.S_ISLNK(os.lstat(path).st_mode):
@@ -122,7 +125,7 @@ def refuse_if_link(path: Path) -> None:
         pass
 
 
-def own_entry(path: Path, *, folder: bool) -> bool:
+def own_entry(path: Place, *, folder: bool) -> bool:
     """Refuse `path` (never following a link) unless it is the user's own, writable by nobody
     else, and of the right kind. False when it does not exist."""
     try:
@@ -141,12 +144,12 @@ def own_entry(path: Path, *, folder: bool) -> bool:
     return True
 
 
-def own_folder(path: Path) -> None:
+def own_folder(path: Place) -> None:
     """The user's own folder at `path`: made private (0700) when missing, else checked."""
     if own_entry(path, folder=True):
         return
     try:
-        path.mkdir(mode=0o700)
+        os.mkdir(path, 0o700)
     except FileExistsError:
         pass  # made meanwhile: checked below like any other
     except OSError as exc:
@@ -154,7 +157,7 @@ def own_folder(path: Path) -> None:
     own_entry(path, folder=True)
 
 
-def home_folder(path: Path) -> None:
+def home_folder(path: Place) -> None:
     """Home itself may be the user's own link to the user's own folder (home on another
     disk, say), but a link someone else made, or one to someone else's folder, is refused."""
     try:
@@ -170,7 +173,7 @@ def home_folder(path: Path) -> None:
     if POSIX and info.st_uid != os.geteuid():
         raise UnsafePath(f"{path} is a symbolic link owned by user {user_name(info.st_uid)}, "
                          f"not you; {NOT_FOLLOWED}")
-    target = Path(os.path.realpath(path))
+    target = os.path.realpath(path)
     try:
         target_info = os.stat(target)
     except OSError:
@@ -182,12 +185,12 @@ def home_folder(path: Path) -> None:
         raise UnsafePath(f"{path} leads to {target}, which {why}; {REFUSED}")
 
 
-def jobs_folder(path: Path) -> None:
+def jobs_folder(path: Place) -> None:
     """The watched folder: made when missing; it must be the user's, and the user must be
     able to list it and move drops out of it. (A link to it is fine: only files dropped
     in it are read, each one checked when it is taken.)"""
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.makedirs(path, 0o700, exist_ok=True)
     except FileExistsError:
         raise SlothError(f"the jobs folder {path} exists but is not a folder") from None
     except OSError as exc:

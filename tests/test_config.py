@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -22,11 +23,11 @@ def test_defaults_then_file_then_env_then_flag(tmp_path):
     settings = config.load(path, env={}, flags={})
     assert settings["lease"] == 120 and settings["max_attempts"] == 3
     assert settings["log_cap"] == 1024 * 1024 and settings["notifications"] is False
-    assert settings["timeout"] == 600 and settings["jobs_dir"].name == "drop"
+    assert settings["timeout"] == 600 and Path(settings["jobs_dir"]).name == "drop"
     assert settings.sources["lease"] == f"file {path}"
     env = {"SLOTH_TRAY_JOBS": str(tmp_path / "from-env")}
     settings = config.load(path, env=env, flags={"lease": 5.0, "jobs_dir": None})
-    assert settings["jobs_dir"] == tmp_path / "from-env"
+    assert Path(settings["jobs_dir"]) == tmp_path / "from-env"
     assert settings.sources["jobs_dir"] == "env SLOTH_TRAY_JOBS"
     assert (settings["lease"], settings.sources["lease"]) == (5.0, "flag")
     assert settings.sources["max_attempts"] == f"file {path}"

@@ -297,3 +297,61 @@ def test_in_a_virtual_environment_the_app_finds_its_command_without_sysconfig():
     folder, loaded_sysconfig = done.stdout.split()
     assert folder == str(Path(sysconfig.get_path("scripts")).absolute())
     assert loaded_sysconfig == "False"
+
+
+# pathlib brings urllib.parse and ipaddress (about 3 ms), contextlib half a millisecond:
+# a third of what a look costs on top of a bare interpreter. A look's home is text.
+LOOK_NEVER = ("pathlib", "urllib", "urllib.parse", "ipaddress", "fnmatch", "contextlib")
+CHECKOUT = str(Path(__file__).resolve().parent.parent)
+
+
+def loaded_alone(*args: str) -> set[str]:
+    """The modules the command loads itself: run without site (-S), as the checkout's
+    package, since an editable install's finder, which site runs at every start of its
+    interpreter, imports pathlib before any command does."""
+    script = ("import sys; sys.path.insert(0, sys.argv.pop(1))\n"
+              "sys.argv = ['sloth-tray', *sys.argv[1:]]\n"
+              "from sloth_tray.cli import main\n"
+              "try:\n    code = main()\nexcept SystemExit as end:\n    code = end.code\n"
+              "print(code, ' '.join(sorted(sys.modules)), file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-S", "-c", script, CHECKOUT, *args],
+                          capture_output=True, text=True, timeout=60)
+    code, _, modules = done.stderr.strip().splitlines()[-1].partition(" ")
+    assert code == "0", (args, done.stderr)
+    return set(modules.split())
+
+
+def test_every_look_reads_its_home_as_text_without_pathlib(tmp_path):
+    """The looks a person types (compare.py times each against a bare interpreter) work
+    on their home's paths as text: none loads pathlib, the URL modules it brings, or
+    contextlib, on a home whose app ran a job that left a log and a schedule."""
+    from sloth_tray.paths import locate
+    from sloth_tray.store.queue import Queue
+
+    home = locate(tmp_path / "home").ensure()
+    with Queue(home.db) as queue:
+        ran = queue.push("ran")
+        queue.claim("test")
+        queue.complete(ran, "test", "fine")
+        queue.push("hourly", options={"every": 3600.0})
+        queue.push("waits", options={"require": "ac"})
+        queue.set_unmet({"ac"})
+    logs = home.job_logs(ran, "ran")
+    logs.mkdir(parents=True)
+    (logs / "1.log").write_text("output\n")
+    at = ["--home", str(home.root)]
+    for line in (["status", "--json"], ["status"], ["list"], ["list", "--json"],
+                 ["list", "--state", "done"], ["show", ran], ["show", "ran", "--json"],
+                 ["log", ran], ["schedules"], ["schedules", "--json"], ["paths"],
+                 ["paths", "--json"], ["config"], ["config", "--json"]):
+        for words in ([*line, *at], [*at, *line]):
+            modules = loaded_alone(*words)
+            assert "sloth_tray.paths" in modules, words
+            assert sorted(m for m in LOOK_NEVER if m in modules) == [], words
+
+
+def test_a_look_on_a_home_never_made_loads_no_pathlib_either(tmp_path):
+    """No home yet: `status` says so, and still reads its (absent) home as text."""
+    modules = loaded_alone("status", "--json", "--home", str(tmp_path / "none"))
+    assert sorted(m for m in LOOK_NEVER if m in modules) == []
+

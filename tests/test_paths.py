@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
-from sloth_tray.paths import LOG_NAME_CHARACTERS, Home, log_folder_name
+from sloth_tray.paths import LOG_NAME_CHARACTERS, Home, locate, log_folder_name
 
 ID = "0123456789ab"
 
@@ -56,5 +59,38 @@ def test_the_default_home_and_config_are_where_platformdirs_puts_them(tmp_path, 
         monkeypatch.setenv("XDG_DATA_HOME", xdg)
         monkeypatch.setenv("XDG_CONFIG_HOME", xdg + "/conf" if xdg else xdg)
     assert locate().root == Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
-    assert config.default_path() == Path(
+    assert Path(config.default_path()) == Path(
         platformdirs.user_config_dir(APP_NAME, appauthor=False)) / "config.toml"
+
+
+@pytest.mark.skipif(os.name != "posix", reason="elsewhere absolute() is pathlib's own")
+@given(st.lists(st.sampled_from(["", ".", "..", "~", "a", "b c", "é", "x.d", "-"]),
+                max_size=6),
+       st.sampled_from(["", "/", "//", "///"]), st.booleans())
+def test_a_place_as_text_is_written_as_pathlib_writes_it(parts, lead, tilde):
+    """A look's home as text (absolute) is the very text a Path of it gives: the same
+    folder named the same way in every sentence, `paths`, and the autostart entry."""
+    from sloth_tray.paths import absolute
+
+    place = ("~/" if tilde else lead) + "/".join(parts)
+    assume(place)
+    assert absolute(place) == str(Path(place).expanduser().absolute())
+
+
+def test_a_home_located_as_text_names_the_places_its_paths_name(tmp_path, monkeypatch):
+    """`locate(..., text=True)` (a look's) and `locate()` (every other command's) are one
+    home: each place the same text, one in str, the other in Path."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "jobs").mkdir()
+    for home, jobs in (("./h/", None), ("h//x/..", "jobs/."), (str(tmp_path / "h"), None)):
+        (tmp_path / "h" / "x").mkdir(parents=True, exist_ok=True)
+        as_text, as_paths = locate(home, jobs, env={}, text=True), locate(home, jobs, env={})
+        assert isinstance(as_text.root, str) and isinstance(as_paths.root, Path)
+        for place in ("root", "jobs", "db", "spool", "logs", "doorbell", "lock",
+                      "own_folders", "own_files"):
+            text, path = getattr(as_text, place), getattr(as_paths, place)
+            assert str(text) == str(path) if not isinstance(text, tuple) else \
+                [str(p) for p in text] == [str(p) for p in path], place
+        assert as_text.lane_folder("work") == str(as_paths.lane_folder("work"))
+        assert as_text.job_logs("0123456789ab", "n") == str(as_paths.job_logs("0123456789ab",
+                                                                              "n"))

@@ -70,7 +70,7 @@ def app_location(home: Home, settings: Settings) -> dict[str, Path]:
     where = {"home": home.root}
     if settings.sources.get("jobs_dir", "default").startswith(("env", "flag")):
         where["jobs"] = home.jobs
-    if settings.path is not None and Path(settings.path) != default_config_path():
+    if settings.path is not None and Path(settings.path) != Path(default_config_path()):
         where["config"] = Path(settings.path)
     return where
 

@@ -3,10 +3,8 @@ and Ctrl-C into 130."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-from pathlib import Path
 
 from sloth_tray.cli import glance
 from sloth_tray.cli.common import (
@@ -33,7 +31,7 @@ def load_settings(args: argparse.Namespace) -> config.Settings:
     from sloth_tray import config
 
     flag = vars(args).get
-    return config.load(Path(flag("config")) if flag("config") else None, flags={
+    return config.load(flag("config") or None, flags={
         "jobs_dir": flag("jobs_dir"), "lease": flag("lease"),
         "notifications": False if flag("no_notifications") else None})
 
@@ -48,8 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `sloth-tray list | head -1`: the reader has what it wanted. Stop quietly with
         # the status of a tool stopped by SIGPIPE; stdout goes to devnull so that
         # Python's own flush at exit does not complain either.
-        with contextlib.suppress(OSError, ValueError):
+        try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
         return BROKEN_PIPE_STATUS
 
 
@@ -104,7 +104,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
         args.settings = load_settings(args)
         home = locate(getattr(args, "home", None), args.settings["jobs_dir"],
-                      jobs_source=args.settings.sources.get("jobs_dir"))
+                      jobs_source=args.settings.sources.get("jobs_dir"),
+                      text=is_a_look(args))
         with interrupted_at_once(args.command not in (*DAEMONS, *WAITING)):
             return command_named(args.command)(args, home)
     except SlothError as exc:
@@ -166,8 +167,7 @@ def _step_name_forgotten(line: Sequence[str]) -> bool:
     return flags[:1] != ["--"]
 
 
-@contextlib.contextmanager
-def interrupted_at_once(one_shot: bool):
+class interrupted_at_once:  # lower case: used as the function it was
     """Ctrl-C ends a one-shot command at once, as it ends any C tool.
 
     Python turns it into KeyboardInterrupt wherever the interpreter happens to
@@ -175,21 +175,43 @@ def interrupted_at_once(one_shot: bool):
     the code that gives it back: an `add` waiting on a locked queue then hung
     for good. A one-shot command has nothing to clean up: each write is one
     SQLite transaction, and `add` copies where no start would queue it.
+
+    A class, not a generator: importing contextlib costs a look half a millisecond.
     """
-    # The C module signal wraps: signal's enums cost a glance a twentieth of its time.
+
+    __slots__ = ("one_shot", "previous")
+
+    def __init__(self, one_shot: bool) -> None:
+        self.one_shot, self.previous = one_shot, None
+
+    def __enter__(self) -> None:
+        if not self.one_shot:
+            return
+        signal = _signals()
+        try:
+            self.previous = signal.signal(signal.SIGINT, signal.SIG_DFL)
+        except ValueError:  # not the main thread (main() called from a thread): leave it be
+            pass
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            signal = _signals()
+            signal.signal(signal.SIGINT, self.previous)
+
+
+def _signals():
+    """The C module signal wraps: signal's enums cost a glance a twentieth of its time."""
     try:
         import _signal as signal
     except ImportError:  # an interpreter without it
         import signal
-    previous = None
-    if one_shot:
-        try:
-            previous = signal.signal(signal.SIGINT, signal.SIG_DFL)
-        except ValueError:  # not the main thread (main() called from a thread): leave it be
-            pass
-    try:
-        yield
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+    return signal
 
+
+# The commands that only look, given their home as text: they import no pathlib
+# (paths.py). `log -f` follows the log with the daemon's own watch, in Paths.
+LOOKS = ("status", "list", "show", "log", "paths", "config", "schedules")
+
+
+def is_a_look(args: argparse.Namespace) -> bool:
+    return args.command in LOOKS and not getattr(args, "follow", False)

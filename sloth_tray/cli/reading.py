@@ -4,6 +4,7 @@ home that does not exist they make nothing and say there is no queue there yet."
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -21,7 +22,6 @@ TYPE_CHECKING = False  # as the standard library does: typing itself is not impo
 if TYPE_CHECKING:
     import argparse
     import sqlite3
-    from pathlib import Path
     from typing import Any, BinaryIO
 
     from sloth_tray.store.queue import Queue
@@ -35,7 +35,7 @@ def cmd_paths(args: argparse.Namespace, home: Home) -> int:
         emit_json({key: str(path) for key, path in places.items()})
     else:
         print(table([(key, str(path)) for key, path in places.items()]))
-    if not home.db.exists():  # where they will be: nothing is made by looking
+    if not os.path.exists(home.db):  # where they will be: nothing is made by looking
         no_queue_here(home)
     return 0
 
@@ -283,7 +283,7 @@ def cmd_show(args: argparse.Namespace, home: Home) -> int:
         ("options", " ".join(option_text(k, v) for k, v in sorted(job.options.items())) or "-"),
         ("last error", job.last_error or "-"), ("result", job.result or "-"),
         ("created", f"{clock_time(job.created_at)} ({relative(job.created_at, now)})"),
-        ("logs", str(logs) if logs.exists() else f"{logs} (none yet)"),
+        ("logs", str(logs) if os.path.exists(logs) else f"{logs} (none yet)"),
     ]
     print(table(fields))
     print("\nhistory")
@@ -413,11 +413,11 @@ def cmd_config(args: argparse.Namespace, home: Home) -> int:
                                 for key, value in shown.items()}})
     else:
         print(f"config file: {printable(settings.path)}"
-              + ("" if settings.path.exists() else " (none yet)"))
+              + ("" if os.path.exists(settings.path) else " (none yet)"))
         print(f"home:        {printable(home.root)}\n")
         print(table([("SETTING", "VALUE", "FROM")] + [
             (key, "-" if texts[key] is None else texts[key], sources[key]) for key in shown]))
-    if not home.db.exists():
+    if not os.path.exists(home.db):
         no_queue_here(home)
     return 0
 
@@ -522,7 +522,7 @@ def _refuse_a_run_not_there(job: Job, run: int | None, *, follow: bool) -> None:
                             "it has no log yet"))
 
 
-def read_new(path: Path, offset: int, out: BinaryIO) -> int:
+def read_new(path: str | os.PathLike[str], offset: int, out: BinaryIO) -> int:
     """Copy what `path` holds past `offset` to the binary stream `out`: the new offset.
     A file not there (yet) holds nothing."""
     try:

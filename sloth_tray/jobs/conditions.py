@@ -16,8 +16,7 @@ service nor a probe) stays holding: such jobs must never wait forever.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
@@ -130,23 +129,24 @@ class Conditions:
             unmet = self._unmet_now()
         self._tell(unmet)
 
-    @contextlib.contextmanager
-    def reading(self) -> Iterator[None]:
+    def reading(self) -> _OneLook:
         """Several conditions read as one look (a probe of two, a service's properties,
         the first look at all of them): listeners hear its outcome once, never a
         moment of it ("not met: network, unmetered" while the network is being read)."""
+        return _OneLook(self)
+
+    def _look_begins(self) -> None:
         with self._lock:
             if not self._batches:
                 self._before = self._unmet_now()
             self._batches += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._batches -= 1
-                before, unmet = self._before, self._unmet_now()
-            if not self._batches and unmet != before:  # the outermost look is whole
-                self._tell(unmet)
+
+    def _look_ends(self) -> None:
+        with self._lock:
+            self._batches -= 1
+            before, unmet = self._before, self._unmet_now()
+        if not self._batches and unmet != before:  # the outermost look is whole
+            self._tell(unmet)
 
     def _unmet_now(self) -> frozenset[str]:
         return frozenset(name for name, holds in self._holds.items() if not holds)
@@ -189,3 +189,19 @@ class Conditions:
                     readings = {}
                 for name in names:
                     self.set(name, readings.get(name) is not False)
+
+
+class _OneLook:
+    """`with conditions.reading():`. A class, not a generator: importing contextlib
+    costs `list`, which reads this module's names, half a millisecond."""
+
+    __slots__ = ("conditions",)
+
+    def __init__(self, conditions: Conditions) -> None:
+        self.conditions = conditions
+
+    def __enter__(self) -> None:
+        self.conditions._look_begins()
+
+    def __exit__(self, *exc: object) -> None:
+        self.conditions._look_ends()

@@ -18,7 +18,6 @@ import re
 import sqlite3
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from sloth_tray.errors import SlothError, UnknownJob
 from sloth_tray.paths import Home
@@ -34,6 +33,7 @@ from sloth_tray.store.states import State
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
+    import os
     from typing import Any
 
     # What a series is read as, in overdue.Series' order.
@@ -291,7 +291,7 @@ def find_job(db: sqlite3.Connection, given: str) -> str:
                      "of the job you mean")
 
 
-def reader(path: Path) -> sqlite3.Connection:
+def reader(path: str | os.PathLike[str]) -> sqlite3.Connection:
     """A connection that cannot write (query_only), for reads beside a Queue's."""
     return connect(path, BUSY_TIMEOUT, query_only=True)
 

@@ -15,12 +15,15 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from pathlib import Path
 
 from sloth_tray import safety
 from sloth_tray.errors import DatabaseProblem
 from sloth_tray.paths import DB_SIDES
 from sloth_tray.store import lanes, steps
+
+TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
+if TYPE_CHECKING:
+    Place = str | os.PathLike[str]  # a Path, or text (a look imports no pathlib: paths.py)
 
 # Marks the file as ours (PRAGMA application_id): "SLTH".
 APPLICATION_ID = 0x534C5448
@@ -253,7 +256,35 @@ SCHEMA_VERSION = len(MIGRATIONS)
 MIN_DATABASE_BYTES = 512  # the smallest page SQLite writes: a real queue is never shorter
 
 
-def prepare_file(path: Path) -> None:
+def beside(path: Place, side: str) -> str:
+    """The file SQLite keeps beside the queue file: `queue.db-wal` for "-wal"."""
+    return os.fspath(path) + side
+
+
+def absolute(path: Place) -> str:
+    """`path` from the root, its `..` left for the kernel to follow (a link may stand
+    before one), as Path.absolute() leaves them."""
+    return os.path.join(os.getcwd(), os.fspath(path))
+
+
+# What a file: URI may hold as it is (RFC 3986's unreserved characters and the slash);
+# every other byte is written %XX, as urllib.parse.quote writes it.
+_AS_IT_IS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~/")
+
+
+def file_uri(path: Place) -> str:
+    """The file: URI SQLite opens the file at `path` by, its options still to come (`?`).
+    Written here, not with urllib.parse or pathlib: a look that reads the file whole
+    would pay for their imports (a sixth of its time; paths.py)."""
+    place = absolute(path)
+    if os.name == "nt":  # C:\\a\\b as /C:/a/b, SQLite's form for a drive
+        place = "/" + place.replace("\\", "/")
+    quoted = "".join(chr(byte) if byte in _AS_IT_IS else f"%{byte:02X}"
+                     for byte in os.fsencode(place))
+    return f"file:{quoted}"
+
+
+def prepare_file(path: Place) -> None:
     """Create the database file 0600 (SQLite would use the umask), or vet an existing one.
 
     Never opens an existing file itself: closing any descriptor of a file drops
@@ -276,18 +307,17 @@ def prepare_file(path: Path) -> None:
         raise DatabaseProblem(f"cannot create the queue at {path}: permission denied") from None
     os.close(fd)  # the file is new: no connection can hold locks on it yet
     for side in DB_SIDES:  # left by an earlier database of that name
-        safety.own_entry(path.with_name(path.name + side), folder=False)
+        safety.own_entry(beside(path, side), folder=False)
 
 
-def _vet_existing(path: Path) -> None:
+def _vet_existing(path: Place) -> None:
     """Refuse a database someone else owns or could write (its jobs run as the user), a
     link to some other file, and one with such a -wal or -shm beside it: SQLite reads
     those as part of the database. Only lstat: nothing is opened (see prepare_file).
 
     SQLite may take a file too short to hold its header for an empty database
     and write over it; such a file is damaged, and refused."""
-    for checked in (path, *(path.with_name(path.name + side)
-                            for side in DB_SIDES)):
+    for checked in (path, *(beside(path, side) for side in DB_SIDES)):
         safety.own_entry(checked, folder=False)
     size = os.lstat(path).st_size
     if 0 < size < MIN_DATABASE_BYTES:
@@ -297,7 +327,7 @@ def _vet_existing(path: Path) -> None:
         )
 
 
-def identify(db: sqlite3.Connection, path: Path) -> int:
+def identify(db: sqlite3.Connection, path: Place) -> int:
     """The file's schema version (0: a new, empty file), after refusing a file written
     by a newer sloth-tray or by another program. Only reads: a file that is not ours
     must come out exactly as it went in."""
@@ -323,7 +353,7 @@ def identify(db: sqlite3.Connection, path: Path) -> int:
     return version
 
 
-def connect(path: Path, busy_timeout: float, *, synchronous: str = "FULL",
+def connect(path: Place, busy_timeout: float, *, synchronous: str = "FULL",
             query_only: bool = False, check_same_thread: bool = True) -> sqlite3.Connection:
     """A connection to the queue file at the current schema, in autocommit (the caller
     says BEGIN and COMMIT): the file made 0600 or vetted (prepare_file), identified
@@ -333,7 +363,7 @@ def connect(path: Path, busy_timeout: float, *, synchronous: str = "FULL",
     query_only: for readers (`status`), whose callers never checked the file whole:
     it is read whole first (verify) if a migration is to write to it, and the
     connection returned cannot write (PRAGMA query_only)."""
-    if safety.read_only(path.parent):
+    if safety.read_only(os.path.dirname(absolute(path))):
         return _connect_read_only(path, busy_timeout, check_same_thread)
     prepare_file(path)
     try:
@@ -358,7 +388,7 @@ def connect(path: Path, busy_timeout: float, *, synchronous: str = "FULL",
     return db
 
 
-def _connect_read_only(path: Path, busy_timeout: float,
+def _connect_read_only(path: Place, busy_timeout: float,
                        check_same_thread: bool) -> sqlite3.Connection:
     """The queue on a read-only file system: read as it is, never made, switched or
     migrated. With a -wal beside it (left by a process that died), SQLite reads both
@@ -368,11 +398,8 @@ def _connect_read_only(path: Path, busy_timeout: float,
         raise DatabaseProblem(f"cannot create the queue at {path}: it is on a read-only "
                               "file system")
     _vet_existing(path)
-    import urllib.parse  # here: only a read-only home pays for it
-
-    whole = not os.path.lexists(path.with_name(path.name + "-wal"))
-    uri = (f"file:{urllib.parse.quote(os.fspath(path.absolute()))}?mode=ro"
-           + ("&immutable=1" if whole else ""))
+    whole = not os.path.lexists(beside(path, "-wal"))
+    uri = file_uri(path) + "?mode=ro" + ("&immutable=1" if whole else "")
     try:
         db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=busy_timeout,
                              check_same_thread=check_same_thread)
@@ -391,7 +418,7 @@ def _connect_read_only(path: Path, busy_timeout: float,
     return db
 
 
-def _switch_to_wal(db: sqlite3.Connection, path: Path, busy_timeout: float) -> None:
+def _switch_to_wal(db: sqlite3.Connection, path: Place, busy_timeout: float) -> None:
     """PRAGMA journal_mode = WAL, waiting as long as any other statement would. SQLite
     answers a switch that meets another connection's lock (a second process opening a
     new file at the same moment) with busy at once, without its busy handler: so the
@@ -437,7 +464,7 @@ class translated_errors:  # lower case: called as the function it once was
 
     __slots__ = ("path", "busy_timeout")
 
-    def __init__(self, path: Path, busy_timeout: float) -> None:
+    def __init__(self, path: Place, busy_timeout: float) -> None:
         self.path, self.busy_timeout = path, busy_timeout
 
     def __enter__(self) -> None:
@@ -466,7 +493,7 @@ class translated_errors:  # lower case: called as the function it once was
 _SOUND: set[tuple[int, int, int]] = set()
 
 
-def verify(path: Path) -> None:
+def verify(path: Place) -> None:
     """Read the whole database once, read-only (PRAGMA quick_check), and refuse it
     if any page is damaged. For start-up, before any connection of this process
     is open: a damaged page that start-up happens not to read must not let the
@@ -479,7 +506,7 @@ def verify(path: Path) -> None:
     file sound (close). Whole, a file takes about 30 ms per 100,000 jobs. Between,
     the file's changes are in its WAL, written by SQLite; a page damaged with no
     write to the file is met as SQLite reads it, one sentence then too."""
-    if not path.exists() or path.stat().st_size == 0:
+    if not os.path.exists(path) or os.stat(path).st_size == 0:
         return
     _vet_existing(path)
     state = _state_of(path)
@@ -503,7 +530,7 @@ def verify(path: Path) -> None:
         _SOUND.add(state)
 
 
-def close(db: sqlite3.Connection, path: Path) -> None:
+def close(db: sqlite3.Connection, path: Place) -> None:
     """Close a connection to the queue file at `path`. The last one to close copies its
     WAL into the file (a checkpoint), which changes the file by SQLite's own hand: one
     this process found sound just before is sound after, and not read whole again."""
@@ -515,7 +542,7 @@ def close(db: sqlite3.Connection, path: Path) -> None:
             _SOUND.add(after)
 
 
-def _state_of(path: Path) -> tuple[int, int, int] | None:
+def _state_of(path: Place) -> tuple[int, int, int] | None:
     """What tells one state of the file from another: its device, its inode and the
     time of its last change; None when it is gone."""
     try:
@@ -525,13 +552,12 @@ def _state_of(path: Path) -> tuple[int, int, int] | None:
     return (info.st_dev, info.st_ino, info.st_ctime_ns)
 
 
-def _problems_in(path: Path) -> list[str]:
+def _problems_in(path: Place) -> list[str]:
     """PRAGMA quick_check's lines for the file (["ok"]: none), read without writing."""
     # immutable: no -wal/-shm is created for a file that has none; with a WAL left
     # by a crash, read-only mode reads it too and still writes nothing.
-    wal = path.with_name(path.name + "-wal")
-    flags = "mode=ro" if wal.exists() else "mode=ro&immutable=1"
-    db = sqlite3.connect(f"{path.absolute().as_uri()}?{flags}", uri=True, timeout=5)
+    flags = "mode=ro" if os.path.exists(beside(path, "-wal")) else "mode=ro&immutable=1"
+    db = sqlite3.connect(f"{file_uri(path)}?{flags}", uri=True, timeout=5)
     try:
         return [row[0] for row in db.execute("PRAGMA quick_check")]
     finally:

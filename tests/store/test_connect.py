@@ -290,3 +290,38 @@ def test_processes_opening_a_new_queue_file_at_the_same_moment_all_get_it(tmp_pa
         with contextlib.closing(connect(path, 5.0)) as db:
             assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert problems == []
+
+
+# Characters a file: URI gives a meaning to (`?` starts the options, `#` a fragment, `%`
+# an escape), a space, non-ASCII, and what a shell or a URL would make something of.
+URI_MEANINGFUL = "a %3F?#é [x]&=+;,'"
+
+
+def test_a_queue_whose_path_has_uri_characters_is_read_whole_where_it_is(tmp_path):
+    """`list` reads the file whole (schema.verify) through a file: URI it writes itself:
+    at a home named with URI characters it reads that very file, sound, then damaged."""
+    import subprocess
+    import sys
+
+    from sloth_tray.store.queue import Queue
+
+    folder = tmp_path / URI_MEANINGFUL
+    folder.mkdir()
+    home = locate(folder / "home").ensure()
+    with Queue(home.db) as queue:
+        for n in range(100):
+            queue.push(f"job-{n:04d}-" + "x" * 200)
+    listed = subprocess.run([sys.executable, "-m", "sloth_tray", "list", "--json", "--home",
+                             str(home.root)], capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert '"job-0099-' in listed.stdout
+    schema.verify(home.db)  # sound, at its own path
+    data = bytearray(home.db.read_bytes())
+    page_size = int.from_bytes(data[16:18], "big")
+    page = data.index(b"job-0050-") // page_size
+    data[page * page_size:(page + 1) * page_size] = random.Random(7).randbytes(page_size)
+    home.db.write_bytes(bytes(data))
+    schema._SOUND.clear()
+    with pytest.raises(DatabaseProblem, match="is damaged"):
+        schema.verify(home.db)
+    assert home.db.read_bytes() == bytes(data)
