@@ -12,13 +12,14 @@ import re
 from collections import namedtuple
 from collections.abc import Mapping
 
-from sloth_tray import limits
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import JOBS_ENV, user_dir
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
     from typing import Any
+
+    from sloth_tray import limits
 
     Place = str | os.PathLike[str]  # a Path, or text (a look imports no pathlib: paths.py)
 
@@ -41,24 +42,39 @@ def _folder(value: Any) -> str:
     return os.path.expanduser(value)
 
 
-class Key(namedtuple("Key", ["parse", "default", "help", "limit"], defaults=(None,))):
+class Key(namedtuple("Key", ["parse", "default", "help", "limit_name"], defaults=(None,))):
     """One setting: `parse` turns the file's value into it (raising ValueError that says
     what is accepted); `limit` is a number's range, shared with headers and flags."""
 
     __slots__ = ()
 
+    @property
+    def limit(self) -> limits.Limit | None:
+        """The range in limits.py, loaded once asked for: a look with no config file
+        and no number on its line needs none (2% of a glance's instructions)."""
+        if self.limit_name is None:
+            return None
+        from sloth_tray import limits
 
-def _number(limit: limits.Limit, default: Any, help: str) -> Key:
-    return Key(limit.convert, default, help, limit)
+        return getattr(limits, self.limit_name)
+
+
+def _number(limit_name: str, default: Any, help: str) -> Key:
+    def parse(value: Any) -> Any:
+        from sloth_tray import limits
+
+        return getattr(limits, limit_name).convert(value)
+
+    return Key(parse, default, help, limit_name)
 
 
 KEYS: dict[str, Key] = {
     "jobs_dir": Key(_folder, None, "the watched jobs folder (default: <home>/jobs)"),
-    "lease": _number(limits.LEASE, 60.0, "how long a job's lease lasts between heartbeats"),
-    "max_attempts": _number(limits.ATTEMPTS, 5, "tries before a job is failed for good"),
-    "timeout": _number(limits.TIMEOUT, None,
+    "lease": _number("LEASE", 60.0, "how long a job's lease lasts between heartbeats"),
+    "max_attempts": _number("ATTEMPTS", 5, "tries before a job is failed for good"),
+    "timeout": _number("TIMEOUT", None,
                        "the longest a job may run, unless its header says"),
-    "log_cap": _number(limits.LOG_CAP, 10 * 1024 * 1024, "the most output kept per attempt"),
+    "log_cap": _number("LOG_CAP", 10 * 1024 * 1024, "the most output kept per attempt"),
     "notifications": Key(_flag, True, "a desktop notification when a job fails for good"),
     "notify_lane_emptied": Key(_flag, False,
                                "a notification when a lane is done with a burst of jobs"),
@@ -77,9 +93,13 @@ def value_text(key: str, value: Any) -> str | None:
     if isinstance(value, bool):
         return "true" if value else "false"
     limit = KEYS[key].limit if key in KEYS else None
-    if limit is not None and limit.kind == limits.Kind.DURATION:
+    if limit is None:
+        return str(value)
+    from sloth_tray import limits
+
+    if limit.kind == limits.Kind.DURATION:
         return limits.compact_duration(value)
-    if limit is not None and limit.kind == limits.Kind.SIZE:
+    if limit.kind == limits.Kind.SIZE:
         return "1 byte" if value == 1 else limits._compact_size(int(value))
     return str(value)
 

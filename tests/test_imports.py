@@ -355,3 +355,21 @@ def test_a_look_on_a_home_never_made_loads_no_pathlib_either(tmp_path):
     modules = loaded_alone("status", "--json", "--home", str(tmp_path / "none"))
     assert sorted(m for m in LOOK_NEVER if m in modules) == []
 
+
+
+def test_status_loads_no_other_looks_code_and_no_limits(tmp_path):
+    """`status` is the look typed most (and a shell job's steps pay its start): it loads
+    its own module, not the other looks' (cli/reading.py), and reads no number against
+    a limit, so limits.py stays unloaded too, on a home whose app ran a job."""
+    from sloth_tray.paths import locate
+    from sloth_tray.store.queue import Queue
+
+    home = locate(tmp_path / "home").ensure()
+    with Queue(home.db) as queue:
+        queue.push("waits")
+    for line in (["status", "--json"], ["status"], ["--home", str(home.root), "status"]):
+        modules = loaded_alone(*line, *([] if line[0] == "--home" else
+                                        ["--home", str(home.root)]))
+        assert "sloth_tray.cli.status" in modules, line
+        assert sorted(m for m in ("sloth_tray.cli.reading", "sloth_tray.limits",
+                                  "sloth_tray.store.access") if m in modules) == [], line

@@ -6,7 +6,8 @@ not load the daemon, the tray, the desktop, or argparse for a plain line
 (tests/test_imports.py keeps it so).
 
 common: what every command shares (the registry, the shapes of output) · glance: a
-plain command line read without argparse · reading: the commands that only read ·
+plain command line read without argparse · status: the glance · reading: the other
+commands that only read ·
 changing: those that change the queue · daemons: run and work · step: `step` inside a
 job · parser: the grammar · entry: main().
 """

@@ -30,7 +30,7 @@ COMMANDS: dict[str, Command] = {}  # filled by @command as the command modules l
 # glance pays for no other command's imports. The three a job calls (`step`, `sleep`,
 # `ask`) take no home and are called by entry.py itself.
 MODULES = {
-    "paths": "reading", "status": "reading", "list": "reading", "schedules": "reading",
+    "paths": "reading", "status": "status", "list": "reading", "schedules": "reading",
     "show": "reading", "config": "reading", "wait": "reading", "log": "reading",
     "retry": "changing", "cancel": "changing", "run-now": "changing", "pause": "changing",
     "resume": "changing", "add": "changing", "answer": "changing",

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from sloth_tray import __version__, limits
+from sloth_tray import __version__
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from typing import Any
+
+    from sloth_tray.limits import Limit
 
 # The options every command takes (parser.add_common): absent unless given.
 COMMON = {"--home": "home", "--config": "config", "--jobs-dir": "jobs_dir"}
@@ -42,10 +44,19 @@ def _reasons(text: str) -> str | None:
     return text if text in {reason.value for reason in Reason} else None
 
 
-def _count(limit: limits.Limit) -> Callable[[str], Any]:
+def limit_named(name: str) -> Limit:
+    """The limit of that name in limits.py, loaded once a value is read against it: a
+    plain `status` reads none (its import is 2% of a glance's instructions)."""
+    from sloth_tray import limits
+
+    return getattr(limits, name)
+
+
+def _count(limit: str) -> Callable[[str], Any]:
+    """A value read against the limit named `limit` (`"LEASE"`)."""
     def read(text: str) -> Any:
         try:
-            return limit.convert(text)
+            return limit_named(limit).convert(text)
         except ValueError:
             return None
     return read
@@ -72,18 +83,18 @@ FORMS = {
     "schedules": Form(JSON | {"--all": "all"}, {"--lane": ("lane", _lane)}),
     "list": Form(JSON | {"--all-runs": "all_runs"},
                  {"--state": ("state", _states), "--reason": ("reason", _reasons),
-                  "--limit": ("limit", _count(limits.LIST_LIMIT)), "--lane": ("lane", _lane)},
+                  "--limit": ("limit", _count("LIST_LIMIT")), "--lane": ("lane", _lane)},
                  defaults={"limit": 50}),
     "show": Form(JSON, {"--step": ("step", None),
-                        "--occurrence": ("occurrence", _count(limits.OCCURRENCE))},
+                        "--occurrence": ("occurrence", _count("OCCURRENCE"))},
                  positionals=("id",)),
     "log": Form({"-f": "follow", "--follow": "follow"},
-                {"--run": ("run", _count(limits.OCCURRENCE))}, positionals=("id",)),
+                {"--run": ("run", _count("OCCURRENCE"))}, positionals=("id",)),
     # The app itself: login starts it as `sloth-tray --home DIR`, and it would keep
     # argparse's modules in memory for as long as it runs.
     "run": Form({"--headless": "headless", "--no-notifications": "no_notifications"},
-                {"--lease": ("lease", _count(limits.LEASE))}),
-    "work": Form({"--once": "once"}, {"--lease": ("lease", _count(limits.LEASE))}),
+                {"--lease": ("lease", _count("LEASE"))}),
+    "work": Form({"--once": "once"}, {"--lease": ("lease", _count("LEASE"))}),
 }
 APP = "run"  # what a line with no command starts
 
@@ -162,14 +173,14 @@ def _step(line: Sequence[str]) -> SimpleNamespace | None:
                            backoff=None, timeout=None, step_command=list(line[3:]))
 
 
-# A step's options that take a value: (their limit, metavar, help). Given after NAME
-# they reach step_options, not argparse (COMMAND's words follow).
+# A step's options that take a value: (their limit's name, metavar, help). Given after
+# NAME they reach step_options, not argparse (COMMAND's words follow).
 STEP_VALUED = {
-    "--retries": (limits.RETRIES, "N", "a failing COMMAND is tried again, in this run, up "
+    "--retries": ("RETRIES", "N", "a failing COMMAND is tried again, in this run, up "
                                        "to N more times"),
-    "--backoff": (limits.BACKOFF, "D", "the longest wait between tries: they wait 1s, 2s, "
+    "--backoff": ("BACKOFF", "D", "the longest wait between tries: they wait 1s, 2s, "
                                        "4s..., at most D (default 60s)"),
-    "--timeout": (limits.TIMEOUT, "D", "a try running longer has COMMAND's process group "
+    "--timeout": ("TIMEOUT", "D", "a try running longer has COMMAND's process group "
                                        "stopped (SIGTERM, then SIGKILL), and failed"),
 }
 
@@ -191,7 +202,7 @@ def step_options(words: list[str], found: dict[str, Any]) -> list[str]:
             value, words = words[1], words[2:]
         else:
             words = words[1:]
-        limit = STEP_VALUED[flag][0]
+        limit = limit_named(STEP_VALUED[flag][0])
         try:
             found[flag[2:]] = limit.convert(value)
         except ValueError:

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 
 from sloth_tray import __version__, limits
-from sloth_tray.cli.glance import STEP_VALUED
+from sloth_tray.cli.glance import STEP_VALUED, limit_named
 from sloth_tray.store.states import Reason, State
 from sloth_tray.text import printable
 
@@ -272,7 +272,7 @@ def build_parser(only: str | None = None, *, listing: bool = False
     p.add_argument("--ask", action="store_true",
                    help="if the run ends while it runs, ask before running it again")
     for flag, how in STEP_VALUED.items():
-        p.add_argument(flag, type=how[0].argument, metavar=how[1], help=how[2])
+        p.add_argument(flag, type=limit_named(how[0]).argument, metavar=how[1], help=how[2])
     p.add_argument("step_command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARG...]",
                    help="the command (after --)")
     _add_waits(add)
