@@ -73,7 +73,8 @@ What it measures (progress goes to stderr, the report to stdout):
    home its app runs on, installed as a person installs it (user_install.py: a wheel of
    this tree in a venv of its own, its console script), vs that venv's bare `python -c
    "import sqlite3, json"` and vs `tsp -l`,
-   interleaved, median of 21 runs each. Goal: sloth-tray at most 1.3 x the bare one.
+   interleaved, median of 41 runs each; each ratio is the median of the rounds' own
+   (a round runs every command once). Goal: sloth-tray at most 1.3 x the bare one.
    Interleaved with them, every other read-only command a person types (status, list,
    show, log, schedules, paths; the home after the command and before it), each a whole
    process on the same home, after a job with steps and output: the slowest one's row.
@@ -97,7 +98,7 @@ What it measures (progress goes to stderr, the report to stdout):
 8. Steps, in a run holding its job's lease with no daemon (the job pushed and claimed
    with a run token on a Queue of the bench's, the run's environment as the runner sets
    it): run 1 records steps, run 2 (the job released and claimed again, as after a quit)
-   finds them done. Whole processes, interleaved, median of 21 runs each (3 with
+   finds them done. Whole processes, interleaved, median of 41 runs each (3 with
    --smoke): `sloth-tray step NAME -- true` skipped, vs `sloth-tray status --json` on the
    same home (goal: at most 1.3 x); the same for a NAME never run, vs `true` alone (goal:
    the step adds at most as much, 1.3 `status --json`). In this process, with the run's
@@ -199,7 +200,7 @@ class Mode:
     settle: float = 5.0  # seconds every idle subject gets after it is ready, before the window
     sub_window: float = 10.0  # seconds per idle sample; the figures are medians over these
     repeats: int = 3  # drops per idle length and system
-    cli_runs: int = 21  # whole-process runs per command, interleaved; the figure is the median
+    cli_runs: int = 41  # whole-process runs per command, interleaved; the figure is the median
     step_calls: int = 500  # sloth_step.step() calls in one process, each kind; median
     burst_rounds: int = 1  # sloth bursts, each on a daemon of its own; the figure is the median
     only: tuple[str, ...] = ()  # the sections to run (empty: every one)
@@ -1016,18 +1017,32 @@ def measure_cli(mode: Mode, root: Path, reaper: Reaper, tsp: str | None) -> dict
         reaper.stop(server)
     reaper.stop(app.popen.pid)
     medians = {name: median(values) for name, values in times.items()}
-    ratio = medians["sloth"] / medians["bare"]
-    slowest = max((name for name in medians if name.startswith("look: ")), key=medians.get)
-    looks_ratio = medians[slowest] / medians["bare"]
+    # Each command against the bare interpreter of the same round, the pair's ratio, then
+    # the median of those: the machine's pace drifts from minute to minute by more than
+    # the gap measured, and a round's commands run within a second of each other.
+    over_bare = {name: round_ratios(times[name], times["bare"]) for name in names
+                 if name != "bare"}
+    ratio = median(over_bare["sloth"])
+    slowest = max((name for name in medians if name.startswith("look: ")),
+                  key=lambda name: median(over_bare[name]))
+    looks_ratio = median(over_bare[slowest])
     log("  " + ", ".join(f"{name} {value:.1f} ms" for name, value in medians.items())
         + f"; sloth/bare {ratio:.2f}, slowest look/bare {looks_ratio:.2f}")
     return {"runs": mode.cli_runs, "commands": {name: c for name, (c, _) in commands.items()},
             "installed": "a wheel of this tree in a venv of its own (user_install.py)",
-            "runs_ms": times, "median_ms": medians, "sloth_over_bare": ratio,
+            "runs_ms": times, "median_ms": medians,
+            "over_bare": {name: {"median": median(values), "spread": spread(values)}
+                          for name, values in over_bare.items()},
+            "sloth_over_bare": ratio,
             "goal_sloth_over_bare": CLI_GOAL, "goal_met": ratio <= CLI_GOAL,
             "slowest_look": slowest.removeprefix("look: "),
             "slowest_look_over_bare": looks_ratio, "goal_look_over_bare": LOOKS_GOAL,
             "looks_goal_met": looks_ratio <= LOOKS_GOAL}
+
+
+def round_ratios(values: list[float], bare: list[float]) -> list[float]:
+    """A command's time over the bare interpreter's in each round, round by round."""
+    return [value / base for value, base in zip(values, bare, strict=True)]
 
 
 def read_only_commands(app: Sloth) -> dict[str, list[str]]:
@@ -1631,8 +1646,9 @@ def cli_rows(cli: dict[str, Any], absent: dict[str, str]) -> list[Row]:
     medians, runs = cli["median_ms"], cli["runs_ms"]
     verdict = "met" if cli["goal_met"] else "NOT met"
     return [Row("cli", MEASURE_CLI, "ms", medians["sloth"], "bare interpreter", medians["bare"],
-                "lower", f"sloth/bare {cli['sloth_over_bare']:.2f}x "
-                f"(goal <= {cli['goal_sloth_over_bare']:g}x: {verdict})",
+                "lower", f"sloth/bare {cli['sloth_over_bare']:.2f}x"
+                f"{ratio_spread(cli, 'sloth')} (goal <= {cli['goal_sloth_over_bare']:g}x: "
+                f"{verdict})",
                 runs=runs["sloth"], peer_runs=runs["bare"]),
             peer_row(Row("cli", MEASURE_CLI, "ms", medians["sloth"], "tsp -l", better="lower",
                          runs=runs["sloth"]),
@@ -1640,10 +1656,19 @@ def cli_rows(cli: dict[str, Any], absent: dict[str, str]) -> list[Row]:
             Row("cli", MEASURE_LOOKS, "ms", medians[f"look: {cli['slowest_look']}"],
                 "bare interpreter", medians["bare"], "lower",
                 f"slowest: `{cli['slowest_look']}`, sloth/bare "
-                f"{cli['slowest_look_over_bare']:.2f}x (goal <= "
+                f"{cli['slowest_look_over_bare']:.2f}x"
+                f"{ratio_spread(cli, 'look: ' + cli['slowest_look'])} (goal <= "
                 f"{cli['goal_look_over_bare']:g}x: "
                 f"{'met' if cli['looks_goal_met'] else 'NOT met'})",
                 runs=runs[f"look: {cli['slowest_look']}"], peer_runs=runs["bare"])]
+
+
+def ratio_spread(cli: dict[str, Any], name: str) -> str:
+    """`, rounds' IQR 1.21-1.37x`: how stable a command's ratio to the bare one is."""
+    found = cli.get("over_bare", {}).get(name, {}).get("spread")
+    if not found:
+        return ""
+    return f", rounds' IQR {found['q1']:.2f}-{found['q3']:.2f}x"
 
 
 def burst_measure(count: int) -> str:
@@ -2041,9 +2066,10 @@ def report(results: dict[str, Any], rows: list[Row]) -> str:
 def cli_note(cli: dict[str, Any]) -> str:
     tsp = " vs `tsp -l` on an empty private server" if "tsp" in cli["median_ms"] else ""
     return (f"- cli: whole-process wall time, median of {cli['runs']} interleaved runs each, "
-            "output read through pipes: `python -m sloth_tray status --json --home H` on a "
-            "home its app runs on, after a job with steps and output, vs `python -c "
-            f"\"import sqlite3, json\"`, the same interpreter with the same site-packages{tsp}; "
+            "output read through pipes: `sloth-tray status --json --home H`, installed from a "
+            "wheel of this tree into a venv of its own (user_install.py), on a home its app "
+            "runs on, after a job with steps and output, vs that venv's `python -c "
+            f"\"import sqlite3, json\"`{tsp}; each ratio is the median of the rounds' own; "
             "every other read-only command, interleaved with them: "
             + ", ".join(f"`{name.removeprefix('look: ')}` {ms:.1f} ms"
                         for name, ms in cli["median_ms"].items() if name.startswith("look: ")))
