@@ -373,3 +373,25 @@ def test_status_loads_no_other_looks_code_and_no_limits(tmp_path):
         assert "sloth_tray.cli.status" in modules, line
         assert sorted(m for m in ("sloth_tray.cli.reading", "sloth_tray.limits",
                                   "sloth_tray.store.access") if m in modules) == [], line
+
+
+def test_list_and_log_read_no_number_against_a_limit(tmp_path):
+    """`list` and `log` show no option's number (`show` does, as a header says it), so
+    they leave limits.py unloaded."""
+    from sloth_tray.paths import locate
+    from sloth_tray.store.queue import Queue
+
+    home = locate(tmp_path / "home").ensure()
+    with Queue(home.db) as queue:
+        ran = queue.push("ran", options={"timeout": 90.0})
+        queue.claim("test")
+        queue.complete(ran, "test", "fine")
+    logs = home.job_logs(ran, "ran")
+    logs.mkdir(parents=True)
+    (logs / "1.log").write_text("output\n")
+    for line in (["list"], ["list", "--json"], ["log", ran]):
+        modules = loaded_alone(*line, "--home", str(home.root))
+        assert "sloth_tray.limits" not in modules, line
+    shown = subprocess.run([sys.executable, "-m", "sloth_tray", "show", ran, "--home",
+                            str(home.root)], capture_output=True, text=True, timeout=60)
+    assert "timeout=90s" in shown.stdout, shown.stdout  # as a header says it

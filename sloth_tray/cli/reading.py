@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-from sloth_tray import config, limits
+from sloth_tray import config
 from sloth_tray.cli.common import command, emit_json, in_lane, no_queue_here, table, when
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home
@@ -298,18 +298,20 @@ def _print_step_output(step: dict[str, Any]) -> int:
     return 0
 
 
-# A job's options that hold seconds: shown as a header says them (every=1h, not 3600.0).
-DURATION_OPTIONS = {limit.key for limit in (limits.TIMEOUT, limits.DELAY, limits.LEASE,
-                                            limits.EVERY, limits.GRACE, limits.WINDOW)}
+# A job's options that hold seconds, by their limit's name in limits.py: shown as a
+# header says them (every=1h, not 3600.0).
+DURATION_OPTIONS = ("TIMEOUT", "DELAY", "LEASE", "EVERY", "GRACE", "WINDOW")
 
 
 def option_text(key: str, value: object) -> str:
     """key=value as a header would say it; `scheduled`, the series' clock, as a time."""
     if isinstance(value, int | float) and not isinstance(value, bool):
-        if key in DURATION_OPTIONS:
-            return f"{key}={limits.compact_duration(value)}"
         if key == "scheduled":
             return f"{key}={clock_time(value)}"
+        from sloth_tray import limits  # here: `list` and `log` show no option's number
+
+        if key in {getattr(limits, name).key for name in DURATION_OPTIONS}:
+            return f"{key}={limits.compact_duration(value)}"
     return f"{key}={value}"
 
 
