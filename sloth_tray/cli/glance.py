@@ -177,11 +177,11 @@ def _step(line: Sequence[str]) -> SimpleNamespace | None:
 # NAME they reach step_options, not argparse (COMMAND's words follow).
 STEP_VALUED = {
     "--retries": ("RETRIES", "N", "a failing COMMAND is tried again, in this run, up "
-                                       "to N more times"),
+                                  "to N more times"),
     "--backoff": ("BACKOFF", "D", "the longest wait between tries: they wait 1s, 2s, "
-                                       "4s..., at most D (default 60s)"),
+                                  "4s..., at most D (default 60s)"),
     "--timeout": ("TIMEOUT", "D", "a try running longer has COMMAND's process group "
-                                       "stopped (SIGTERM, then SIGKILL), and failed"),
+                                  "stopped (SIGTERM, then SIGKILL), and failed"),
 }
 
 
