@@ -563,3 +563,39 @@ def test_a_jobs_folder_another_user_makes_again_after_its_removal_never_runs_the
         assert queue.get(job.id).last_error == "refused: not owned by you"
         assert "claimed" not in [e.kind for e in queue.history(job.id)]  # never run
     assert not ran.exists() and daemon.poll() is None
+
+
+def bad_homes(base: Path) -> dict[str, list[str]]:
+    """Homes and jobs folders every command refuses, each as the options that name it."""
+    good = base / "good"
+    good.mkdir()
+    writable = base / "writable"
+    writable.mkdir()
+    writable.chmod(0o777)
+    a_file = base / "a-file"
+    a_file.write_text("")
+    places = {"home writable by others": ["--home", str(writable)],
+              "home a file": ["--home", str(a_file)],
+              "home under a missing folder": ["--home", str(base / "missing" / "home")],
+              "jobs the root": ["--home", str(good), "--jobs-dir", "/"],
+              "jobs the home": ["--home", str(good), "--jobs-dir", str(good)],
+              "jobs in the spool": ["--home", str(good), "--jobs-dir", str(good / "spool" / "x")],
+              "jobs holding the home": ["--home", str(good), "--jobs-dir", str(base)]}
+    if ROOT:
+        others = base / "others"
+        others.mkdir()
+        os.chown(others, *other_ids())
+        places["home another user's"] = ["--home", str(others)]
+    return places
+
+
+def test_a_look_refuses_a_bad_home_in_the_words_a_change_does(tmp_path):
+    """A look gets its home as text and every other command as Paths (paths.py): both
+    refuse the same homes with the same sentence, exit 1, and make nothing."""
+    for why, where in bad_homes(tmp_path).items():
+        before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+        looked, changed = sloth(*where, "status"), sloth(*where, "add", "--", "true")
+        assert looked.returncode == changed.returncode == 1, (why, looked, changed)
+        assert looked.stderr == changed.stderr, why
+        assert looked.stderr.startswith("sloth-tray: ") and looked.stderr.count("\n") == 1, why
+        assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before, why
