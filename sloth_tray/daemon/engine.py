@@ -359,7 +359,11 @@ class Engine:
         """
         self.recovered_at = self.queue.clock()
         if procs.FINDS_RUNS_BY_ENVIRONMENT:
-            killed = procs.kill_runs_of(self.home.root)
+            runs = procs.kill_runs_of(self.home.root)
+            killed = sum(len(found) for found in runs.values())
+            # A run found here started, though the app may have died before noting
+            # it: its attempt counts when its job is reclaimed.
+            self.queue.found_started({token: min(found) for token, found in runs.items()})
         else:
             killed = sum(procs.kill_orphan(job.child)
                          for state in (State.RUNNING, State.CANCELLED, State.PENDING)

@@ -233,25 +233,35 @@ def handed_out_since(pid: int, first: int, last: int) -> bool:
     return pid >= first or pid <= last
 
 
+def _kill(pid: int) -> bool:
+    """SIGKILL to `pid`; whether it was there to get it."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def _kill_all(pids: Iterator[int]) -> int:
-    killed = 0
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-            killed += 1
-        except ProcessLookupError:
-            pass
-    return killed
+    return sum(_kill(pid) for pid in pids)
 
 
-def kill_runs_of(home: Path) -> int:
+def kill_runs_of(home: Path) -> dict[str, list[int]]:
     """Linux: kill every process that any run of this home started (each carries
     a run token and the home in its environment). Only for start-up, under the
-    home's instance lock, when none of them can still be supervised."""
+    home's instance lock, when none of them can still be supervised.
+
+    The pids killed, by their run's token: a run found so had started, whatever its
+    job's row says (the app may have died between the spawn and its `started` note)."""
     marker = f"SLOTH_HOME={home}".encode()
-    token = f"{RUN_TOKEN_ENV}=".encode()
-    return _kill_all(pid for pid, environ in _environments()
-                     if marker in environ and any(e.startswith(token) for e in environ))
+    prefix = f"{RUN_TOKEN_ENV}=".encode()
+    found: dict[str, list[int]] = {}
+    for pid, environ in _environments():
+        token = next((entry[len(prefix):] for entry in environ if entry.startswith(prefix)),
+                     None)
+        if token is not None and marker in environ and _kill(pid):
+            found.setdefault(os.fsdecode(token), []).append(pid)
+    return found
 
 
 def kill_strays(token: str, since: int | None = None) -> int:

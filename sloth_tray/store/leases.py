@@ -1,7 +1,8 @@
 """A running job's lease in the queue's file, kept: renewed by its owner (`heartbeat`),
-its run's process noted (`started`), and every lease ended at once by the one process
-that holds the home (`expire_all`). Each is one owner-checked UPDATE (`owned_update`):
-a write from a worker that lost its lease changes nothing.
+its run's process noted (`started`, or `found_started` by the start after a crash),
+and every lease ended at once by the one process that holds the home (`expire_all`).
+Each but the start's is one owner-checked UPDATE (`owned_update`): a write from a
+worker that lost its lease changes nothing.
 
 Functions of an open connection, called by Queue inside its own transactions (Queue
 is the only writer); how a lease ends lives in ends.py.
@@ -49,6 +50,19 @@ def started(db: sqlite3.Connection, job_id: str, owner: str, child: dict[str, An
     event = ("started", f"pid {child['pid']}") if "pid" in child else None
     return owned_update(db, job_id, owner, now, "child = :child", event,
                         child=json.dumps(child))
+
+
+def found_started(db: sqlite3.Connection, token: str, pid: int, now: float) -> bool:
+    """The running job whose run under `token` a start found a process of (`pid`),
+    its `started` note never written (the app died between the spawn and that note):
+    its pid noted, with the `started` event, so its reclaim counts the attempt."""
+    history, params = rows.history(("started", f"pid {pid}, found by the next start"))
+    return db.execute(
+        f"UPDATE jobs SET child = json_set(child, '$.pid', :pid), {history} "
+        "WHERE state = 'running' AND json_extract(child, '$.token') = :token "
+        "AND json_extract(child, '$.pid') IS NULL",
+        {"pid": pid, "token": token, "now": now, **params},
+    ).rowcount == 1
 
 
 def holds_run(db: sqlite3.Connection, job_id: str, owner: str, token: str) -> bool:

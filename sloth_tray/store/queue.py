@@ -300,6 +300,18 @@ class Queue(SharedConnection):
         if not changed:
             raise UnknownJob(job_id)
 
+    def found_started(self, runs: dict[str, int]) -> int:
+        """The runs a start found processes of ({token: a pid}), each its job's run
+        still marked running: noted as started where the app that ran them died
+        before noting it, so each reclaim counts the attempt. How many were noted.
+
+        Only for the one process that holds the home's instance lock."""
+        if not runs:
+            return 0
+        now = self.clock()
+        with self._transaction() as db:
+            return sum(leases.found_started(db, token, pid, now) for token, pid in runs.items())
+
     def expire_leases(self) -> int:
         """End every running lease now, so the next claims reclaim those jobs.
 

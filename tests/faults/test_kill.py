@@ -216,3 +216,36 @@ def test_kill_9_with_two_lanes_running_reclaims_each_job_once_and_leaves_no_orph
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_a_run_found_running_after_a_crash_counts_its_attempt_though_started_was_never_noted(
+        tmp_path, pids):
+    """The app died between a run's spawn and its `started` note: the row holds the
+    run's token and no pid. The next start finds the run's process by its token and
+    stops it: that run started, so its job is reclaimed with its attempt counted (and
+    a history that says so), never given back as a run that "never started"."""
+    from sloth_tray.daemon.procs import RUN_TOKEN_ENV
+    from sloth_tray.store.queue import Queue
+
+    home = locate(tmp_path / "home").ensure()
+    tag, token = new_tag(), "crashed-run-token"
+    source = tmp_path / "once.sh"
+    source.write_text(f'echo "$SLOTH_ATTEMPT" >> {tmp_path / "effects"}\n')
+    added = subprocess.run([*CLI, "add", str(source), "--home", str(home.root)],
+                           capture_output=True, text=True, env=env_with(tag), timeout=60)
+    assert added.returncode == 0, added.stderr
+    job_id = added.stdout.strip()
+    with Queue(home.db) as queue:  # claimed as the engine claims, by an app that died
+        assert queue.claim("gone:1", token=token).id == job_id
+    # Its script's process, spawned before the app died, still there.
+    leftover = pids.popen(["sleep", "300"], env={**env_with(tag), RUN_TOKEN_ENV: token,
+                                                  "SLOTH_HOME": str(home.root)})
+    start_daemon(pids, home, tag, tmp_path / "app.log")
+    wait_for(lambda: leftover.poll() is not None, what="the crashed run's process to be stopped")
+    wait_for(lambda: jobs_with_history(home.db)[job_id][0].state == State.DONE,
+             what="the job to run again and end")
+    job, kinds = jobs_with_history(home.db)[job_id]
+    assert job.attempts == 2, kinds
+    assert kinds[:4] == ["pushed", "claimed", "started", "reclaimed"], kinds
+    assert "released" not in kinds, kinds
+    assert (tmp_path / "effects").read_text().split() == ["2"]
