@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 APP_NAME = "sloth-tray"
 HOME_ENV = "SLOTH_TRAY_HOME"
 JOBS_ENV = "SLOTH_TRAY_JOBS"
+DB_NAME = "queue.db"
 DB_SIDES = ("-wal", "-shm", "-journal")
 NUL_IN_PATH = "holds a NUL character, which no file name can hold"
 
@@ -50,7 +51,7 @@ class Home(namedtuple("Home", ["root", "jobs"])):
 
     @property
     def db(self) -> Place:
-        return joined(self.root, "queue.db")
+        return joined(self.root, DB_NAME)
 
     @property
     def spool(self) -> Place:
@@ -112,7 +113,7 @@ class Home(namedtuple("Home", ["root", "jobs"])):
     @property
     def own_files(self) -> tuple[Place, ...]:
         """The files the app keeps in home (the database's are SQLite's, beside it)."""
-        return (self.db, *(joined(self.root, "queue.db" + side) for side in DB_SIDES),
+        return (self.db, *(joined(self.root, DB_NAME + side) for side in DB_SIDES),
                 self.lock, self.doorbell)
 
     def ensure(self) -> Home:

@@ -261,9 +261,10 @@ def beside(path: Place, side: str) -> str:
     return os.fspath(path) + side
 
 
-def absolute(path: Place) -> str:
+def _absolute(path: Place) -> str:
     """`path` from the root, its `..` left for the kernel to follow (a link may stand
-    before one), as Path.absolute() leaves them."""
+    before one), as Path.absolute() leaves them. Not paths.absolute: a `~` here is a
+    folder's name, as sqlite3.connect reads it, not the user's home."""
     return os.path.join(os.getcwd(), os.fspath(path))
 
 
@@ -275,8 +276,9 @@ _AS_IT_IS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123
 def file_uri(path: Place) -> str:
     """The file: URI SQLite opens the file at `path` by, its options still to come (`?`).
     Written here, not with urllib.parse or pathlib: a look that reads the file whole
-    would pay for their imports (a sixth of its time; paths.py)."""
-    place = absolute(path)
+    would pay for their imports (a third of what it costs over a bare interpreter:
+    paths.py)."""
+    place = _absolute(path)
     if os.name == "nt":  # C:\\a\\b as /C:/a/b, SQLite's form for a drive
         place = "/" + place.replace("\\", "/")
     quoted = "".join(chr(byte) if byte in _AS_IT_IS else f"%{byte:02X}"
@@ -363,7 +365,7 @@ def connect(path: Place, busy_timeout: float, *, synchronous: str = "FULL",
     query_only: for readers (`status`), whose callers never checked the file whole:
     it is read whole first (verify) if a migration is to write to it, and the
     connection returned cannot write (PRAGMA query_only)."""
-    if safety.read_only(os.path.dirname(absolute(path))):
+    if safety.read_only(os.path.dirname(_absolute(path))):
         return _connect_read_only(path, busy_timeout, check_same_thread)
     prepare_file(path)
     try:

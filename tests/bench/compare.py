@@ -1031,8 +1031,7 @@ def measure_cli(mode: Mode, root: Path, reaper: Reaper, tsp: str | None) -> dict
     return {"runs": mode.cli_runs, "commands": {name: c for name, (c, _) in commands.items()},
             "installed": "a wheel of this tree in a venv of its own (user_install.py)",
             "runs_ms": times, "median_ms": medians,
-            "over_bare": {name: {"median": median(values), "spread": spread(values)}
-                          for name, values in over_bare.items()},
+            "over_bare": {name: spread(values) for name, values in over_bare.items()},
             "sloth_over_bare": ratio,
             "goal_sloth_over_bare": CLI_GOAL, "goal_met": ratio <= CLI_GOAL,
             "slowest_look": slowest.removeprefix("look: "),
@@ -1665,7 +1664,7 @@ def cli_rows(cli: dict[str, Any], absent: dict[str, str]) -> list[Row]:
 
 def ratio_spread(cli: dict[str, Any], name: str) -> str:
     """`, rounds' IQR 1.21-1.37x`: how stable a command's ratio to the bare one is."""
-    found = cli.get("over_bare", {}).get(name, {}).get("spread")
+    found = cli.get("over_bare", {}).get(name)
     if not found:
         return ""
     return f", rounds' IQR {found['q1']:.2f}-{found['q3']:.2f}x"
