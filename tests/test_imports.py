@@ -4,8 +4,12 @@ How fast it is, is measured by tests/bench/compare.py; here, what it loads."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -240,10 +244,10 @@ def test_the_queue_scripts_import_is_the_apps_own():
 
     from sloth_tray import queue as public
     from sloth_tray.store import queue as store
-    from sloth_tray.store import states
+    from sloth_tray.store import reasons, states
 
     assert public.Queue is store.Queue and public.Job is store.Job
-    assert public.State is states.State and public.Reason is states.Reason
+    assert public.State is states.State and public.Reason is reasons.Reason
     assert str(inspect.signature(public.Queue)) == str(inspect.signature(store.Queue))
     assert "path" in inspect.signature(public.Queue).parameters
 
@@ -373,6 +377,43 @@ def test_status_loads_no_other_looks_code_and_no_limits(tmp_path):
         assert "sloth_tray.cli.status" in modules, line
         assert sorted(m for m in ("sloth_tray.cli.reading", "sloth_tray.limits",
                                   "sloth_tray.store.access") if m in modules) == [], line
+
+
+# What a glance never says, and so never loads: the steps' model and the schema's
+# migrations (store/steps.py), why a job failed (store/reasons.py). Each module costs a
+# start its finding and its first run, an enum's members and a named tuple's class the
+# most: together they were a fortieth of status's time.
+GLANCE_NEVER_SAYS = ("sloth_tray.store.steps", "sloth_tray.store.reasons")
+
+
+def test_status_loads_neither_the_steps_model_nor_the_reasons(tmp_path):
+    """On a queue with a job asleep in a step, a failed job and a schedule, `status`
+    says each (the sleeper's wait too) without the modules that write or judge them."""
+    from sloth_tray.for_jobs import sloth_step
+    from sloth_tray.paths import locate
+    from sloth_tray.store.queue import Queue
+
+    home = locate(tmp_path / "home").ensure()
+    with Queue(home.db) as queue:
+        failed = queue.push("fails", max_attempts=1)
+        sleeper = queue.push("sleeper")
+        queue.push("hourly", options={"every": 3600.0}, delay=60.0)
+        assert queue.claim("test").id == failed
+        assert queue.fail(failed, "test", "it broke")
+        assert queue.claim("test", token="run-1").id == sleeper
+        with contextlib.closing(sqlite3.connect(home.db, isolation_level=None)) as db:
+            sloth_step.begin_wait(db, sloth_step.Run(str(home.db), sleeper, "run-1", "test"),
+                                  "nap", kind="sleep", wake_at=time.time() + 3600,
+                                  now=time.time())
+        assert queue.wait(sleeper, "test", "run-1") == "pending"
+    for line in (["status", "--json"], ["status"]):
+        modules = loaded_alone(*line, "--home", str(home.root))
+        assert "sloth_tray.store.waits" in modules, line
+        assert sorted(m for m in GLANCE_NEVER_SAYS if m in modules) == [], line
+    shown = subprocess.run([sys.executable, "-m", "sloth_tray", "status", "--json", "--home",
+                            str(home.root)], capture_output=True, text=True, timeout=60)
+    said = json.loads(shown.stdout)
+    assert said["failed"] == 1 and said["waiting"][sleeper]["kind"] == "time"
 
 
 def test_list_and_log_read_no_number_against_a_limit(tmp_path):

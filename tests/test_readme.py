@@ -8,7 +8,7 @@ from sloth_tray import limits
 from sloth_tray.cli import COMMANDS, build_parser
 from sloth_tray.for_jobs import sloth_step
 from sloth_tray.store.queue import Queue
-from sloth_tray.store.states import Reason
+from sloth_tray.store.reasons import Reason
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

@@ -1,4 +1,4 @@
-"""What a Retry all retries is one rule (states.in_retry_all), and every Retry all
+"""What a Retry all retries is one rule (reasons.in_retry_all), and every Retry all
 keeps it: `sloth-tray retry --all-failed`, the engine's (spool.retry_all_failed, the
 menu's and the left click's), the menu's `Retry all failed` (whether it can be
 clicked), and a burst's notification (its `Retry all` button, and what that button
@@ -17,7 +17,8 @@ from sloth_tray.paths import locate
 from sloth_tray.store import spool
 from sloth_tray.store.lanes import MAIN
 from sloth_tray.store.queue import Queue
-from sloth_tray.store.states import Reason, State, in_retry_all
+from sloth_tray.store.reasons import Reason, in_retry_all
+from sloth_tray.store.states import State
 from sloth_tray.tray import announce, presenter
 
 REFUSAL = "refused: it is a symbolic link; drop the script itself"

@@ -20,7 +20,8 @@ from sloth_tray.store.access import (
     run_now_instead,
     sound_home,
 )
-from sloth_tray.store.states import Reason, State, in_retry_all
+from sloth_tray.store.reasons import Reason, in_retry_all
+from sloth_tray.store.states import State
 from sloth_tray.text import printable
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported

@@ -39,7 +39,7 @@ def _states(text: str) -> str | None:
 
 
 def _reasons(text: str) -> str | None:
-    from sloth_tray.store.states import Reason
+    from sloth_tray.store.reasons import Reason
 
     return text if text in {reason.value for reason in Reason} else None
 

@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 from sloth_tray import __version__, limits
 from sloth_tray.cli.glance import STEP_VALUED, limit_named
-from sloth_tray.store.states import Reason, State
+from sloth_tray.store.reasons import Reason
+from sloth_tray.store.states import State
 from sloth_tray.text import printable
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported

@@ -17,7 +17,8 @@ from enum import StrEnum
 
 from sloth_tray.errors import UnknownJob
 from sloth_tray.store.queue import Job, Queue
-from sloth_tray.store.states import Reason, State
+from sloth_tray.store.reasons import Reason
+from sloth_tray.store.states import State
 
 log = logging.getLogger("sloth_tray")
 

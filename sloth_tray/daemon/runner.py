@@ -38,7 +38,7 @@ from sloth_tray.for_jobs import step_env
 from sloth_tray.jobs.header import BadJobFile, NotAFile, command_for, read_head
 from sloth_tray.paths import Home
 from sloth_tray.store.queue import Job, Queue
-from sloth_tray.store.states import Reason
+from sloth_tray.store.reasons import Reason
 from sloth_tray.timefmt import format_duration
 
 LOG_CAP = 10 * 1024 * 1024

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 from sloth_tray.jobs.conditions import waiting_for
 from sloth_tray.jobs.overdue import OverdueJob
 from sloth_tray.store import lanes as store_lanes
+from sloth_tray.store.reasons import Reason
 from sloth_tray.store.rows import DROPPED, SHELL
-from sloth_tray.store.states import Reason
 
 if TYPE_CHECKING:
     from sloth_tray.store.queue import Job, Queue

@@ -28,8 +28,9 @@ from sloth_tray.store.access import (
     run_now_instead,
     sound_home,
 )
+from sloth_tray.store.reasons import Reason
 from sloth_tray.store.rows import JOB_COLUMNS
-from sloth_tray.store.states import Reason, State
+from sloth_tray.store.states import State
 from sloth_tray.text import printable
 
 ENDED = (State.DONE, State.FAILED, State.CANCELLED)

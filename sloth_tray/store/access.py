@@ -9,7 +9,8 @@ import os
 
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home, joined
-from sloth_tray.store.states import State, started_no_process
+from sloth_tray.store.reasons import started_no_process
+from sloth_tray.store.states import State
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:

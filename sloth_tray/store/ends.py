@@ -16,7 +16,8 @@ from typing import Any
 
 from sloth_tray.store import calendar, leases, rows, steps
 from sloth_tray.store.calendar import Zone
-from sloth_tray.store.states import PERMANENT, Reason, State
+from sloth_tray.store.reasons import PERMANENT, Reason
+from sloth_tray.store.states import State
 from sloth_tray.timefmt import format_duration
 
 ERROR_LIMIT = 2000  # characters of an error message kept in the row

@@ -17,7 +17,7 @@ from sloth_tray.errors import SlothError
 from sloth_tray.jobs.header import checked_options
 from sloth_tray.store import calendar, lanes, rows
 from sloth_tray.store.calendar import Zone
-from sloth_tray.store.states import Reason
+from sloth_tray.store.reasons import Reason
 from sloth_tray.timefmt import format_duration
 
 

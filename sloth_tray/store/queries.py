@@ -13,9 +13,11 @@ import sqlite3
 
 from sloth_tray.errors import UnknownJob
 from sloth_tray.store import lanes, reads, rows, schedules, schema, steps
+from sloth_tray.store.reasons import PERMANENT, Reason
 from sloth_tray.store.rows import JOB_COLUMNS, Event, Job
-from sloth_tray.store.states import PERMANENT, Reason, State
+from sloth_tray.store.states import State
 from sloth_tray.store.steps import UnknownStep
+from sloth_tray.store.waits import NEVER
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
@@ -122,7 +124,7 @@ def failed_by_series(db: sqlite3.Connection, limit: int | None = None,
 
 def failed_at_fault(db: sqlite3.Connection) -> int:
     """How many failed jobs failed for a reason only a change to their script can help
-    (states.PERMANENT): what a burst of failures too long to list is made of."""
+    (reasons.PERMANENT): what a burst of failures too long to list is made of."""
     reasons = sorted(reason.value for reason in PERMANENT)
     marks = ", ".join("?" * len(reasons))
     return db.execute(f"SELECT count(*) FROM jobs WHERE state = 'failed' "
@@ -225,7 +227,7 @@ def next_due(db: sqlite3.Connection, unmet: frozenset[str] = frozenset(),
         "SELECT min(t) FROM ("
         " SELECT (SELECT min(not_before) FROM jobs INDEXED BY jobs_live_lane"
         f" WHERE {lanes.LIVE} AND lane = free.lane AND state = 'pending'{waits}"
-        f" AND not_before < {steps.NEVER!r}"  # an ask with no timeout: its answer
+        f" AND not_before < {NEVER!r}"  # an ask with no timeout: its answer
         f" AND {reads.NOT_HELD}) AS t"
         f" FROM ({lanes.LIVE_LANES}) AS free WHERE NOT EXISTS (SELECT 1 FROM jobs AS busy"
         f" INDEXED BY jobs_live_lane WHERE {lanes.LIVE} AND state = 'running'"

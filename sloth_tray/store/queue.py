@@ -38,16 +38,18 @@ from sloth_tray.store import (
     rows,
     schedules,
     steps,
+    waits,
     words,
 )
 from sloth_tray.store.claims import ClaimStatements, claim_statements
 from sloth_tray.store.connection import SharedConnection
 from sloth_tray.store.ends import LATER_FOR_AT_MOST as LATER_FOR_AT_MOST
+from sloth_tray.store.reasons import PERMANENT as PERMANENT
+from sloth_tray.store.reasons import Reason
 from sloth_tray.store.rows import VALID_ID as VALID_ID
 from sloth_tray.store.rows import Event, Job
 from sloth_tray.store.rows import new_job_id as new_job_id
-from sloth_tray.store.states import PERMANENT as PERMANENT
-from sloth_tray.store.states import Reason, State
+from sloth_tray.store.states import State
 from sloth_tray.store.steps import NotCutShort as NotCutShort
 from sloth_tray.store.steps import UnknownStep as UnknownStep
 from sloth_tray.store.words import RETRIABLE as RETRIABLE
@@ -213,9 +215,9 @@ class Queue(SharedConnection):
             return steps.asking(db)
 
     def waiting_for(self, job_ids: list[str]) -> dict[str, dict]:
-        """What each of these waiting jobs waits for (steps.waiting_for)."""
+        """What each of these waiting jobs waits for (waits.waiting_for)."""
         with self._autocommit() as db:
-            return steps.waiting_for(db, job_ids)
+            return waits.waiting_for(db, job_ids)
 
     def heartbeat(self, job_id: str, owner: str, lease: float | None = None) -> bool:
         """Extend the lease; False means `owner` no longer holds it (stop the work).

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from sloth_tray.errors import SlothError, UnknownJob
 from sloth_tray.paths import Home
-from sloth_tray.store import lanes, steps
+from sloth_tray.store import lanes
 from sloth_tray.store.schema import (
     REQUIRING,
     SERIES_KEY,
@@ -30,6 +30,7 @@ from sloth_tray.store.schema import (
     translated_errors,
 )
 from sloth_tray.store.states import State
+from sloth_tray.store.waits import NEVER, waiting_for
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
@@ -243,7 +244,7 @@ def next_job(db: sqlite3.Connection, unmet: frozenset[str] = frozenset()) -> dic
     row = db.execute("SELECT id, name, not_before FROM jobs INDEXED BY jobs_due "
                      f"WHERE state = 'pending'{waits} AND {lanes.NOT_PAUSED_ON_ITS_OWN} "
                      f"AND {NOT_HELD} "
-                     f"AND not_before < {steps.NEVER!r} "  # an ask: due once answered
+                     f"AND not_before < {NEVER!r} "  # an ask: due once answered
                      "ORDER BY not_before, rowid LIMIT 1", params).fetchone()
     return None if row is None else {"id": row[0], "name": row[1], "due": row[2]}
 
@@ -326,7 +327,7 @@ def read(home: Home, clock: Callable[[], float] = time.time, *,
             found["overdue"] = overdue_count(db, now, is_paused=found["paused"])
             found["running_job"] = running_job(db)
             found["next"] = next_job(db, unmet(db))
-            found["waiting"] = steps.waiting_for(db)  # asleep, or asking
+            found["waiting"] = waiting_for(db)  # asleep, or asking
             if per_lane:
                 found["running_by_lane"] = running_by_lane(db)
             db.execute("COMMIT")

@@ -10,7 +10,8 @@ import re
 import sqlite3
 
 from sloth_tray.errors import SlothError
-from sloth_tray.store.states import Reason, State
+from sloth_tray.store.reasons import Reason
+from sloth_tray.store.states import State
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:

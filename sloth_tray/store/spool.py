@@ -45,8 +45,9 @@ from sloth_tray.jobs.header import (
 from sloth_tray.paths import Home
 from sloth_tray.store import lanes
 from sloth_tray.store.queue import VALID_ID, Queue, new_job_id
+from sloth_tray.store.reasons import Reason, in_retry_all
 from sloth_tray.store.rows import DROPPED, SHELL
-from sloth_tray.store.states import Reason, State, in_retry_all
+from sloth_tray.store.states import State
 
 log = logging.getLogger("sloth_tray")
 
@@ -513,7 +514,7 @@ def retry(queue: Queue, job_id: str, **steps: Any) -> bool:
 
 
 def retry_all_failed(queue: Queue, lane: str | None = None) -> tuple[int, int]:
-    """Retry every failed job a Retry all retries (states.in_retry_all; `lane`: of that
+    """Retry every failed job a Retry all retries (reasons.in_retry_all; `lane`: of that
     lane only): (how many retried, how many refused were skipped). A job whose header
     is still bad stays failed, and so does one cut short in a step that asks
     (step_unsure): only its own retry answers it."""

@@ -9,8 +9,8 @@ failed (never cached: runs again). A step still running when its run ends was cu
 short: `cut`. A cut step runs again on the next run, unless it was started with
 `ask`: then a person says whether it happened (`mark_done`) or not (`run_again`).
 
-Functions of a connection, inside the Queue's transactions. Standard library only, no
-dataclasses, no typing: schema.py imports this module, and `status` loads schema.py.
+Functions of a connection, inside the Queue's transactions. What a waiting job waits
+for, as the looks read it, is waits.py.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import time
 from collections import namedtuple
 
 from sloth_tray.errors import SlothError
+from sloth_tray.store.waits import NEVER, words_for
 
 # The steps table and its trigger: one of schema.py's migrations, shipped, so its text
 # never changes (a file it migrated must match a new one).
@@ -64,7 +65,6 @@ WAITS = (
     "ALTER TABLE steps ADD COLUMN answered_at REAL",
     "ALTER TABLE steps ADD COLUMN tries INTEGER",  # the try a step with retries is on
 )
-NEVER = 253402300799.0  # 9999-12-31: an ask with no timeout is due only once answered
 
 
 class UnknownStep(SlothError):
@@ -162,31 +162,6 @@ def wait_words(step: Step) -> str:
     return words_for(step.kind, step.wake_at, step.question)
 
 
-def words_for(kind: str, wake_at: float | None, question: str | None) -> str:
-    if kind == "sleep":
-        return f"sleeping until {short_time(wake_at or 0)}"
-    return f"asking {json.dumps(question, ensure_ascii=False)}"
-
-
-def waiting_for(db: sqlite3.Connection, jobs: list[str] | None = None) -> dict[str, dict]:
-    """For each pending job (of `jobs`; None: all) that waits in a step: what for, as
-    `show --json` says it: {"kind": "time"|"answer", "until", "question", "choices",
-    "default", "step", "name", "words"}, in the order they began to wait."""
-    found = {}
-    which = "" if jobs is None else "steps.job IN (SELECT value FROM json_each(:jobs)) AND "
-    for job, job_name, name, kind, wake_at, question, choices, default in db.execute(
-            "SELECT steps.job, jobs.name, steps.name, steps.kind, steps.wake_at, "
-            "steps.question, steps.choices, steps.default_choice FROM steps JOIN jobs "
-            f"ON jobs.id = steps.job WHERE {which}jobs.state = 'pending' "
-            "AND steps.state = 'waiting' AND steps.answer IS NULL ORDER BY steps.rowid",
-            {"jobs": json.dumps(jobs or [])}):
-        found[job] = {"kind": "time" if kind == "sleep" else "answer", "until": wake_at,
-                      "question": question, "choices": json.loads(choices) if choices else None,
-                      "default": default, "step": name, "name": job_name,
-                      "words": words_for(kind, wake_at, question)}
-    return found
-
-
 def asking(db: sqlite3.Connection) -> list[tuple[str, Step]]:
     """Every pending job waiting for an answer, with its question, oldest first."""
     return [(row[0], Step(*row[1:])) for row in db.execute(
@@ -235,15 +210,6 @@ def unanswered_sentence(job: str, step: Step) -> str:
     """Why the job failed (sloth_step's unanswered_sentence, in the same words)."""
     return (f"nobody answered {step.question!r} by {_when_text(step.wake_at or 0)}, and it "
             f"has no default: `sloth-tray retry {job}` asks again")
-
-
-def short_time(moment: float) -> str:
-    """14:00 today (14:00:05 when not on the minute), else with its date."""
-    local = time.localtime(moment)
-    clock = "%H:%M" if local.tm_sec == 0 else "%H:%M:%S"
-    if time.strftime("%Y-%m-%d", local) == time.strftime("%Y-%m-%d"):
-        return time.strftime(clock, local)
-    return time.strftime(f"%Y-%m-%d {clock}", local)
 
 
 # -- a person's word: retry ----------------------------------------------------------

@@ -18,7 +18,7 @@ from sloth_tray.errors import SlothError, UnknownJob
 from sloth_tray.jobs import series
 from sloth_tray.store import calendar, ends, rows, steps
 from sloth_tray.store.calendar import Zone
-from sloth_tray.store.states import Reason
+from sloth_tray.store.reasons import Reason
 
 RETRIABLE = ("done", "failed", "cancelled")
 

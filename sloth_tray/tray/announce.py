@@ -9,7 +9,7 @@ cancelled, removed), and shrinks while some of it still is. Its buttons fit the
 failure: a script the queue cannot run (a bad header, a refused drop, ...) fails
 again on every retry until it is fixed, so it offers the script, never Retry; a step
 cut short that asks whether it happened offers its two answers. A burst's Retry all
-retries what every Retry all does (states.in_retry_all): never a refused drop, and
+retries what every Retry all does (reasons.in_retry_all): never a refused drop, and
 never a step's question answered unasked.
 A failure at this start (a run cut short by a crash, its lease taken back as the app
 starts) is news, though it is in the first snapshot. A failure in a lane other than
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from sloth_tray.daemon.snapshot import AskingJob, FailedJob, Lane, Snapshot
 from sloth_tray.jobs.overdue import OverdueJob
 from sloth_tray.store.lanes import MAIN
-from sloth_tray.store.states import PERMANENT, Reason, in_retry_all
+from sloth_tray.store.reasons import PERMANENT, Reason, in_retry_all
 from sloth_tray.text import printable
 from sloth_tray.tray.presenter import (
     CHOICE_CHARS,
@@ -98,7 +98,7 @@ def asks(job: FailedJob) -> bool:
 
 
 def retryable(jobs: Iterable[FailedJob]) -> list[FailedJob]:
-    """Those a Retry all retries: the rule of every Retry all (states.in_retry_all)."""
+    """Those a Retry all retries: the rule of every Retry all (reasons.in_retry_all)."""
     return [job for job in jobs if in_retry_all(job.reason)]
 
 

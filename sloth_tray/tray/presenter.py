@@ -33,7 +33,7 @@ from sloth_tray.daemon.snapshot import (
 )
 from sloth_tray.jobs.overdue import OverdueJob
 from sloth_tray.store.lanes import MAIN, order
-from sloth_tray.store.states import Reason, in_retry_all
+from sloth_tray.store.reasons import Reason, in_retry_all
 from sloth_tray.text import printable
 from sloth_tray.timefmt import format_duration, nearest_whole
 from sloth_tray.tray.icons import Look, leading
@@ -485,7 +485,7 @@ def pause_rows(snapshot: Snapshot, controls: Controls) -> tuple[Item, ...]:
 
 
 def lane_retryable(snapshot: Snapshot, lane: Lane) -> bool:
-    """Whether the lane's Retry failed has a job to retry (states.in_retry_all). Failures
+    """Whether the lane's Retry failed has a job to retry (reasons.in_retry_all). Failures
     older than those the snapshot carries cannot be judged here: then it may be tried."""
     shown = [job for job in snapshot.failed_jobs if job.lane == lane.name]
     return lane.failed > len(shown) or any(in_retry_all(job.reason) for job in shown)

@@ -27,7 +27,7 @@ from sloth_tray.daemon.snapshot import FailedJob, Snapshot
 from sloth_tray.daemon.stopsignals import STOP_SIGNALS
 from sloth_tray.errors import SlothError
 from sloth_tray.jobs.overdue import OverdueJob
-from sloth_tray.store.states import Reason
+from sloth_tray.store.reasons import Reason
 from sloth_tray.tray import presenter
 from sloth_tray.tray.announce import (
     Announcer,

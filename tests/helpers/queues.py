@@ -7,7 +7,7 @@ import os
 import sqlite3
 
 from sloth_tray.store.queue import Queue
-from sloth_tray.store.schema import APPLICATION_ID, MIGRATIONS
+from sloth_tray.store.schema import APPLICATION_ID, migrations
 
 
 def run_once(queue: Queue) -> str | None:
@@ -24,7 +24,7 @@ def queue_file_of_schema(path, version: int, rows: tuple[tuple, ...] = ()) -> No
     (id, name, state, not_before, script, options JSON[, history JSON]) each, for the
     migration tests."""
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as raw:
-        for statements in MIGRATIONS[:version]:
+        for statements in migrations()[:version]:
             for statement in statements:
                 raw.execute(statement)
         raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")

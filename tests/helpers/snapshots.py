@@ -10,7 +10,7 @@ from sloth_tray.daemon.snapshot import (
     Snapshot,
     WaitingJob,
 )
-from sloth_tray.store.states import Reason
+from sloth_tray.store.reasons import Reason
 
 NOW = 1_000_000.0
 TIDY = "/spool/s1/tidy.sh"  # a repeating job that failed twice

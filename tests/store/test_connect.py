@@ -18,7 +18,7 @@ from test_imports import loaded
 from sloth_tray.errors import DatabaseProblem
 from sloth_tray.paths import locate
 from sloth_tray.store import reads, schema
-from sloth_tray.store.schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, connect
+from sloth_tray.store.schema import APPLICATION_ID, SCHEMA_VERSION, connect, migrations
 
 OLD = 2  # a schema old enough that every later migration has work to do
 ROW = ("0123456789ab", "old", "pending", 0, None, "{}")
@@ -39,8 +39,14 @@ def said(monkeypatch) -> list[str]:
     return statements
 
 
+def test_the_schema_version_counts_the_migrations():
+    """SCHEMA_VERSION is written as a number (a glance reads it without making the
+    migrations): a migration added without it would never run on an older file."""
+    assert SCHEMA_VERSION == len(migrations())
+
+
 def migration_statements(since: int) -> list[str]:
-    return [statement for statements in MIGRATIONS[since:] for statement in statements]
+    return [statement for statements in migrations()[since:] for statement in statements]
 
 
 def test_a_new_file_gets_the_schema_in_wal_private_and_in_autocommit(tmp_path):
@@ -104,8 +110,9 @@ def test_a_migration_another_connection_made_while_this_one_waited_is_not_run_ag
 def test_a_migration_that_fails_leaves_the_file_as_it_was_and_unlocked(tmp_path, monkeypatch):
     path = tmp_path / "q.db"
     queue_file_of_schema(path, OLD, rows=(ROW,))
-    failing = (*MIGRATIONS[:-1], (*MIGRATIONS[-1], "SELECT no_such_function()"))
-    monkeypatch.setattr(schema, "MIGRATIONS", failing)
+    shipped = migrations()
+    failing = (*shipped[:-1], (*shipped[-1], "SELECT no_such_function()"))
+    monkeypatch.setattr(schema, "migrations", lambda: failing)
     with pytest.raises(DatabaseProblem, match="no such function") as refused:
         connect(path, 0.1)
     assert "\n" not in str(refused.value)

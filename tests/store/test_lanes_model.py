@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from sloth_tray.store.queue import Queue
-from sloth_tray.store.states import Reason, State
+from sloth_tray.store.reasons import Reason
+from sloth_tray.store.states import State
 
 START = 1_700_000_000.0
 LEASE = 10.0

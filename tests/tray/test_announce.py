@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sloth_tray.daemon.snapshot import FailedJob, Snapshot
-from sloth_tray.store.states import Reason
+from sloth_tray.store.reasons import Reason
 from sloth_tray.tray.announce import (
     BURST_GAP,
     Announcer,

@@ -12,7 +12,7 @@ from helpers.controls import Recorder
 
 from sloth_tray.daemon.snapshot import FailedJob, FailedSeries, RunningJob, Snapshot, WaitingJob
 from sloth_tray.jobs.overdue import OverdueJob
-from sloth_tray.store.states import Reason
+from sloth_tray.store.reasons import Reason
 from sloth_tray.tray import presenter
 
 

@@ -8,7 +8,7 @@ import pytest
 from helpers.controls import Recorder
 
 from sloth_tray.daemon.snapshot import FailedJob, RunningJob, Snapshot, StepProgress, WaitingJob
-from sloth_tray.store.states import Reason
+from sloth_tray.store.reasons import Reason
 from sloth_tray.tray import presenter
 from sloth_tray.tray.icons import Look, render
 
