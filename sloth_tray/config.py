@@ -5,11 +5,8 @@ can say so. A bad file is refused with one sentence naming the file, the line
 and the key: the app does not start on a guess.
 """
 
-from __future__ import annotations
-
 import os
 import re
-from collections import namedtuple
 from collections.abc import Mapping
 
 from sloth_tray.errors import SlothError
@@ -17,6 +14,7 @@ from sloth_tray.paths import JOBS_ENV, user_dir
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from sloth_tray import limits
@@ -30,26 +28,34 @@ def default_path() -> str:
     return os.path.join(user_dir("config"), "config.toml")
 
 
-def _flag(value: Any) -> bool:
+def _flag(value: "Any") -> bool:
     if not isinstance(value, bool):
         raise ValueError("true or false")
     return value
 
 
-def _folder(value: Any) -> str:
+def _folder(value: "Any") -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError("a folder, as a quoted path such as \"~/sloth-jobs\"")
     return os.path.expanduser(value)
 
 
-class Key(namedtuple("Key", ["parse", "default", "help", "limit_name"], defaults=(None,))):
+class Key:
     """One setting: `parse` turns the file's value into it (raising ValueError that says
-    what is accepted); `limit` is a number's range, shared with headers and flags."""
+    what is accepted); `limit` is a number's range, shared with headers and flags.
 
-    __slots__ = ()
+    A class, not a named tuple: the tuple's class is compiled at import, a hundredth of
+    what a glance costs."""
+
+    __slots__ = ("parse", "default", "help", "limit_name")
+
+    def __init__(self, parse: "Callable[[Any], Any]", default: "Any", help: str,
+                 limit_name: str | None = None) -> None:
+        self.parse, self.default, self.help = parse, default, help
+        self.limit_name = limit_name
 
     @property
-    def limit(self) -> limits.Limit | None:
+    def limit(self) -> "limits.Limit | None":
         """The range in limits.py, loaded once asked for: a look with no config file
         and no number on its line needs none (2% of a glance's instructions)."""
         if self.limit_name is None:
@@ -59,8 +65,8 @@ class Key(namedtuple("Key", ["parse", "default", "help", "limit_name"], defaults
         return getattr(limits, self.limit_name)
 
 
-def _number(limit_name: str, default: Any, help: str) -> Key:
-    def parse(value: Any) -> Any:
+def _number(limit_name: str, default: "Any", help: str) -> Key:
+    def parse(value: "Any") -> "Any":
         from sloth_tray import limits
 
         return getattr(limits, limit_name).convert(value)
@@ -85,7 +91,7 @@ KEYS: dict[str, Key] = {
 DEFAULT_TEXTS = {"lease": "60s", "log_cap": "10MiB"}
 
 
-def value_text(key: str, value: Any) -> str | None:
+def value_text(key: str, value: "Any") -> str | None:
     """A setting's value as config.toml takes it: durations and sizes in their short
     forms (`90s`, `2h`, `10MiB`), true or false; None for no value."""
     if value is None:
@@ -111,15 +117,15 @@ class Settings:
 
     __slots__ = ("values", "sources", "path", "texts")
 
-    def __init__(self, values: dict[str, Any] | None = None,
-                 sources: dict[str, str] | None = None, path: Place | None = None,
+    def __init__(self, values: "dict[str, Any] | None" = None,
+                 sources: dict[str, str] | None = None, path: "Place | None" = None,
                  texts: dict[str, str] | None = None) -> None:
         self.values = dict(values or {})
         self.sources = dict(sources or {})
         self.path = path
         self.texts = dict(texts or {})
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> "Any":
         return self.values[key]
 
     def text(self, key: str) -> str | None:
@@ -134,8 +140,8 @@ class Settings:
         return value_text(key, self.values.get(key))
 
 
-def load(path: Place | None = None, *, env: Mapping[str, str] = os.environ,
-         flags: Mapping[str, Any] | None = None) -> Settings:
+def load(path: "Place | None" = None, *, env: Mapping[str, str] = os.environ,
+         flags: "Mapping[str, Any] | None" = None) -> Settings:
     """The effective settings; `flags` are the command line's, None where not given."""
     path = path or env.get(CONFIG_ENV) or default_path()
     values = {key: spec.default for key, spec in KEYS.items()}
@@ -155,7 +161,7 @@ def load(path: Place | None = None, *, env: Mapping[str, str] = os.environ,
     return Settings(values, sources, path, texts)
 
 
-def _read(path: Place, texts: dict[str, str] | None = None) -> dict[str, Any]:
+def _read(path: "Place", texts: dict[str, str] | None = None) -> "dict[str, Any]":
     """The settings config.toml at `path` holds (none when there is no file); `texts`
     gets the words each was written in (a number written bare: its short form)."""
     try:
@@ -198,7 +204,7 @@ _BARE_AMOUNT = r"""\s*["']?([A-Za-z0-9_-]+)["']?\s*=\s*([0-9][0-9_.]*[A-Za-z]+)\
 _TOML_LINE = r"\(at line ([0-9]+), column [0-9]+\)"
 
 
-def _unquoted(path: Place, text: str, exc: Exception) -> str | None:
+def _unquoted(path: "Place", text: str, exc: Exception) -> str | None:
     """The sentence for the common mistake TOML only calls a syntax error: a duration
     or a size not in quotes (one its key takes once quoted), on the line the TOML error
     names; None for any other."""
@@ -220,7 +226,7 @@ def _unquoted(path: Place, text: str, exc: Exception) -> str | None:
             f'{key} = "{value}"')
 
 
-def _overlong_number(path: Place, text: str) -> str:
+def _overlong_number(path: "Place", text: str) -> str:
     """The sentence for a number too long to read, naming its line and key if it can."""
     for number, line in enumerate(text.splitlines(), start=1):
         if re.search(r"[0-9_]{1000,}", line):

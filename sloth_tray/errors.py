@@ -1,7 +1,5 @@
 """The one root exception. Its message is a sentence for a person, never a traceback."""
 
-from __future__ import annotations
-
 
 class SlothError(Exception):
     """Something the user can cause or fix: a bad id, a locked or damaged database, ..."""

@@ -11,8 +11,6 @@ waits out an RCU grace period (6 to 28 ms measured, a third of a whole `status`)
 What is said of a run no app will finish (`after_a_crash`) lives here as well.
 """
 
-from __future__ import annotations
-
 import os
 
 LINUX_LOCKS = "/proc/locks"  # every lock the kernel holds, by device and inode

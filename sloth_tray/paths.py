@@ -10,11 +10,8 @@ on top of a bare interpreter (`python -X importtime`). So this module, and every
 look goes through, works on paths with os.path, whatever type they are given in.
 """
 
-from __future__ import annotations
-
 import os
 import sys
-from collections import namedtuple
 from collections.abc import Mapping
 
 from sloth_tray import safety
@@ -32,51 +29,67 @@ DB_SIDES = ("-wal", "-shm", "-journal")
 NUL_IN_PATH = "holds a NUL character, which no file name can hold"
 
 
-def joined(base: Place, *names: str) -> Place:
+def joined(base: "Place", *names: str) -> "Place":
     """`base / name / ...` in base's own type: text stays text (a look imports no
     pathlib), a Path stays a Path."""
     place = os.path.join(base, *names)
     return place if isinstance(base, str) else type(base)(place)
 
 
-class Home(namedtuple("Home", ["root", "jobs"])):
+class Home:
     """The app's folder (`root`): queue.db, spool/, logs/, the doorbell, the lock, and
     by default the watched `jobs` folder. Each place is of the type `root` is: a Path,
-    or text for a look (`locate(..., text=True)`).
+    or text for a look (`locate(..., text=True)`). A value: equal to any Home of the
+    same two places.
 
-    A named tuple, not a dataclass: every command builds one, and importing
-    dataclasses would cost `sloth-tray status` a fifth of its time."""
+    A plain class, neither a dataclass nor a named tuple: every command builds one, and
+    importing dataclasses cost `sloth-tray status` a fifth of its time, the named tuple's
+    class, compiled at import, a hundredth."""
 
-    __slots__ = ()
+    __slots__ = ("root", "jobs")
+
+    def __init__(self, root: "Place", jobs: "Place") -> None:
+        self.root, self.jobs = root, jobs
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Home):
+            return NotImplemented
+        return (self.root, self.jobs) == (other.root, other.jobs)
+
+    def __hash__(self) -> int:
+        return hash((self.root, self.jobs))
+
+    def __repr__(self) -> str:
+        return f"Home(root={self.root!r}, jobs={self.jobs!r})"
 
     @property
-    def db(self) -> Place:
+    def db(self) -> "Place":
         return joined(self.root, DB_NAME)
 
     @property
-    def spool(self) -> Place:
+    def spool(self) -> "Place":
         return joined(self.root, "spool")
 
     @property
-    def logs(self) -> Place:
+    def logs(self) -> "Place":
         return joined(self.root, "logs")
 
     @property
-    def doorbell(self) -> Place:
+    def doorbell(self) -> "Place":
         """Touched by the CLI after it changes the queue; the daemon watches its folder
         (a folder of its own: the database's writes next to it would wake the watcher)."""
         return joined(self.root, "doorbell", "ring")
 
     @property
-    def lock(self) -> Place:
+    def lock(self) -> "Place":
         return joined(self.root, "sloth-tray.lock")
 
-    def lane_folder(self, lane: str) -> Place:
+    def lane_folder(self, lane: str) -> "Place":
         """Where drops go to `lane`: the jobs folder itself for main, else the folder of
         that name in it (store/lanes.py)."""
         return self.jobs if lane == "main" else joined(self.jobs, lane)
 
-    def job_logs(self, job_id: str, name: str | None = None) -> Place:
+    def job_logs(self, job_id: str, name: str | None = None) -> "Place":
         """The folder of a job's run logs, named so a person finds it: `backup-<id>`.
         With `name`, where its runs write (made when the first one starts); without,
         the one it has (found by its id), else where one would be. A folder from an
@@ -88,7 +101,7 @@ class Home(namedtuple("Home", ["root", "jobs"])):
         return old if os.path.exists(old) else joined(self.logs,
                                                       log_folder_name(job_id, name or ""))
 
-    def log_folders(self, *job_ids: str) -> dict[str, Place]:
+    def log_folders(self, *job_ids: str) -> "dict[str, Place]":
         """{id: its log folder} for the jobs asked about that have one, in one look at
         the logs folder however many are asked about (none asked: all of them)."""
         wanted = set(job_ids)
@@ -106,17 +119,17 @@ class Home(namedtuple("Home", ["root", "jobs"])):
         return found
 
     @property
-    def own_folders(self) -> tuple[Place, ...]:
+    def own_folders(self) -> "tuple[Place, ...]":
         """The folders the app keeps in home: the spool, the logs, the doorbell's."""
         return (self.spool, self.logs, joined(self.root, "doorbell"))
 
     @property
-    def own_files(self) -> tuple[Place, ...]:
+    def own_files(self) -> "tuple[Place, ...]":
         """The files the app keeps in home (the database's are SQLite's, beside it)."""
         return (self.db, *(joined(self.root, DB_NAME + side) for side in DB_SIDES),
                 self.lock, self.doorbell)
 
-    def ensure(self) -> Home:
+    def ensure(self) -> "Home":
         """Create the folders the app needs, private to the user (0700), and refuse a home
         someone else owns or could write to, before anything is written in it (safety.py).
         Every start and every command that writes to the queue passes here."""
@@ -133,7 +146,7 @@ class Home(namedtuple("Home", ["root", "jobs"])):
         safety.jobs_folder(self.jobs)
         return self
 
-    def vet(self) -> Home:
+    def vet(self) -> "Home":
         """The checks of ensure() on what is there, making nothing: for a command that
         only reads (a home that does not exist passes: there is nothing to read)."""
         if not os.path.lexists(self.root):
@@ -208,7 +221,7 @@ def user_dir(kind: str, env: Mapping[str, str] = os.environ) -> str:
     return platformdirs.user_config_dir(APP_NAME, appauthor=False)
 
 
-def absolute(place: Place) -> str:
+def absolute(place: "Place") -> str:
     """`str(Path(place).expanduser().absolute())`, worked out without pathlib on POSIX:
     `~` expanded, the current folder put before a relative path, and written as a Path
     writes it (no empty or `.` parts, no slash at the end; `..` kept, as a link may

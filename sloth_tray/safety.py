@@ -12,8 +12,6 @@ once home itself is private, as nobody else can then reach inside.
 A folder on a read-only file system is said as such, not as a mode to fix.
 """
 
-from __future__ import annotations
-
 import os
 import stat
 
@@ -81,14 +79,14 @@ def problem(info: os.stat_result) -> str | None:
     return None
 
 
-def check_opened(path: Place, info: os.stat_result) -> None:
+def check_opened(path: "Place", info: os.stat_result) -> None:
     """Refuse a file already opened (its fstat), when someone else owns it or could write it."""
     why = problem(info)
     if why:
         raise UnsafePath(f"{path} {why}; {REFUSED}")
 
 
-def read_only(path: Place) -> bool:
+def read_only(path: "Place") -> bool:
     """Whether `path` is on a file system mounted read-only (False where that cannot be
     told: no statvfs on Windows, or nothing there)."""
     try:
@@ -97,14 +95,14 @@ def read_only(path: Place) -> bool:
         return False
 
 
-def refuse_if_read_only(path: Place, what: str) -> None:
+def refuse_if_read_only(path: "Place", what: str) -> None:
     """For a folder about to be written in: a read-only file system, said as such."""
     if read_only(path):
         raise SlothError(f"{what} {path} is on a read-only file system; sloth-tray can only "
                          "read it there (status, list, show, log)")
 
 
-def link_target(path: Place) -> str:
+def link_target(path: "Place") -> str:
     """Where the link at `path` points, for a sentence; "somewhere else" if unreadable."""
     try:
         return os.readlink(path)
@@ -112,11 +110,11 @@ def link_target(path: Place) -> str:
         return "somewhere else"
 
 
-def _link_refusal(path: Place) -> UnsafePath:
+def _link_refusal(path: "Place") -> UnsafePath:
     return UnsafePath(f"{path} is a symbolic link (to {link_target(path)}); {NOT_FOLLOWED}")
 
 
-def refuse_if_link(path: Place) -> None:
+def refuse_if_link(path: "Place") -> None:
     """For an open(O_NOFOLLOW) that failed: say so in one sentence if a link was the cause."""
     try:
         if stat.S_ISLNK(os.lstat(path).st_mode):
@@ -125,7 +123,7 @@ def refuse_if_link(path: Place) -> None:
         pass
 
 
-def own_entry(path: Place, *, folder: bool) -> bool:
+def own_entry(path: "Place", *, folder: bool) -> bool:
     """Refuse `path` (never following a link) unless it is the user's own, writable by nobody
     else, and of the right kind. False when it does not exist."""
     try:
@@ -144,7 +142,7 @@ def own_entry(path: Place, *, folder: bool) -> bool:
     return True
 
 
-def own_folder(path: Place) -> None:
+def own_folder(path: "Place") -> None:
     """The user's own folder at `path`: made private (0700) when missing, else checked."""
     if own_entry(path, folder=True):
         return
@@ -157,7 +155,7 @@ def own_folder(path: Place) -> None:
     own_entry(path, folder=True)
 
 
-def home_folder(path: Place) -> None:
+def home_folder(path: "Place") -> None:
     """Home itself may be the user's own link to the user's own folder (home on another
     disk, say), but a link someone else made, or one to someone else's folder, is refused."""
     try:
@@ -185,7 +183,7 @@ def home_folder(path: Place) -> None:
         raise UnsafePath(f"{path} leads to {target}, which {why}; {REFUSED}")
 
 
-def jobs_folder(path: Place) -> None:
+def jobs_folder(path: "Place") -> None:
     """The watched folder: made when missing; it must be the user's, and the user must be
     able to list it and move drops out of it. (A link to it is fine: only files dropped
     in it are read, each one checked when it is taken.)"""

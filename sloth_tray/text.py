@@ -7,8 +7,6 @@ Every human line goes through `printable`; JSON output stays exact (json
 escapes what it must, and a program reads it, not a terminal).
 """
 
-from __future__ import annotations
-
 # Bidirectional controls: they reorder what follows on the line (Trojan Source).
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 # C0, DEL and C1; line and paragraph separators (a line break to some terminals);

@@ -1,7 +1,5 @@
 """Durations and moments as people write and read them: '90s', '10m', 'in 4s', '2m ago'."""
 
-from __future__ import annotations
-
 import math
 import re
 import time

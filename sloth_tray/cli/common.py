@@ -1,8 +1,6 @@
 """What every command shares: the registry of commands, the queue opened (vetted, or
 only for reading), a job found by id or name, and the shapes of output."""
 
-from __future__ import annotations
-
 import json
 import sys
 from collections.abc import Sequence
@@ -24,7 +22,7 @@ if TYPE_CHECKING:
 
 BROKEN_PIPE_STATUS = 128 + 13  # 128 + SIGPIPE, as a shell reports a tool the signal stopped
 INTERRUPTED = 128 + 2  # 128 + SIGINT: Ctrl-C, after a clean stop
-COMMANDS: dict[str, Command] = {}  # filled by @command as the command modules load
+COMMANDS: "dict[str, Command]" = {}  # filled by @command as the command modules load
 
 # The module of cli/ each command lives in, loaded only when that command runs: a
 # glance pays for no other command's imports. The three a job calls (`step`, `sleep`,
@@ -40,31 +38,31 @@ MODULES = {
 IN_A_JOB = ("step", "sleep", "ask")
 
 
-def command(function: Command) -> Command:
+def command(function: "Command") -> "Command":
     """cmd_run_now is `sloth-tray run-now`."""
     COMMANDS[function.__name__.removeprefix("cmd_").replace("_", "-")] = function
     return function
 
 
-def command_named(name: str) -> Command:
+def command_named(name: str) -> "Command":
     """The function of command `name`, its module loaded now."""
     __import__(f"sloth_tray.cli.{MODULES[name]}")
     return COMMANDS[name]
 
 
-def every_command() -> dict[str, Command]:
+def every_command() -> "dict[str, Command]":
     """COMMANDS, every command module loaded (the README's check lists them all)."""
     for name in MODULES:
         command_named(name)
     return COMMANDS
 
 
-def no_queue_here(home: Home) -> None:
+def no_queue_here(home: "Home") -> None:
     """Say, on stderr, that there is no queue to read (the command's output stays empty)."""
     print(f"sloth-tray: {printable(home.no_queue)}", file=sys.stderr)
 
 
-def emit_json(data: Any) -> None:
+def emit_json(data: "Any") -> None:
     text = json.dumps(data, indent=2, ensure_ascii=False)
     try:
         text.encode(sys.stdout.encoding or "utf-8", sys.stdout.errors or "strict")
@@ -87,7 +85,7 @@ def table(rows: Sequence[Sequence[str]]) -> str:
     )
 
 
-def when(job: Job, now: float, paused: bool = False) -> str:
+def when(job: "Job", now: float, paused: bool = False) -> str:
     """A pending job due while the queue is paused says so: nothing starts it now."""
     if job.state == State.PENDING:
         if job.not_before <= now:

@@ -1,8 +1,6 @@
 """main(): parse, hand the command its home and settings, turn errors into one sentence
 and Ctrl-C into 130."""
 
-from __future__ import annotations
-
 import os
 import sys
 
@@ -26,7 +24,7 @@ if TYPE_CHECKING:
     from sloth_tray import config
 
 
-def load_settings(args: argparse.Namespace) -> config.Settings:
+def load_settings(args: "argparse.Namespace") -> "config.Settings":
     """config.toml, the environment, and the flags this command has."""
     from sloth_tray import config
 
@@ -36,7 +34,7 @@ def load_settings(args: argparse.Namespace) -> config.Settings:
         "notifications": False if flag("no_notifications") else None})
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: "Sequence[str] | None" = None) -> int:
     try:
         code = _main(argv)
         if sys.stdout is not None:  # None in a windowed bundle, which has no console
@@ -53,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return BROKEN_PIPE_STATUS
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _main(argv: "Sequence[str] | None") -> int:
     line = list(sys.argv[1:] if argv is None else argv)
     # `sloth-tray add -- COMMAND ...`: the command's words are its own, whatever they
     # look like (--cwd, -h, another --): they are taken off before the parse.
@@ -122,14 +120,14 @@ WAITING = ("wait", "log", "mcp")
 COMMON_VALUED = ("--home", "--config", "--jobs-dir")
 
 
-def _command_of(line: Sequence[str]) -> str | None:
+def _command_of(line: "Sequence[str]") -> str | None:
     """The command a command line names: its first word that is not an option (nor
     the value of one) before any `--`."""
     at = _command_at(line)
     return None if at is None else line[at]
 
 
-def _command_at(line: Sequence[str]) -> int | None:
+def _command_at(line: "Sequence[str]") -> int | None:
     """Where the command's word is in the command line (see _command_of)."""
     words = iter(enumerate(line))
     for at, word in words:
@@ -142,7 +140,7 @@ def _command_at(line: Sequence[str]) -> int | None:
     return None
 
 
-def _help_before_command(line: Sequence[str]) -> bool:
+def _help_before_command(line: "Sequence[str]") -> bool:
     """`sloth-tray --help`: argparse prints the commands and stops at the help, before
     any command's own options are needed."""
     at = _command_at(line)
@@ -150,7 +148,7 @@ def _help_before_command(line: Sequence[str]) -> bool:
     return "-h" in before or "--help" in before
 
 
-def _step_name_forgotten(line: Sequence[str]) -> bool:
+def _step_name_forgotten(line: "Sequence[str]") -> bool:
     """`sloth-tray step -- echo x`: the `--` comes before any NAME (nothing but the
     step's options between `step` and it), where argparse would take COMMAND's first
     word for the name and run the rest. Unless a second `--` follows that one word:
@@ -213,5 +211,5 @@ def _signals():
 LOOKS = ("status", "list", "show", "log", "paths", "config", "schedules")
 
 
-def is_a_look(args: argparse.Namespace) -> bool:
+def is_a_look(args: "argparse.Namespace") -> bool:
     return args.command in LOOKS and not getattr(args, "follow", False)

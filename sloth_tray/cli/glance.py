@@ -9,8 +9,6 @@ shows them (`--home DIR status`). A line with anything else, a mistake, a help, 
 abbreviation, an option's value starting with `-`, is argparse's: None here.
 """
 
-from __future__ import annotations
-
 from types import SimpleNamespace
 
 from sloth_tray import __version__
@@ -44,7 +42,7 @@ def _reasons(text: str) -> str | None:
     return text if text in {reason.value for reason in Reason} else None
 
 
-def limit_named(name: str) -> Limit:
+def limit_named(name: str) -> "Limit":
     """The limit of that name in limits.py, loaded once a value is read against it: a
     plain `status` reads none (its import is 2% of a glance's instructions)."""
     from sloth_tray import limits
@@ -52,9 +50,9 @@ def limit_named(name: str) -> Limit:
     return getattr(limits, name)
 
 
-def _count(limit: str) -> Callable[[str], Any]:
+def _count(limit: str) -> "Callable[[str], Any]":
     """A value read against the limit named `limit` (`"LEASE"`)."""
-    def read(text: str) -> Any:
+    def read(text: str) -> "Any":
         try:
             return limit_named(limit).convert(text)
         except ValueError:
@@ -68,8 +66,8 @@ class Form:
     positionals it requires, and the defaults argparse gives what is not said."""
 
     def __init__(self, flags: dict[str, str] | None = None,
-                 valued: dict[str, tuple[str, Callable[[str], Any] | None]] | None = None,
-                 positionals: tuple[str, ...] = (), defaults: dict[str, Any] | None = None
+                 valued: "dict[str, tuple[str, Callable[[str], Any] | None]] | None" = None,
+                 positionals: tuple[str, ...] = (), defaults: "dict[str, Any] | None" = None
                  ) -> None:
         self.flags, self.valued = flags or {}, valued or {}
         self.positionals = positionals
@@ -99,7 +97,7 @@ FORMS = {
 APP = "run"  # what a line with no command starts
 
 
-def parsed(line: Sequence[str]) -> SimpleNamespace | None:
+def parsed(line: "Sequence[str]") -> SimpleNamespace | None:
     """The Namespace argparse would make of `line`, when it is a plain one; else None.
     `--version` is answered here, as argparse answers it; a line without a command
     (none at all, or only the options every command takes) is `run`'s, as in main()."""
@@ -125,7 +123,7 @@ def parsed(line: Sequence[str]) -> SimpleNamespace | None:
     return None if read is None else SimpleNamespace(**before | vars(read))
 
 
-def _command(line: Sequence[str]) -> SimpleNamespace | None:
+def _command(line: "Sequence[str]") -> SimpleNamespace | None:
     """A command's plain line, from its name on."""
     form = FORMS.get(line[0])
     if form is None:
@@ -152,8 +150,8 @@ def _command(line: Sequence[str]) -> SimpleNamespace | None:
     return SimpleNamespace(**found, **dict(zip(form.positionals, positionals, strict=True)))
 
 
-def _value(equals: str, value: str, words: Iterator[str],
-           read: Callable[[str], Any] | None) -> Any:
+def _value(equals: str, value: str, words: "Iterator[str]",
+           read: "Callable[[str], Any] | None") -> "Any":
     """An option's value: after its `=`, or the next word; read by `read` if given.
     None where argparse says what is missing or refuses the value, in its words."""
     if not equals:
@@ -163,7 +161,7 @@ def _value(equals: str, value: str, words: Iterator[str],
     return value if read is None else read(value)
 
 
-def _step(line: Sequence[str]) -> SimpleNamespace | None:
+def _step(line: "Sequence[str]") -> SimpleNamespace | None:
     """`step NAME -- COMMAND...`, as argparse reads it: the `--` taken off. (A step's
     options after NAME are read by step_options from the rest, where argparse leaves
     them: such a line is argparse's.)"""
@@ -185,7 +183,7 @@ STEP_VALUED = {
 }
 
 
-def step_options(words: list[str], found: dict[str, Any]) -> list[str]:
+def step_options(words: list[str], found: "dict[str, Any]") -> list[str]:
     """The step's options at the head of `words` (what argparse left after NAME), put
     in `found` by their dest ("ask", "retries", ...); the words after them. A bad value
     raises ValueError, in argparse's words."""

@@ -4,8 +4,6 @@ A module of its own, so that a glance loads none of the other looks' code (about
 of its instructions, counted by valgrind). On a home that does not exist it makes
 nothing and says there is no queue there yet."""
 
-from __future__ import annotations
-
 import time
 
 from sloth_tray.cli.common import command, emit_json, no_queue_here, table
@@ -21,7 +19,7 @@ if TYPE_CHECKING:
 
 
 @command
-def cmd_status(args: argparse.Namespace, home: Home) -> int:
+def cmd_status(args: "argparse.Namespace", home: "Home") -> int:
     from sloth_tray import instance
     from sloth_tray.store import reads
 
@@ -75,13 +73,13 @@ def cmd_status(args: argparse.Namespace, home: Home) -> int:
     return 0
 
 
-def _waiting_rows(waiting: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+def _waiting_rows(waiting: "dict[str, dict[str, Any]]") -> list[tuple[str, str]]:
     """`digest — sleeping until 14:00`: a row for each job that waits in a step."""
     return [("waiting", f"{printable(wait['name'])} ({job_id}) — {printable(wait['words'])}")
             for job_id, wait in waiting.items()]
 
 
-def _lanes_worth_showing(per_lane: dict[str, dict[str, Any]], whole_queue_paused: bool) -> bool:
+def _lanes_worth_showing(per_lane: "dict[str, dict[str, Any]]", whole_queue_paused: bool) -> bool:
     """Lanes are shown once there is more than main, or main alone is paused on its
     own: a queue that never used lanes keeps its short status."""
     from sloth_tray.store.lanes import MAIN
@@ -90,7 +88,7 @@ def _lanes_worth_showing(per_lane: dict[str, dict[str, Any]], whole_queue_paused
                for name, lane in per_lane.items())
 
 
-def _lane_doing(lane: dict[str, Any], running: dict[str, Any] | None, now: float, *,
+def _lane_doing(lane: "dict[str, Any]", running: "dict[str, Any] | None", now: float, *,
                 cut: bool = False) -> str:
     """What a lane is doing, in a few words: `running fetch_mail (42s) · 2 waiting ·
     paused`, or `idle`; `cut`: no app runs, so its running job was `cut short`."""

@@ -14,8 +14,6 @@ the calendar code is loaded only for a calendar series, so that a queue of
 every= jobs costs the command no more than an empty one.
 """
 
-from __future__ import annotations
-
 from collections import namedtuple
 from collections.abc import Iterable
 
@@ -55,7 +53,7 @@ class Verdict(namedtuple("Verdict", ["overdue", "next_change"])):
     __slots__ = ()
 
 
-def period_of(options: dict[str, Any], around: float, tz: tzinfo | None) -> float | None:
+def period_of(options: "dict[str, Any]", around: float, tz: "tzinfo | None") -> float | None:
     """every='s value; for a calendar, the gap between its two calendar times around
     `around` (the series' last success: a deadline that does not move with the clock),
     in `tz` (None: this machine's zone). None when the options repeat by nothing, or by
@@ -77,14 +75,14 @@ def period_of(options: dict[str, Any], around: float, tz: tzinfo | None) -> floa
     return schedule.next_time(calendar, around, tz) - before
 
 
-def grace_of(options: dict[str, Any], period: float) -> float:
+def grace_of(options: "dict[str, Any]", period: float) -> float:
     grace = options.get("grace")
     if isinstance(grace, int | float) and not isinstance(grace, bool) and grace > 0:
         return float(grace)
     return max(period / 2, MINIMUM_GRACE)
 
 
-def deadline_of(series: Series, tz: tzinfo | None, now: float | None = None) -> float | None:
+def deadline_of(series: Series, tz: "tzinfo | None", now: float | None = None) -> float | None:
     """The moment the series becomes overdue, unless it succeeds before; None: never.
     A last success later than `now` (by a clock that was ahead, since set right)
     counts from now: its real age is unknown, and a year's wait would hide the series."""
@@ -97,7 +95,7 @@ def deadline_of(series: Series, tz: tzinfo | None, now: float | None = None) -> 
     return since + period + grace_of(series.options, period)
 
 
-def find(all_series: Iterable[Series], now: float, tz: tzinfo | None, *,
+def find(all_series: Iterable[Series], now: float, tz: "tzinfo | None", *,
          paused: bool = False) -> Verdict:
     """The series overdue at `now` (oldest first), and when the next one will be. A
     calendar series is read in `tz`; None: this machine's zone, read only if one is."""

@@ -7,8 +7,6 @@ Queue's transactions (and the glance's read): which lanes a claim may take from
 Standard library only (and errors.py, as plain): `status` reads through this module.
 """
 
-from __future__ import annotations
-
 import os
 import sqlite3
 
@@ -230,7 +228,7 @@ def rename(db: sqlite3.Connection, old: str, new: str) -> int:
 
 
 def counts(db: sqlite3.Connection, now: float, whole_queue_paused: bool,
-           not_waiting: tuple[str, dict[str, str]] = ("", {})) -> dict[str, dict[str, Any]]:
+           not_waiting: tuple[str, dict[str, str]] = ("", {})) -> "dict[str, dict[str, Any]]":
     """Per lane: jobs in each state, how many are due now (`not_waiting`: the clause
     that leaves out pending jobs held back otherwise, reads.not_held_back: an unmet
     condition, a series paused on its own), and whether it is paused.

@@ -11,8 +11,6 @@ about as fast as an interpreter that opens SQLite (tests/bench/compare.py).
 queue.py, no dataclasses and no typing.
 """
 
-from __future__ import annotations
-
 import json
 import re
 import sqlite3
@@ -131,7 +129,7 @@ def waiting_on(db: sqlite3.Connection, now: float, unmet: frozenset[str]) -> dic
     return found
 
 
-def summary(db: sqlite3.Connection, now: float) -> dict[str, Any]:
+def summary(db: sqlite3.Connection, now: float) -> "dict[str, Any]":
     """counts(), whether the queue is paused, and the same per lane ("lanes": see
     lanes.counts). While the queue is paused, nothing is due now,
     whatever the clock says: nothing will start. Jobs waiting for a condition are
@@ -154,7 +152,7 @@ def summary(db: sqlite3.Connection, now: float) -> dict[str, Any]:
     return found | {"paused": is_paused} | ({"waiting_on": waits} if waits else {})
 
 
-def recurring_series(db: sqlite3.Connection) -> list[SeriesRow]:
+def recurring_series(db: sqlite3.Connection) -> "list[SeriesRow]":
     """Each live recurring series (one with a waiting or running run), with its last
     success: the fields of an overdue.Series.
 
@@ -212,7 +210,7 @@ def overdue_count(db: sqlite3.Connection, now: float, *, is_paused: bool) -> int
     return len(overdue.find(series, now, None, paused=is_paused).overdue)
 
 
-def running_job(db: sqlite3.Connection) -> dict[str, Any] | None:
+def running_job(db: sqlite3.Connection) -> "dict[str, Any] | None":
     """The job running now (the one claimed last, should there be more): its id, name,
     and when its run began (`since`); None when none runs."""
     row = db.execute("SELECT id, name, updated_at FROM jobs INDEXED BY jobs_leased "
@@ -221,7 +219,7 @@ def running_job(db: sqlite3.Connection) -> dict[str, Any] | None:
     return None if row is None else {"id": row[0], "name": row[1], "since": row[2]}
 
 
-def running_by_lane(db: sqlite3.Connection) -> dict[str, dict[str, Any]]:
+def running_by_lane(db: sqlite3.Connection) -> "dict[str, dict[str, Any]]":
     """The job running in each lane, named as running_job() names one, with its
     attempts (what a start after a crash does with it): {lane: {id, name, since,
     attempts, max_attempts}}. A lane runs one job at a time; should it hold more (a
@@ -235,7 +233,8 @@ def running_by_lane(db: sqlite3.Connection) -> dict[str, dict[str, Any]]:
     return found
 
 
-def next_job(db: sqlite3.Connection, unmet: frozenset[str] = frozenset()) -> dict[str, Any] | None:
+def next_job(db: sqlite3.Connection,
+             unmet: frozenset[str] = frozenset()) -> "dict[str, Any] | None":
     """The waiting job a claim takes next (the soonest due, a job that waits for an
     unmet condition, in a lane paused on its own or of a series paused on its own left
     out; while the whole queue is paused, the one that starts first after `resume`):
@@ -292,7 +291,7 @@ def find_job(db: sqlite3.Connection, given: str) -> str:
                      "of the job you mean")
 
 
-def reader(path: str | os.PathLike[str]) -> sqlite3.Connection:
+def reader(path: "str | os.PathLike[str]") -> sqlite3.Connection:
     """A connection that cannot write (query_only), for reads beside a Queue's."""
     return connect(path, BUSY_TIMEOUT, query_only=True)
 
@@ -300,7 +299,7 @@ def reader(path: str | os.PathLike[str]) -> sqlite3.Connection:
 # -- `sloth-tray status` ---------------------------------------------------------------
 
 
-def empty() -> dict[str, Any]:
+def empty() -> "dict[str, Any]":
     """What `status` says of a home with no queue in it: nothing anywhere."""
     return {state.value: 0 for state in State} | {
         "due_now": 0, "paused": False, "overdue": 0, "running_job": None, "next": None,
@@ -308,7 +307,7 @@ def empty() -> dict[str, Any]:
 
 
 def read(home: Home, clock: Callable[[], float] = time.time, *,
-         per_lane: bool = False) -> dict[str, Any] | None:
+         per_lane: bool = False) -> "dict[str, Any] | None":
     """summary(), the overdue count, and the job running and the one next, as
     `sloth-tray status` shows them, read in one snapshot of the file; None when
     there is no queue to read (Home.readable: a missing home is never made). The

@@ -10,8 +10,6 @@ switches it to WAL waiting out another opener's lock, and migrates it under
 switches or migrates). SQLite's errors become one sentence (`translated_errors`).
 """
 
-from __future__ import annotations
-
 import os
 import sqlite3
 import time
@@ -267,12 +265,12 @@ def migrations() -> tuple[tuple[str, ...], ...]:
 MIN_DATABASE_BYTES = 512  # the smallest page SQLite writes: a real queue is never shorter
 
 
-def beside(path: Place, side: str) -> str:
+def beside(path: "Place", side: str) -> str:
     """The file SQLite keeps beside the queue file: `queue.db-wal` for "-wal"."""
     return os.fspath(path) + side
 
 
-def _absolute(path: Place) -> str:
+def _absolute(path: "Place") -> str:
     """`path` from the root, its `..` left for the kernel to follow (a link may stand
     before one), as Path.absolute() leaves them. Not paths.absolute: a `~` here is a
     folder's name, as sqlite3.connect reads it, not the user's home."""
@@ -284,7 +282,7 @@ def _absolute(path: Place) -> str:
 _AS_IT_IS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~/")
 
 
-def file_uri(path: Place) -> str:
+def file_uri(path: "Place") -> str:
     """The file: URI SQLite opens the file at `path` by, its options still to come (`?`).
     Written here, not with urllib.parse or pathlib: a look that reads the file whole
     would pay for their imports (a third of what it costs over a bare interpreter:
@@ -297,7 +295,7 @@ def file_uri(path: Place) -> str:
     return f"file:{quoted}"
 
 
-def prepare_file(path: Place) -> None:
+def prepare_file(path: "Place") -> None:
     """Create the database file 0600 (SQLite would use the umask), or vet an existing one.
 
     Never opens an existing file itself: closing any descriptor of a file drops
@@ -323,7 +321,7 @@ def prepare_file(path: Place) -> None:
         safety.own_entry(beside(path, side), folder=False)
 
 
-def _vet_existing(path: Place) -> None:
+def _vet_existing(path: "Place") -> None:
     """Refuse a database someone else owns or could write (its jobs run as the user), a
     link to some other file, and one with such a -wal or -shm beside it: SQLite reads
     those as part of the database. Only lstat: nothing is opened (see prepare_file).
@@ -340,7 +338,7 @@ def _vet_existing(path: Place) -> None:
         )
 
 
-def identify(db: sqlite3.Connection, path: Place) -> int:
+def identify(db: sqlite3.Connection, path: "Place") -> int:
     """The file's schema version (0: a new, empty file), after refusing a file written
     by a newer sloth-tray or by another program. Only reads: a file that is not ours
     must come out exactly as it went in."""
@@ -366,7 +364,7 @@ def identify(db: sqlite3.Connection, path: Place) -> int:
     return version
 
 
-def connect(path: Place, busy_timeout: float, *, synchronous: str = "FULL",
+def connect(path: "Place", busy_timeout: float, *, synchronous: str = "FULL",
             query_only: bool = False, check_same_thread: bool = True) -> sqlite3.Connection:
     """A connection to the queue file at the current schema, in autocommit (the caller
     says BEGIN and COMMIT): the file made 0600 or vetted (prepare_file), identified
@@ -401,7 +399,7 @@ def connect(path: Place, busy_timeout: float, *, synchronous: str = "FULL",
     return db
 
 
-def _connect_read_only(path: Place, busy_timeout: float,
+def _connect_read_only(path: "Place", busy_timeout: float,
                        check_same_thread: bool) -> sqlite3.Connection:
     """The queue on a read-only file system: read as it is, never made, switched or
     migrated. With a -wal beside it (left by a process that died), SQLite reads both
@@ -431,7 +429,7 @@ def _connect_read_only(path: Place, busy_timeout: float,
     return db
 
 
-def _switch_to_wal(db: sqlite3.Connection, path: Place, busy_timeout: float) -> None:
+def _switch_to_wal(db: sqlite3.Connection, path: "Place", busy_timeout: float) -> None:
     """PRAGMA journal_mode = WAL, waiting as long as any other statement would. SQLite
     answers a switch that meets another connection's lock (a second process opening a
     new file at the same moment) with busy at once, without its busy handler: so the
@@ -477,7 +475,7 @@ class translated_errors:  # lower case: called as the function it once was
 
     __slots__ = ("path", "busy_timeout")
 
-    def __init__(self, path: Place, busy_timeout: float) -> None:
+    def __init__(self, path: "Place", busy_timeout: float) -> None:
         self.path, self.busy_timeout = path, busy_timeout
 
     def __enter__(self) -> None:
@@ -506,7 +504,7 @@ class translated_errors:  # lower case: called as the function it once was
 _SOUND: set[tuple[int, int, int]] = set()
 
 
-def verify(path: Place) -> None:
+def verify(path: "Place") -> None:
     """Read the whole database once, read-only (PRAGMA quick_check), and refuse it
     if any page is damaged. For start-up, before any connection of this process
     is open: a damaged page that start-up happens not to read must not let the
@@ -543,7 +541,7 @@ def verify(path: Place) -> None:
         _SOUND.add(state)
 
 
-def close(db: sqlite3.Connection, path: Place) -> None:
+def close(db: sqlite3.Connection, path: "Place") -> None:
     """Close a connection to the queue file at `path`. The last one to close copies its
     WAL into the file (a checkpoint), which changes the file by SQLite's own hand: one
     this process found sound just before is sound after, and not read whole again."""
@@ -555,7 +553,7 @@ def close(db: sqlite3.Connection, path: Place) -> None:
             _SOUND.add(after)
 
 
-def _state_of(path: Place) -> tuple[int, int, int] | None:
+def _state_of(path: "Place") -> tuple[int, int, int] | None:
     """What tells one state of the file from another: its device, its inode and the
     time of its last change; None when it is gone."""
     try:
@@ -565,7 +563,7 @@ def _state_of(path: Place) -> tuple[int, int, int] | None:
     return (info.st_dev, info.st_ino, info.st_ctime_ns)
 
 
-def _problems_in(path: Place) -> list[str]:
+def _problems_in(path: "Place") -> list[str]:
     """PRAGMA quick_check's lines for the file (["ok"]: none), read without writing."""
     # immutable: no -wal/-shm is created for a file that has none; with a WAL left
     # by a crash, read-only mode reads it too and still writes nothing.
