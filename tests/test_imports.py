@@ -386,6 +386,8 @@ def test_status_loads_no_other_looks_code_and_no_limits(tmp_path):
 # And `from __future__ import annotations` loads a module of its own, a fiftieth of a
 # glance: the modules a glance passes through quote what only type checkers import.
 GLANCE_NEVER_SAYS = ("sloth_tray.store.steps", "sloth_tray.store.reasons", "__future__")
+# What only a person's table needs: `status --json`, which scripts run, loads none.
+TABLE_ONLY = ("sloth_tray.text", "sloth_tray.timefmt", "sloth_tray.store.states")
 
 
 def test_status_loads_neither_the_steps_model_nor_the_reasons(tmp_path):
@@ -412,6 +414,8 @@ def test_status_loads_neither_the_steps_model_nor_the_reasons(tmp_path):
         modules = loaded_alone(*line, "--home", str(home.root))
         assert "sloth_tray.store.waits" in modules, line
         assert sorted(m for m in GLANCE_NEVER_SAYS if m in modules) == [], line
+        if "--json" in line:
+            assert sorted(m for m in TABLE_ONLY if m in modules) == [], line
     shown = subprocess.run([sys.executable, "-m", "sloth_tray", "status", "--json", "--home",
                             str(home.root)], capture_output=True, text=True, timeout=60)
     said = json.loads(shown.stdout)

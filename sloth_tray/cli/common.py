@@ -1,13 +1,13 @@
 """What every command shares: the registry of commands, the queue opened (vetted, or
-only for reading), a job found by id or name, and the shapes of output."""
+only for reading), a job found by id or name, and the shapes of output.
+
+`status --json`, the glance scripts run, loads this module and none of what a
+person's table needs (text.py, timefmt.py, the states' enum): those are imported
+where they are used."""
 
 import json
 import sys
 from collections.abc import Sequence
-
-from sloth_tray.store.states import State
-from sloth_tray.text import printable
-from sloth_tray.timefmt import relative
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
@@ -59,6 +59,8 @@ def every_command() -> "dict[str, Command]":
 
 def no_queue_here(home: "Home") -> None:
     """Say, on stderr, that there is no queue to read (the command's output stays empty)."""
+    from sloth_tray.text import printable
+
     print(f"sloth-tray: {printable(home.no_queue)}", file=sys.stderr)
 
 
@@ -76,6 +78,8 @@ def table(rows: Sequence[Sequence[str]]) -> str:
 
     Every cell is made printable first: a name or result carrying a newline or
     an escape sequence must not forge a row or drive the terminal."""
+    from sloth_tray.text import printable
+
     rows = [[printable(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join(
@@ -87,6 +91,9 @@ def table(rows: Sequence[Sequence[str]]) -> str:
 
 def when(job: "Job", now: float, paused: bool = False) -> str:
     """A pending job due while the queue is paused says so: nothing starts it now."""
+    from sloth_tray.store.states import State
+    from sloth_tray.timefmt import relative
+
     if job.state == State.PENDING:
         if job.not_before <= now:
             return "due (paused)" if paused else "due now"
@@ -98,5 +105,7 @@ def when(job: "Job", now: float, paused: bool = False) -> str:
 
 def in_lane(lane: str | None) -> str:
     """` in lane net`, to end a sentence about a whole lane (nothing for every lane)."""
+    from sloth_tray.text import printable
+
     return "" if lane is None else f" in lane {printable(lane)}"
 

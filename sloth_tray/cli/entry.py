@@ -14,7 +14,6 @@ from sloth_tray.cli.common import (
 )
 from sloth_tray.cli.glance import step_options
 from sloth_tray.errors import SlothError
-from sloth_tray.text import printable
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
@@ -107,6 +106,8 @@ def _main(argv: "Sequence[str] | None") -> int:
         with interrupted_at_once(args.command not in (*DAEMONS, *WAITING)):
             return command_named(args.command)(args, home)
     except SlothError as exc:
+        from sloth_tray.text import printable
+
         print(f"sloth-tray: {printable(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

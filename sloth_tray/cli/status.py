@@ -7,8 +7,6 @@ nothing and says there is no queue there yet."""
 import time
 
 from sloth_tray.cli.common import command, emit_json, no_queue_here, table
-from sloth_tray.text import printable
-from sloth_tray.timefmt import format_duration, relative
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
@@ -34,6 +32,17 @@ def cmd_status(args: "argparse.Namespace", home: "Home") -> int:
     if args.json:
         emit_json(counts | {"app_running": app_running})
         return 0
+    _say(counts, home, app_running)
+    return 0
+
+
+def _say(counts: "dict[str, Any]", home: "Home", app_running: bool) -> None:
+    """The glance as a person reads it: a table, then the lanes when there are some.
+    What only it needs is imported here: `status --json` never loads it."""
+    from sloth_tray import instance
+    from sloth_tray.text import printable
+    from sloth_tray.timefmt import relative
+
     now = time.time()
     waiting_on = counts.pop("waiting_on", {})  # jobs due that wait for a condition
     running, next_job = counts.pop("running_job"), counts.pop("next")
@@ -70,11 +79,12 @@ def cmd_status(args: "argparse.Namespace", home: "Home") -> int:
         for name, lane in per_lane.items():
             print(f"  {printable(name)}: "
                   f"{_lane_doing(lane, running_by_lane.get(name), now, cut=not app_running)}")
-    return 0
 
 
 def _waiting_rows(waiting: "dict[str, dict[str, Any]]") -> list[tuple[str, str]]:
     """`digest — sleeping until 14:00`: a row for each job that waits in a step."""
+    from sloth_tray.text import printable
+
     return [("waiting", f"{printable(wait['name'])} ({job_id}) — {printable(wait['words'])}")
             for job_id, wait in waiting.items()]
 
@@ -92,6 +102,9 @@ def _lane_doing(lane: "dict[str, Any]", running: "dict[str, Any] | None", now: f
                 cut: bool = False) -> str:
     """What a lane is doing, in a few words: `running fetch_mail (42s) · 2 waiting ·
     paused`, or `idle`; `cut`: no app runs, so its running job was `cut short`."""
+    from sloth_tray.text import printable
+    from sloth_tray.timefmt import format_duration
+
     parts = []
     if running is not None:
         parts.append(f"{'cut short' if cut else 'running'} {printable(running['name'])} "

@@ -27,7 +27,6 @@ from sloth_tray.store.schema import (
     connect,
     translated_errors,
 )
-from sloth_tray.store.states import State
 from sloth_tray.store.waits import NEVER, waiting_for
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
@@ -46,7 +45,11 @@ SERIES_WALK_LIMIT = 1000
 # A claim's condition on a pending job: its series is not paused on its own.
 NOT_HELD = f"{SERIES_KEY} NOT IN (SELECT series FROM paused_series)"
 
-ENDED = (State.DONE, State.CANCELLED)  # counted in lane_counts by triggers, per lane
+# The states a glance counts, in State's order, as the file spells them: words, not the
+# enum (states.py), which would cost a glance a sixtieth of its time to build
+# (tests/store/test_queue.py holds the two equal).
+STATES = ("pending", "running", "done", "failed", "cancelled")
+ENDED = ("done", "cancelled")  # counted in lane_counts by triggers, per lane
 
 
 def state_counts(db: sqlite3.Connection) -> dict[str, int]:
@@ -58,7 +61,7 @@ def state_counts(db: sqlite3.Connection) -> dict[str, int]:
         "SELECT 'pending', count(*) FROM jobs WHERE state = 'pending' UNION ALL "
         "SELECT 'running', count(*) FROM jobs WHERE state = 'running' UNION ALL "
         "SELECT 'failed', count(*) FROM jobs WHERE state = 'failed'"))
-    return {state.value: found.get(state.value, 0) for state in State}
+    return {state: found.get(state, 0) for state in STATES}
 
 
 def counts(db: sqlite3.Connection, now: float) -> dict[str, int]:
@@ -143,8 +146,8 @@ def summary(db: sqlite3.Connection, now: float) -> "dict[str, Any]":
     # ended ones from every lane's trigger-kept count (lanes.counts shows fewer).
     ended = dict(db.execute("SELECT state, sum(n) FROM lane_counts GROUP BY state"))
     found: dict[str, Any] = {
-        state.value: ended.get(state.value, 0) if state in ENDED else
-        sum(lane[state.value] for lane in per_lane.values()) for state in State}
+        state: ended.get(state, 0) if state in ENDED else
+        sum(lane[state] for lane in per_lane.values()) for state in STATES}
     # Due now: what a lane that starts jobs now would start (a paused lane's are not;
     # nor are jobs held back by an unmet condition or a series' own pause).
     found["due_now"] = sum(lane["due_now"] for lane in per_lane.values())
@@ -191,9 +194,9 @@ def _walk_back(db: sqlite3.Connection, created_at: float, last_error: str | None
         if row is None:
             return created_at, created_at, error  # pruned, so it was done
         state, updated_at, created_at, run_error, first_event = row
-        if state == State.DONE:
+        if state == "done":
             return updated_at, created_at, error
-        if error is None and state == State.FAILED:
+        if error is None and state == "failed":
             error = run_error
     return None, created_at, error  # failing for longer than anyone looks back
 
@@ -301,7 +304,7 @@ def reader(path: "str | os.PathLike[str]") -> sqlite3.Connection:
 
 def empty() -> "dict[str, Any]":
     """What `status` says of a home with no queue in it: nothing anywhere."""
-    return {state.value: 0 for state in State} | {
+    return {state: 0 for state in STATES} | {
         "due_now": 0, "paused": False, "overdue": 0, "running_job": None, "next": None,
         "lanes": {}, "waiting": {}}
 

@@ -14,7 +14,7 @@ import pytest
 from helpers.queues import queue_file_of_schema, run_once
 
 from sloth_tray.errors import DatabaseProblem, UnknownJob
-from sloth_tray.store import queries
+from sloth_tray.store import queries, reads
 from sloth_tray.store.queue import Queue, Reason, State
 from sloth_tray.store.schema import REPEATS, SCHEMA_VERSION, SERIES_LIVE
 
@@ -219,6 +219,13 @@ def test_status_counts_every_state_and_what_is_due(queue, clock):
     assert queue.status()["due_now"] == 1
     assert queue.next_wakeup() == clock.now
     assert c
+
+
+def test_a_glance_counts_every_state_there_is():
+    """A glance counts the states by their words (reads.STATES: it builds no enum), so
+    a state added to State must be added there too, or status would never show it."""
+    assert reads.STATES == tuple(State)
+    assert set(reads.ENDED) == {State.DONE, State.CANCELLED}
 
 
 def test_jobs_lists_newest_first_and_filters_by_state(queue, clock):
