@@ -2,8 +2,6 @@
 (`status`, the one typed most, has a module of its own: cli/status.py). On a home
 that does not exist they make nothing and say there is no queue there yet."""
 
-from __future__ import annotations
-
 import json
 import os
 import sys
@@ -30,7 +28,7 @@ if TYPE_CHECKING:
 
 
 @command
-def cmd_paths(args: argparse.Namespace, home: Home) -> int:
+def cmd_paths(args: "argparse.Namespace", home: Home) -> int:
     places = {"home": home.root, "db": home.db, "jobs": home.jobs, "logs": home.logs}
     if args.json:
         emit_json({key: str(path) for key, path in places.items()})
@@ -42,7 +40,7 @@ def cmd_paths(args: argparse.Namespace, home: Home) -> int:
 
 
 @command
-def cmd_list(args: argparse.Namespace, home: Home) -> int:
+def cmd_list(args: "argparse.Namespace", home: Home) -> int:
     from sloth_tray.store import lanes, queries, reads, waits
 
     with reading(home) as db:  # the queue's functions on a connection that only reads
@@ -97,8 +95,8 @@ def cmd_list(args: argparse.Namespace, home: Home) -> int:
     return 0
 
 
-def _listed(db: sqlite3.Connection, args: argparse.Namespace, want: int | None
-            ) -> tuple[list[Job], dict[str, int]]:
+def _listed(db: "sqlite3.Connection", args: "argparse.Namespace", want: int | None
+            ) -> "tuple[list[Job], dict[str, int]]":
     """The jobs `list` shows, and for each that stands for older done runs of its
     series, how many: a series' done runs fold into its newest unless --all-runs."""
     from sloth_tray.store import queries
@@ -116,13 +114,13 @@ def _folded_note(earlier: int, note: str | None) -> str:
     return f"{said}; {note}" if note else said
 
 
-def _running_by_lane(db: sqlite3.Connection) -> dict[str, Job]:
+def _running_by_lane(db: "sqlite3.Connection") -> "dict[str, Job]":
     from sloth_tray.store import queries
 
     return {job.lane: job for job in queries.jobs(db, State.RUNNING)}
 
 
-def _cut_short_note(home: Home, job: Job | None = None) -> str | None:
+def _cut_short_note(home: Home, job: "Job | None" = None) -> str | None:
     """For a job marked running when no app holds its home: `cut short: no app runs this
     home`, and with `job`, what the next start does with it; None while an app runs."""
     from sloth_tray import instance
@@ -134,7 +132,7 @@ def _cut_short_note(home: Home, job: Job | None = None) -> str | None:
         f"{said}; the next start {instance.after_a_crash(job.attempts, job.max_attempts)}"
 
 
-def _behind_note(job: Job, running: dict[str, Job]) -> str | None:
+def _behind_note(job: "Job", running: "dict[str, Job]") -> str | None:
     """`after fetch_mail (running in lane net)`, for a due job its lane's running job
     holds back: a lane runs one job at a time."""
     ahead = running.get(job.lane)
@@ -143,7 +141,7 @@ def _behind_note(job: Job, running: dict[str, Job]) -> str | None:
     return f"after {printable(ahead.name)} (running in lane {printable(job.lane)})"
 
 
-def _waiting_note(job: Job, unmet: frozenset[str]) -> str | None:
+def _waiting_note(job: "Job", unmet: frozenset[str]) -> str | None:
     """`waiting for AC power`, for a due job whose require= does not hold now."""
     from sloth_tray.jobs.conditions import waiting_for
 
@@ -152,7 +150,7 @@ def _waiting_note(job: Job, unmet: frozenset[str]) -> str | None:
 
 
 @command
-def cmd_show(args: argparse.Namespace, home: Home) -> int:
+def cmd_show(args: "argparse.Namespace", home: Home) -> int:
     if args.occurrence is not None and args.step is None:
         print("sloth-tray: --occurrence goes with --step (`sloth-tray show ID --step NAME "
               "--occurrence N`: that step's Nth call)", file=sys.stderr)
@@ -216,14 +214,14 @@ def added_by(source: str | None) -> str:
             None: "-"}.get(source) or f"by {source} (MCP)"
 
 
-def _wait_json(wait: dict[str, Any] | None) -> dict[str, Any] | None:
+def _wait_json(wait: "dict[str, Any] | None") -> "dict[str, Any] | None":
     """What a waiting job waits for, as --json says it (None: it waits for nothing)."""
     if wait is None:
         return None
     return {key: wait[key] for key in ("kind", "until", "question", "choices", "default")}
 
 
-def _wait_note(wait: dict[str, Any]) -> str:
+def _wait_note(wait: "dict[str, Any]") -> str:
     """`answer: yes, no (sloth-tray answer ID CHOICE)`, `until 14:00`."""
     if wait["kind"] == "time":
         return f"until {clock_time(wait['until'])}"
@@ -234,7 +232,7 @@ def _wait_note(wait: dict[str, Any]) -> str:
     return printable(note)
 
 
-def _step_row(step: dict[str, Any], now: float) -> tuple[str, ...]:
+def _step_row(step: "dict[str, Any]", now: float) -> tuple[str, ...]:
     """name, state, run, when, how long, output: one row of `show`'s steps. A sleep or
     an ask says what it waits for (or waited for) in its state, and has no output."""
     name = step["name"] + (f" #{step['occurrence']}" if step["occurrence"] > 1 else "")
@@ -254,7 +252,7 @@ def _step_row(step: dict[str, Any], now: float) -> tuple[str, ...]:
             clock_time(step["started_at"]), took, output)
 
 
-def _step_state(step: dict[str, Any]) -> str:
+def _step_state(step: "dict[str, Any]") -> str:
     """`done`, `failed (exit 1) (try 3)`, `sleeping until 14:00`, `asks "Post it?"
     (yes/no)`: a step's state, with what it waits for."""
     state, kind = step["state"], step["kind"]
@@ -283,7 +281,7 @@ def _step_state(step: dict[str, Any]) -> str:
     return state
 
 
-def _print_step_output(step: dict[str, Any]) -> int:
+def _print_step_output(step: "dict[str, Any]") -> int:
     """A step's recorded output, exactly as kept (`show ID --step NAME`)."""
     if step["state"] != "done":
         print(f"sloth-tray: step \"{printable(step['name'])}\" is {step['state']}: only a "
@@ -316,7 +314,7 @@ def option_text(key: str, value: object) -> str:
 
 
 @command
-def cmd_config(args: argparse.Namespace, home: Home) -> int:
+def cmd_config(args: "argparse.Namespace", home: Home) -> int:
     settings = args.settings
     shown = {key: settings[key] for key in config.KEYS} | {"jobs_dir": str(home.jobs)}
     # As config.toml says them: 60s, 10MiB (the values: seconds and bytes, for scripts).
@@ -342,7 +340,7 @@ ENDED = (State.DONE, State.FAILED, State.CANCELLED)  # what `wait` and `log -f` 
 
 
 @command
-def cmd_wait(args: argparse.Namespace, home: Home) -> int:
+def cmd_wait(args: "argparse.Namespace", home: Home) -> int:
     if not args.ids and args.lane is None:  # a usage mistake: argparse's exit code, 2
         print("sloth-tray: give job ids to wait for, or --lane NAME", file=sys.stderr)
         return 2
@@ -395,7 +393,7 @@ def cmd_wait(args: argparse.Namespace, home: Home) -> int:
     return 1
 
 
-def _live_in_lane(queue: Queue, lane: str) -> list[str]:
+def _live_in_lane(queue: "Queue", lane: str) -> list[str]:
     """The ids of the jobs pending or running in `lane`, but the runs of a repeating job:
     a series always has a run waiting, and would keep its lane from ever being empty.
     (Pending is read first: a job claimed between the two reads is in the second.)"""
@@ -406,7 +404,7 @@ def _live_in_lane(queue: Queue, lane: str) -> list[str]:
 
 
 @command
-def cmd_log(args: argparse.Namespace, home: Home) -> int:
+def cmd_log(args: "argparse.Namespace", home: Home) -> int:
     if args.follow:
         queue = queue_to_read(home)
         with queue:
@@ -429,7 +427,7 @@ def cmd_log(args: argparse.Namespace, home: Home) -> int:
     return 0
 
 
-def _refuse_a_run_not_there(job: Job, run: int | None, *, follow: bool) -> None:
+def _refuse_a_run_not_there(job: "Job", run: int | None, *, follow: bool) -> None:
     """`--run N` past the job's runs (`-f` may wait for the first) is one sentence."""
     if run is not None and run > max(job.runs, 1 if follow else 0):
         raise SlothError(f"{printable(job.name)} ({job.id}) has run {job.runs} "
@@ -438,7 +436,7 @@ def _refuse_a_run_not_there(job: Job, run: int | None, *, follow: bool) -> None:
                             "it has no log yet"))
 
 
-def read_new(path: str | os.PathLike[str], offset: int, out: BinaryIO) -> int:
+def read_new(path: str | os.PathLike[str], offset: int, out: "BinaryIO") -> int:
     """Copy what `path` holds past `offset` to the binary stream `out`: the new offset.
     A file not there (yet) holds nothing."""
     try:
@@ -454,7 +452,7 @@ def read_new(path: str | os.PathLike[str], offset: int, out: BinaryIO) -> int:
     return offset
 
 
-def _follow_log(queue: Queue, home: Home, job: Job, run: int) -> int:
+def _follow_log(queue: "Queue", home: Home, job: "Job", run: int) -> int:
     """`log -f`: the run's log as it grows, then each later run's, until the job ends:
     0 when it ended done, else 1."""
     from sloth_tray.daemon.follow import Changes
@@ -490,7 +488,7 @@ def _follow_log(queue: Queue, home: Home, job: Job, run: int) -> int:
 
 
 @command
-def cmd_schedules(args: argparse.Namespace, home: Home) -> int:
+def cmd_schedules(args: "argparse.Namespace", home: Home) -> int:
     from sloth_tray.store import reads, schedules
     from sloth_tray.store.schema import translated_errors
 
@@ -518,7 +516,7 @@ def cmd_schedules(args: argparse.Namespace, home: Home) -> int:
     return 0
 
 
-def schedule_rows(found: list[dict[str, Any]], now: float) -> list[tuple[str, ...]]:
+def schedule_rows(found: "list[dict[str, Any]]", now: float) -> list[tuple[str, ...]]:
     """`schedules`' table: NEXT and LEFT (or what the series waits for), LAST and
     PASSED with how the last run went, the runs so far and the failures in a row."""
     rows = [("NAME", "LANE", "SCHEDULE", "NEXT", "LEFT", "LAST", "PASSED", "OUTCOME",

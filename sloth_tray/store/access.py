@@ -3,13 +3,10 @@ the queue opened (vetted to write, or only to read, making nothing), a job found
 id, prefix or name, and the sentences that say what to do instead of an action that
 does not fit a job's state. Below both clients, so neither imports the other."""
 
-from __future__ import annotations
-
 import os
 
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home, joined
-from sloth_tray.store.reasons import started_no_process
 from sloth_tray.store.states import State
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
@@ -33,13 +30,13 @@ def sound_home(home: Home) -> Home:
     return home
 
 
-def open_queue(home: Home) -> Queue:
+def open_queue(home: Home) -> "Queue":
     from sloth_tray.store.queue import Queue  # here: `status` reads without it (reads.py)
 
     return Queue(sound_home(home).db)
 
 
-def read_queue(home: Home) -> Queue | None:
+def read_queue(home: Home) -> "Queue | None":
     """The queue, for a command that only reads; None when there is none to read: a
     home or jobs folder that does not exist is not made (Home.readable)."""
     from sloth_tray.store.queue import Queue
@@ -51,7 +48,7 @@ def read_queue(home: Home) -> Queue | None:
     return Queue(home.db)
 
 
-def queue_to_read(home: Home) -> Queue:
+def queue_to_read(home: Home) -> "Queue":
     """The queue, for a command that reads one job (`show`, `wait`, `log`): where there
     is none, the one sentence that says so (exit 1), and nothing made."""
     queue = read_queue(home)
@@ -74,7 +71,7 @@ class reading:  # lower case: used as the function it was (`with reading(home) a
     def __init__(self, home: Home, *, required: bool = False) -> None:
         self.home, self.required, self.db = home, required, None
 
-    def __enter__(self) -> sqlite3.Connection | None:
+    def __enter__(self) -> "sqlite3.Connection | None":
         from sloth_tray.store import reads
         from sloth_tray.store.schema import verify
 
@@ -108,14 +105,14 @@ class reading:  # lower case: used as the function it was (`with reading(home) a
             db.close()
         return False
 
-    def _errors(self) -> translated_errors:
+    def _errors(self) -> "translated_errors":
         from sloth_tray.store import reads
         from sloth_tray.store.schema import translated_errors
 
         return translated_errors(self.home.db, reads.BUSY_TIMEOUT)
 
 
-def find_job(queue: Queue, given: str) -> str:
+def find_job(queue: "Queue", given: str) -> str:
     """The id of the job `given` names: an id, enough of its start, or a name (its
     newest job); see reads.find_job."""
     from sloth_tray.store import reads
@@ -129,22 +126,24 @@ def find_job(queue: Queue, given: str) -> str:
         db.close()
 
 
-def run_log(home: Home, job: Job, run: int) -> Place:
+def run_log(home: Home, job: "Job", run: int) -> "Place":
     """Where run `run` of `job` keeps its log. None there: the run printed nothing,
     unless it started no process at all, which SlothError says, with why."""
+    from sloth_tray.store.reasons import started_no_process  # here: `paths` reads no reason
+
     path = joined(home.job_logs(job.id, job.name), f"{run}.log")
     if not os.path.isfile(path) and run == job.runs and started_no_process(job.reason):
         raise SlothError(f"run {run} of {job.name} ({job.id}) left no log: {job.last_error}")
     return path
 
 
-def run_now_instead(job: Job) -> str | None:
+def run_now_instead(job: "Job") -> str | None:
     if job.state == State.PENDING:
         return f"is waiting; `sloth-tray run-now {job.id}` starts it now"
     return None
 
 
-def retry_instead(job: Job) -> str | None:
+def retry_instead(job: "Job") -> str | None:
     if job.state in (State.FAILED, State.CANCELLED):
         return f"is {job.state.value}; `sloth-tray retry {job.id}` puts it back in line"
     return None

@@ -6,17 +6,14 @@ so a caller asks the Queue it holds; the commands that only read (`list`, `show`
 call them on a connection of their own (access.reading), without the Queue.
 """
 
-from __future__ import annotations
-
 import json
 import sqlite3
 
 from sloth_tray.errors import UnknownJob
-from sloth_tray.store import lanes, reads, rows, schedules, schema, steps
+from sloth_tray.store import lanes, reads, rows, schedules, schema
 from sloth_tray.store.reasons import PERMANENT, Reason
 from sloth_tray.store.rows import JOB_COLUMNS, Event, Job
 from sloth_tray.store.states import State
-from sloth_tray.store.steps import UnknownStep
 from sloth_tray.store.waits import NEVER
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
@@ -160,7 +157,7 @@ def jobs_folded(db: sqlite3.Connection, state: State | str | None = None,
     return [(rows.job(row), row["earlier"]) for row in found]
 
 
-def jobs_named(db: sqlite3.Connection, name: str, states: Collection[State]) -> list[Job]:
+def jobs_named(db: sqlite3.Connection, name: str, states: "Collection[State]") -> list[Job]:
     """The jobs called `name` exactly, in these states, newest first (names have
     no index: one walk of the table)."""
     marks = ", ".join("?" for _ in states)
@@ -175,15 +172,17 @@ def names(db: sqlite3.Connection) -> list[str]:
 
 
 def step(db: sqlite3.Connection, job_id: str, name: str,
-         occurrence: int | None = None) -> dict[str, Any]:
+         occurrence: int | None = None) -> "dict[str, Any]":
     """One recorded step with its output: that occurrence, else its last. UnknownStep,
     naming the job's steps, when it has no such step."""
+    from sloth_tray.store import steps  # here: `list` reads no step (a named tuple's class)
+
     found = steps.recorded(db, job_id, name, occurrence)
     if found is None:
         known = steps.names(db, job_id)
         which = f'step "{name}"' + (f" (occurrence {occurrence})" if occurrence else "")
         listed = ", ".join(f'"{known_name}"' for known_name in known)
-        raise UnknownStep(f"job {job_id} has no {which}"
+        raise steps.UnknownStep(f"job {job_id} has no {which}"
                           + (f" (its steps: {listed})" if listed else " (it has no steps)"))
     return found.as_dict()
 
@@ -209,7 +208,7 @@ def waits_on(db: sqlite3.Connection, now: float, unmet: frozenset[str]) -> bool:
 
 
 def next_due(db: sqlite3.Connection, unmet: frozenset[str] = frozenset(),
-             renewed: Collection[str] = ()) -> float | None:
+             renewed: "Collection[str]" = ()) -> float | None:
     """The earliest wall time at which a claim could return a job; None if never.
     Jobs waiting on a condition in `unmet` do not count: the change of that
     condition, not the clock, is what lets them start. Nor do jobs of a lane that

@@ -2,8 +2,6 @@
 event is appended to its history; and the one INSERT of a new job row.
 """
 
-from __future__ import annotations
-
 import json
 import os
 import re
@@ -18,7 +16,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-class _Record:
+class Record:
     """A row as read, frozen: equal to a record of its class with the same fields, its
     hash of the fields but UNHASHED, and shown as `Job(id='...', ...)`. Written out,
     not a dataclass: dataclasses (and the inspect, ast and typing it loads, and the code
@@ -27,7 +25,7 @@ class _Record:
     FIELDS: tuple[str, ...] = ()
     UNHASHED: tuple[str, ...] = ()
 
-    def _values(self) -> tuple[Any, ...]:
+    def _values(self) -> "tuple[Any, ...]":
         return tuple(getattr(self, name) for name in self.FIELDS)
 
     def __eq__(self, other: object) -> bool:
@@ -50,7 +48,7 @@ class _Record:
         raise AttributeError(f"cannot delete field {name!r}")
 
 
-class Job(_Record):
+class Job(Record):
     FIELDS = ("id", "name", "state", "attempts", "max_attempts", "not_before",
               "lease_owner", "lease_until", "last_error", "result", "script", "options",
               "created_at", "updated_at", "child", "reason", "runs", "lane", "key", "source")
@@ -68,12 +66,12 @@ class Job(_Record):
     last_error: str | None
     result: str | None
     script: str | None
-    options: dict[str, Any]
+    options: "dict[str, Any]"
     created_at: float
     updated_at: float
     # The running attempt's process (pid, pgid, start time, run token), so a
     # later start-up can stop an orphan without ever killing a reused pid.
-    child: dict[str, Any] | None
+    child: "dict[str, Any] | None"
     reason: Reason | None  # why the last attempt failed (see Reason)
     runs: int  # runs ever started, across retries; names the log of each
     lane: str  # the lane it runs in, one job at a time (store/lanes.py)
@@ -83,8 +81,8 @@ class Job(_Record):
     def __init__(self, id: str, name: str, state: State, attempts: int, max_attempts: int,
                  not_before: float, lease_owner: str | None, lease_until: float | None,
                  last_error: str | None, result: str | None, script: str | None,
-                 options: dict[str, Any], created_at: float, updated_at: float,
-                 child: dict[str, Any] | None = None, reason: Reason | None = None,
+                 options: "dict[str, Any]", created_at: float, updated_at: float,
+                 child: "dict[str, Any] | None" = None, reason: Reason | None = None,
                  runs: int = 0, lane: str = "main", key: str | None = None,
                  source: str | None = None) -> None:
         vars(self).update(
@@ -100,14 +98,14 @@ class Job(_Record):
         lease = self.options.get("lease")
         return float(lease) if lease else None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> "dict[str, Any]":
         data = {name: getattr(self, name) for name in self.FIELDS}
         data["state"] = self.state.value
         data["reason"] = self.reason.value if self.reason else None
         return data
 
 
-class Event(_Record):
+class Event(Record):
     FIELDS = ("at", "kind", "detail")
     __match_args__ = FIELDS
 
@@ -118,7 +116,7 @@ class Event(_Record):
     def __init__(self, at: float, kind: str, detail: str) -> None:
         vars(self).update(at=at, kind=kind, detail=detail)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> "dict[str, Any]":
         return {"at": self.at, "kind": self.kind, "detail": self.detail}
 
 
@@ -126,7 +124,7 @@ class Event(_Record):
 JOB_COLUMNS = ", ".join(Job.FIELDS)
 
 
-def job(row: sqlite3.Row | dict[str, Any]) -> Job:
+def job(row: "sqlite3.Row | dict[str, Any]") -> Job:
     """The Job a row holds, read by column name."""
     return Job(
         id=row["id"], name=row["name"], state=State(row["state"]),
@@ -141,7 +139,7 @@ def job(row: sqlite3.Row | dict[str, Any]) -> Job:
     )
 
 
-def named_rows(db: sqlite3.Connection, sql: str, params: Any = ()) -> list[sqlite3.Row]:
+def named_rows(db: sqlite3.Connection, sql: str, params: "Any" = ()) -> list[sqlite3.Row]:
     """Every row the statement gives, each readable by column name (on a cursor of its
     own: the connection's other statements still read tuples). All of them: a write
     (UPDATE ... RETURNING) runs to its end."""
@@ -150,7 +148,7 @@ def named_rows(db: sqlite3.Connection, sql: str, params: Any = ()) -> list[sqlit
     return cursor.execute(sql, params).fetchall()
 
 
-def jobs(db: sqlite3.Connection, sql: str, params: Any = ()) -> list[Job]:
+def jobs(db: sqlite3.Connection, sql: str, params: "Any" = ()) -> list[Job]:
     """The Jobs a statement that selects (or returns) JOB_COLUMNS gives. Each row is
     read by name from a dict: a claim returns one, and sqlite3.Row finds a name by
     comparing it with each column's in turn."""
@@ -191,7 +189,7 @@ def new_job_id() -> str:
     return os.urandom(6).hex()
 
 
-def insert_job(db: sqlite3.Connection, job_id: str | None = None, **columns: Any) -> str:
+def insert_job(db: sqlite3.Connection, job_id: str | None = None, **columns: "Any") -> str:
     """Insert one job row (`columns` beside its id); returns its id. A drawn id that
     is taken already (1 in 2**48) is drawn again; a given one (`job_id`) raises.
 

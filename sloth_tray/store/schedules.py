@@ -10,8 +10,6 @@ Functions of a connection, inside the Queue's transactions or the read of
 `sloth-tray schedules`; standard library only, and no queue.py: the command reads.
 """
 
-from __future__ import annotations
-
 import json
 import sqlite3
 
@@ -36,7 +34,7 @@ FOLDED_JOBS = (
     "ORDER BY jobs.rowid DESC")
 
 
-def schedule_text(options: dict[str, Any]) -> str:
+def schedule_text(options: "dict[str, Any]") -> str:
     """The schedule as its header wrote it: `every 2m`, `mon-fri@09:00`, `cron "30 7 * * 1"`."""
     every = options.get("every")
     if every:
@@ -99,8 +97,8 @@ def _last_claim(history: list) -> float | None:
     return None
 
 
-def read(db: sqlite3.Connection, now: float, tz: tzinfo | None = None, *,
-         lane: str | None = None, ended: bool = False) -> list[dict[str, Any]]:
+def read(db: sqlite3.Connection, now: float, tz: "tzinfo | None" = None, *,
+         lane: str | None = None, ended: bool = False) -> "list[dict[str, Any]]":
     """One dict per series, soonest next run first (running ones first, ended last):
     what `sloth-tray schedules` shows, its times Unix seconds. `ended`: series
     that no longer go on (cancelled) too. `tz`: a calendar's zone (None: this
@@ -181,7 +179,7 @@ def read(db: sqlite3.Connection, now: float, tz: tzinfo | None = None, *,
     return found
 
 
-def _overdue_keys(db: sqlite3.Connection, now: float, tz: tzinfo | None) -> set[str]:
+def _overdue_keys(db: sqlite3.Connection, now: float, tz: "tzinfo | None") -> set[str]:
     """The keys of the series overdue at `now` (overdue.py's rule, as `status` counts)."""
 
     rows = reads.recurring_series(db)

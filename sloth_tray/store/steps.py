@@ -13,14 +13,12 @@ Functions of a connection, inside the Queue's transactions. What a waiting job w
 for, as the looks read it, is waits.py.
 """
 
-from __future__ import annotations
-
 import json
 import sqlite3
 import time
-from collections import namedtuple
 
 from sloth_tray.errors import SlothError
+from sloth_tray.store.rows import Record
 from sloth_tray.store.waits import NEVER, words_for
 
 # The steps table and its trigger: one of schema.py's migrations, shipped, so its text
@@ -83,16 +81,23 @@ _COLUMNS = ", ".join(_FIELDS)
 _LISTED = ", ".join(field for field in _FIELDS if field != "output")  # all but the output
 
 
-class Step(namedtuple("Step", _FIELDS, defaults=(None,))):
+class Step(Record):
     """One step of a job as the queue reads it: its columns by name (`output` None when
-    read without it: `listed`, `progress`)."""
+    read without it: `listed`, `progress`). A record, not a named tuple, whose class
+    is compiled at import: `show` paid a hundredth of its time for it."""
 
-    __slots__ = ()
+    FIELDS = _FIELDS
+    __match_args__ = FIELDS
+
+    def __init__(self, *values: object) -> None:
+        if len(values) == len(_FIELDS) - 1:  # read without its output
+            values = (*values, None)
+        vars(self).update(zip(_FIELDS, values, strict=True))
 
     def as_dict(self, *, output: bool = True) -> dict:
         """By column name, as `show --json` and Queue.steps() give it; without `output`
         when it was not read."""
-        found = self._asdict()
+        found = dict(zip(_FIELDS, self._values(), strict=True))
         if not output:
             del found["output"]
         return found
