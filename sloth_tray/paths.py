@@ -310,8 +310,12 @@ def _swallows(home: Home) -> str | None:
         return "is the home folder itself: sloth-tray would take its own files as jobs"
     if _within(root, jobs):
         return f"holds the home folder {home.root}, where sloth-tray keeps its own files"
-    for own in (*home.own_folders, *home.own_files):
-        if _within(jobs, os.path.join(root, os.path.relpath(own, home.root))):
+    if not _within(jobs, root):
+        return None  # outside home: none of the app's own places can hold it
+    real = Home(root, jobs)  # the same places under the real root
+    for own, real_own in zip((*home.own_folders, *home.own_files),
+                             (*real.own_folders, *real.own_files), strict=True):
+        if _within(jobs, real_own):
             return f"lies inside {own}, which sloth-tray keeps for itself"
     return None
 
