@@ -412,7 +412,7 @@ def test_status_loads_neither_the_steps_model_nor_the_reasons(tmp_path):
         assert queue.wait(sleeper, "test", "run-1") == "pending"
     for line in (["status", "--json"], ["status"]):
         modules = loaded_alone(*line, "--home", str(home.root))
-        assert "sloth_tray.store.waits" in modules, line
+        assert "sloth_tray.store.reads" in modules, line
         assert sorted(m for m in GLANCE_NEVER_SAYS if m in modules) == [], line
         if "--json" in line:
             assert sorted(m for m in TABLE_ONLY if m in modules) == [], line

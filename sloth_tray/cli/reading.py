@@ -12,8 +12,8 @@ from sloth_tray.cli.common import command, emit_json, in_lane, no_queue_here, ta
 from sloth_tray.errors import SlothError
 from sloth_tray.paths import Home
 from sloth_tray.store.access import find_job, queue_to_read, reading, run_log
+from sloth_tray.store.reads import NEVER, short_time
 from sloth_tray.store.states import State
-from sloth_tray.store.waits import NEVER, short_time
 from sloth_tray.text import printable
 from sloth_tray.timefmt import clock_time, format_duration, relative
 
@@ -41,7 +41,7 @@ def cmd_paths(args: "argparse.Namespace", home: Home) -> int:
 
 @command
 def cmd_list(args: "argparse.Namespace", home: Home) -> int:
-    from sloth_tray.store import lanes, queries, reads, waits
+    from sloth_tray.store import lanes, queries, reads
 
     with reading(home) as db:  # the queue's functions on a connection that only reads
         if db is None:
@@ -54,7 +54,7 @@ def cmd_list(args: "argparse.Namespace", home: Home) -> int:
         jobs, earlier = _listed(db, args, want)
         more = limit is not None and len(jobs) > limit
         jobs = jobs[:limit]
-        waiting = waits.waiting_for(db, [job.id for job in jobs if job.state == State.PENDING])
+        waiting = reads.waiting_for(db, [job.id for job in jobs if job.state == State.PENDING])
         if args.json:
             emit_json([job.as_dict() | {"waiting_for": _wait_json(waiting.get(job.id))}
                        | ({} if args.all_runs else {"earlier_runs": earlier.get(job.id, 0)})
@@ -155,7 +155,7 @@ def cmd_show(args: "argparse.Namespace", home: Home) -> int:
         print("sloth-tray: --occurrence goes with --step (`sloth-tray show ID --step NAME "
               "--occurrence N`: that step's Nth call)", file=sys.stderr)
         return 2  # argparse's code for a usage mistake
-    from sloth_tray.store import lanes, queries, reads, waits
+    from sloth_tray.store import lanes, queries, reads
     from sloth_tray.store import steps as recorded
 
     with reading(home, required=True) as db:  # the queue's functions, a look only
@@ -168,7 +168,7 @@ def cmd_show(args: "argparse.Namespace", home: Home) -> int:
         unmet = reads.unmet(db)
         paused = lanes.paused(db, job.lane, reads.paused(db))
         running = _running_by_lane(db)
-        wait = waits.waiting_for(db, [job.id]).get(job.id)
+        wait = reads.waiting_for(db, [job.id]).get(job.id)
     logs = home.job_logs(job.id, job.name)
     if args.json:
         emit_json(job.as_dict() | {"history": [event.as_dict() for event in history],

@@ -11,10 +11,10 @@ import sqlite3
 
 from sloth_tray.errors import UnknownJob
 from sloth_tray.store import lanes, reads, rows, schedules, schema
+from sloth_tray.store.reads import NEVER
 from sloth_tray.store.reasons import PERMANENT, Reason
 from sloth_tray.store.rows import JOB_COLUMNS, Event, Job
 from sloth_tray.store.states import State
-from sloth_tray.store.waits import NEVER
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:

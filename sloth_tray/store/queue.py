@@ -38,7 +38,6 @@ from sloth_tray.store import (
     rows,
     schedules,
     steps,
-    waits,
     words,
 )
 from sloth_tray.store.claims import ClaimStatements, claim_statements
@@ -215,9 +214,9 @@ class Queue(SharedConnection):
             return steps.asking(db)
 
     def waiting_for(self, job_ids: list[str]) -> dict[str, dict]:
-        """What each of these waiting jobs waits for (waits.waiting_for)."""
+        """What each of these waiting jobs waits for (reads.waiting_for)."""
         with self._autocommit() as db:
-            return waits.waiting_for(db, job_ids)
+            return reads.waiting_for(db, job_ids)
 
     def heartbeat(self, job_id: str, owner: str, lease: float | None = None) -> bool:
         """Extend the lease; False means `owner` no longer holds it (stop the work).

@@ -1,6 +1,7 @@
 """The numbers a glance at the queue needs: how many jobs are in each state, how
 many are due, whether the queue is paused, which conditions hold due jobs back,
-and the recurring series to judge for lateness.
+the recurring series to judge for lateness, and what each job waiting in a step
+waits for (a sleep's end, a question's answer), as the looks say it.
 
 Reads of a connection, nothing else. Queue answers with them, and
 `sloth-tray status` calls them on a connection of its own (`read`), so that the
@@ -27,7 +28,6 @@ from sloth_tray.store.schema import (
     connect,
     translated_errors,
 )
-from sloth_tray.store.waits import NEVER, waiting_for
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
 if TYPE_CHECKING:
@@ -50,6 +50,7 @@ NOT_HELD = f"{SERIES_KEY} NOT IN (SELECT series FROM paused_series)"
 # (tests/store/test_queue.py holds the two equal).
 STATES = ("pending", "running", "done", "failed", "cancelled")
 ENDED = ("done", "cancelled")  # counted in lane_counts by triggers, per lane
+NEVER = 253402300799.0  # 9999-12-31: an ask with no timeout is due only once answered
 
 
 def state_counts(db: sqlite3.Connection) -> dict[str, int]:
@@ -211,6 +212,41 @@ def overdue_count(db: sqlite3.Connection, now: float, *, is_paused: bool) -> int
 
     series = [overdue.Series(*row) for row in rows]
     return len(overdue.find(series, now, None, paused=is_paused).overdue)
+
+
+def waiting_for(db: sqlite3.Connection, jobs: list[str] | None = None) -> dict[str, dict]:
+    """For each pending job (of `jobs`; None: all) that waits in a step: what for, as
+    `show --json` says it: {"kind": "time"|"answer", "until", "question", "choices",
+    "default", "step", "name", "words"}, in the order they began to wait."""
+    found = {}
+    which = "" if jobs is None else "steps.job IN (SELECT value FROM json_each(:jobs)) AND "
+    for job, job_name, name, kind, wake_at, question, choices, default in db.execute(
+            "SELECT steps.job, jobs.name, steps.name, steps.kind, steps.wake_at, "
+            "steps.question, steps.choices, steps.default_choice FROM steps JOIN jobs "
+            f"ON jobs.id = steps.job WHERE {which}jobs.state = 'pending' "
+            "AND steps.state = 'waiting' AND steps.answer IS NULL ORDER BY steps.rowid",
+            {"jobs": json.dumps(jobs or [])}):
+        found[job] = {"kind": "time" if kind == "sleep" else "answer", "until": wake_at,
+                      "question": question, "choices": json.loads(choices) if choices else None,
+                      "default": default, "step": name, "name": job_name,
+                      "words": words_for(kind, wake_at, question)}
+    return found
+
+
+def words_for(kind: str, wake_at: float | None, question: str | None) -> str:
+    """`sleeping until 14:00`, `asking "Send it?"`."""
+    if kind == "sleep":
+        return f"sleeping until {short_time(wake_at or 0)}"
+    return f"asking {json.dumps(question, ensure_ascii=False)}"
+
+
+def short_time(moment: float) -> str:
+    """14:00 today (14:00:05 when not on the minute), else with its date."""
+    local = time.localtime(moment)
+    clock = "%H:%M" if local.tm_sec == 0 else "%H:%M:%S"
+    if time.strftime("%Y-%m-%d", local) == time.strftime("%Y-%m-%d"):
+        return time.strftime(clock, local)
+    return time.strftime(f"%Y-%m-%d {clock}", local)
 
 
 def running_job(db: sqlite3.Connection) -> "dict[str, Any] | None":

@@ -68,8 +68,8 @@ SERIES_LIVE = f"state IN ('pending', 'running') AND {REPEATS}"
 
 # The schema's version: the number of migrations() (a file's user_version counts those
 # applied to it). A number, not len(migrations()): a glance checks a file's version
-# without making the migrations' text or loading steps.py, about a fiftieth of its
-# time (tests/store/test_connect.py holds the two equal).
+# without making the migrations' text, about a hundredth of its time
+# (tests/store/test_connect.py holds the two equal).
 SCHEMA_VERSION = 16
 
 
@@ -78,8 +78,6 @@ def migrations() -> tuple[tuple[str, ...], ...]:
     Statements are kept apart (not one script) so a migration runs inside our own
     BEGIN IMMEDIATE: executescript() would commit behind our back. Their text is
     shipped and never changes: a file they migrated must match a new one."""
-    from sloth_tray.store import steps
-
     return (
         (
             """CREATE TABLE jobs (
@@ -199,7 +197,32 @@ def migrations() -> tuple[tuple[str, ...], ...]:
         ),
         # A job's steps (store/steps.py; a job's own writes: for_jobs/sloth_step.py): what
         # a retried, reclaimed or woken job skips because it happened already.
-        steps.SCHEMA,
+        (
+            """CREATE TABLE steps (
+        job         TEXT NOT NULL,
+        name        TEXT NOT NULL,
+        occurrence  INTEGER NOT NULL,
+        state       TEXT NOT NULL,              -- running, done, failed, cut
+        ask         INTEGER NOT NULL DEFAULT 0, -- cut short, it waits for a person's word
+        run         INTEGER NOT NULL,           -- the job's run (jobs.runs) that last ran it
+        token       TEXT NOT NULL,              -- that run's token
+        seen_by     TEXT,                       -- the last run that reached it: counts
+                                                -- a run's calls of one name
+        started_at  REAL NOT NULL,
+        ended_at    REAL,
+        exit_code   INTEGER,
+        output      BLOB,                       -- stdout kept (shell), the result's JSON (Python)
+        output_size INTEGER,                    -- bytes written in all: more than kept if cut
+        kind        TEXT NOT NULL DEFAULT 'shell',
+        marked_at   REAL,                       -- when a person marked it done
+        PRIMARY KEY (job, name, occurrence)
+    )""",
+            # A job's steps go with it, whoever deletes it (prune): a step never outlives
+            # its job.
+            """CREATE TRIGGER steps_go_with_their_job AFTER DELETE ON jobs BEGIN
+        DELETE FROM steps WHERE job = OLD.id;
+    END""",
+        ),
         # Lanes (store/lanes.py): each job in one, each lane one job at a time.
         lanes.SCHEMA,
         (
@@ -221,8 +244,18 @@ def migrations() -> tuple[tuple[str, ...], ...]:
             "CREATE TABLE paused_series (series TEXT PRIMARY KEY) WITHOUT ROWID",
         ),
         # Steps that wait and steps that retry (store/steps.py): a sleep's wake time, an
-        # ask's question and answer, a step's try.
-        steps.WAITS,
+        # ask's question and answer, a step's try. The job waits pending, its not_before
+        # the step's wake time (`wake_at`: a sleep's end, an ask's timeout) or NEVER (an
+        # ask with no timeout): holding no lease and no process, due only when it is to run.
+        (
+            "ALTER TABLE steps ADD COLUMN wake_at REAL",  # a sleep's end, an ask's timeout
+            "ALTER TABLE steps ADD COLUMN question TEXT",
+            "ALTER TABLE steps ADD COLUMN choices TEXT",  # an ask's choices, a JSON list
+            "ALTER TABLE steps ADD COLUMN default_choice TEXT",
+            "ALTER TABLE steps ADD COLUMN answer TEXT",
+            "ALTER TABLE steps ADD COLUMN answered_at REAL",
+            "ALTER TABLE steps ADD COLUMN tries INTEGER",  # the try a step with retries is on
+        ),
         (
             # The looks the daemon makes before each sleep, on partial indexes of their
             # own: whether a waiting job changed after now (a clock set back,

@@ -1,4 +1,4 @@
-"""The queue's side of steps: the `steps` table (its schema, one migration), and what
+"""The queue's side of steps (their table is schema.py's, made by its migrations): what
 the Queue does to a job's steps when a run ends, when a person retries it, and when
 the app or `show` reads them. A job's own side (a step's start and end, held-checked
 by the run's token and owner) is for_jobs/sloth_step.py, which a job's Python runs
@@ -10,7 +10,7 @@ short: `cut`. A cut step runs again on the next run, unless it was started with
 `ask`: then a person says whether it happened (`mark_done`) or not (`run_again`).
 
 Functions of a connection, inside the Queue's transactions. What a waiting job waits
-for, as the looks read it, is waits.py.
+for, as the looks read it, is reads.py's.
 """
 
 import json
@@ -18,51 +18,8 @@ import sqlite3
 import time
 
 from sloth_tray.errors import SlothError
+from sloth_tray.store.reads import NEVER, words_for
 from sloth_tray.store.rows import Record
-from sloth_tray.store.waits import NEVER, words_for
-
-# The steps table and its trigger: one of schema.py's migrations, shipped, so its text
-# never changes (a file it migrated must match a new one).
-SCHEMA = (
-    """CREATE TABLE steps (
-        job         TEXT NOT NULL,
-        name        TEXT NOT NULL,
-        occurrence  INTEGER NOT NULL,
-        state       TEXT NOT NULL,              -- running, done, failed, cut
-        ask         INTEGER NOT NULL DEFAULT 0, -- cut short, it waits for a person's word
-        run         INTEGER NOT NULL,           -- the job's run (jobs.runs) that last ran it
-        token       TEXT NOT NULL,              -- that run's token
-        seen_by     TEXT,                       -- the last run that reached it: counts
-                                                -- a run's calls of one name
-        started_at  REAL NOT NULL,
-        ended_at    REAL,
-        exit_code   INTEGER,
-        output      BLOB,                       -- stdout kept (shell), the result's JSON (Python)
-        output_size INTEGER,                    -- bytes written in all: more than kept if cut
-        kind        TEXT NOT NULL DEFAULT 'shell',
-        marked_at   REAL,                       -- when a person marked it done
-        PRIMARY KEY (job, name, occurrence)
-    )""",
-    # A job's steps go with it, whoever deletes it (prune): a step never outlives its job.
-    """CREATE TRIGGER steps_go_with_their_job AFTER DELETE ON jobs BEGIN
-        DELETE FROM steps WHERE job = OLD.id;
-    END""",
-)
-
-
-# Steps that wait (a sleep, an ask) and a step's tries: one of schema.py's migrations,
-# shipped, so its text never changes either. The job waits pending, its not_before the
-# step's wake time (`wake_at`: a sleep's end, an ask's timeout) or NEVER (an ask with no
-# timeout): holding no lease and no process, due only when it is to run.
-WAITS = (
-    "ALTER TABLE steps ADD COLUMN wake_at REAL",  # a sleep's end, an ask's timeout
-    "ALTER TABLE steps ADD COLUMN question TEXT",
-    "ALTER TABLE steps ADD COLUMN choices TEXT",  # an ask's choices, a JSON list
-    "ALTER TABLE steps ADD COLUMN default_choice TEXT",
-    "ALTER TABLE steps ADD COLUMN answer TEXT",
-    "ALTER TABLE steps ADD COLUMN answered_at REAL",
-    "ALTER TABLE steps ADD COLUMN tries INTEGER",  # the try a step with retries is on
-)
 
 
 class UnknownStep(SlothError):

@@ -47,7 +47,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from modelkit import LEASE, RETRIABLE, START
 
 from sloth_tray.for_jobs import sloth_step
-from sloth_tray.store import steps, waits
+from sloth_tray.store import reads, steps
 from sloth_tray.store.queue import (
     PERMANENT,
     Job,
@@ -708,7 +708,7 @@ class StepMachine(RuleBasedStateMachine):
         else:
             job.state = State.PENDING
             job.not_before = self.now if step.answer is not None else (
-                step.wake_at if step.wake_at is not None else waits.NEVER)
+                step.wake_at if step.wake_at is not None else reads.NEVER)
         self._unsure_fails(job)
         if job.state == State.PENDING:
             due = self.queue.get(job.id).not_before
