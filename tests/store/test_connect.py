@@ -5,6 +5,8 @@ the connection `status` reads through cannot write (PRAGMA query_only)."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import multiprocessing
 import os
 import random
@@ -43,6 +45,18 @@ def test_the_schema_version_counts_the_migrations():
     """SCHEMA_VERSION is written as a number (a glance reads it without making the
     migrations): a migration added without it would never run on an older file."""
     assert SCHEMA_VERSION == len(migrations())
+
+
+# The digest of the first SHIPPED migrations' statements, as released: a file they
+# made must match one a later sloth-tray makes, so their text never changes, only
+# new migrations are added after them.
+SHIPPED = 16
+SHIPPED_DIGEST = "56282278d3fdb70e78e04533247f78a6af21cc812caef413ce0a609349c0d918"
+
+
+def test_the_shipped_migrations_are_word_for_word_as_released():
+    shipped = migrations()[:SHIPPED]
+    assert hashlib.sha256(json.dumps(shipped).encode()).hexdigest() == SHIPPED_DIGEST
 
 
 def migration_statements(since: int) -> list[str]:
