@@ -11,8 +11,6 @@ parsers would take '３', '١٢', '1_000', 'inf' and 'nan', none of which a pers
 means as a lease.
 """
 
-from __future__ import annotations
-
 import math
 import re
 from collections import namedtuple

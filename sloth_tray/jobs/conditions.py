@@ -14,8 +14,6 @@ Every condition starts as holding, and a condition nothing can tell about (neith
 service nor a probe) stays holding: such jobs must never wait forever.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable, Iterable
 
 TYPE_CHECKING = False  # as the standard library does: typing itself is not imported
@@ -33,7 +31,7 @@ Listener = Callable[[frozenset[str]], None]
 Probe = Callable[[], dict[str, "bool | None"]]
 
 
-def parse_require(value: Any) -> str:
+def parse_require(value: "Any") -> str:
     """The canonical `require=` value ("ac,network"): known words, each once, in
     CONDITIONS order. A list of words is read too (options pushed by a program)."""
     if isinstance(value, str):
@@ -51,7 +49,7 @@ def parse_require(value: Any) -> str:
 YES_NO_FORM = "yes or no"
 
 
-def parse_yes_no(value: Any) -> bool:
+def parse_yes_no(value: "Any") -> bool:
     """`interrupt=yes` / `no` (a bool from a program too)."""
     if isinstance(value, bool):
         return value
@@ -60,13 +58,13 @@ def parse_yes_no(value: Any) -> bool:
     raise ValueError(YES_NO_FORM)
 
 
-def required(options: dict[str, Any]) -> tuple[str, ...]:
+def required(options: "dict[str, Any]") -> tuple[str, ...]:
     """The conditions a job's options require."""
     text = options.get("require")
     return tuple(text.split(",")) if isinstance(text, str) and text else ()
 
 
-def waiting_for(options: dict[str, Any], unmet: Iterable[str]) -> str | None:
+def waiting_for(options: "dict[str, Any]", unmet: Iterable[str]) -> str | None:
     """What a job waits for while `unmet` do not hold ("AC power"), or None."""
     missing = [name for name in required(options) if name in set(unmet)]
     return " and ".join(WAITING_FOR[name] for name in missing) or None
@@ -129,7 +127,7 @@ class Conditions:
             unmet = self._unmet_now()
         self._tell(unmet)
 
-    def reading(self) -> _OneLook:
+    def reading(self) -> "_OneLook":
         """Several conditions read as one look (a probe of two, a service's properties,
         the first look at all of them): listeners hear its outcome once, never a
         moment of it ("not met: network, unmetered" while the network is being read)."""
