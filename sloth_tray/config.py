@@ -44,8 +44,8 @@ class Key:
     """One setting: `parse` turns the file's value into it (raising ValueError that says
     what is accepted); `limit` is a number's range, shared with headers and flags.
 
-    A class, not a named tuple: the tuple's class is compiled at import, a hundredth of
-    what a glance costs."""
+    A class, not a named tuple: the tuple's class is compiled at import, half a percent
+    of what a glance costs."""
 
     __slots__ = ("parse", "default", "help", "limit_name")
 

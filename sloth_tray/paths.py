@@ -44,7 +44,7 @@ class Home:
 
     A plain class, neither a dataclass nor a named tuple: every command builds one, and
     importing dataclasses cost `sloth-tray status` a fifth of its time, the named tuple's
-    class, compiled at import, a hundredth."""
+    class, compiled at import, half a percent."""
 
     __slots__ = ("root", "jobs")
 

@@ -46,7 +46,7 @@ SERIES_WALK_LIMIT = 1000
 NOT_HELD = f"{SERIES_KEY} NOT IN (SELECT series FROM paused_series)"
 
 # The states a glance counts, in State's order, as the file spells them: words, not the
-# enum (states.py), which would cost a glance a sixtieth of its time to build
+# enum (states.py), which would cost a glance about a hundredth of its time to build
 # (tests/store/test_queue.py holds the two equal).
 STATES = ("pending", "running", "done", "failed", "cancelled")
 ENDED = ("done", "cancelled")  # counted in lane_counts by triggers, per lane

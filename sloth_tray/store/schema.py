@@ -68,8 +68,8 @@ SERIES_LIVE = f"state IN ('pending', 'running') AND {REPEATS}"
 
 # The schema's version: the number of migrations() (a file's user_version counts those
 # applied to it). A number, not len(migrations()): a glance checks a file's version
-# without making the migrations' text, about a hundredth of its time
-# (tests/store/test_connect.py holds the two equal).
+# without making the migrations' text (tests/store/test_connect.py holds the two
+# equal).
 SCHEMA_VERSION = 16
 
 
