@@ -139,8 +139,8 @@ def per_thread(pid: int) -> dict[str, int]:
             with open(f"/proc/{pid}/task/{tid}/status") as status:
                 found[name] = sum(int(line.split()[1]) for line in status
                                   if "ctxt_switches" in line)
-        except FileNotFoundError:
-            pass  # a thread that ended meanwhile
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile (before the open, or the read)
     return found
 
 
@@ -153,8 +153,8 @@ def wakeups(pid: int) -> int:
                 for line in status:
                     if "ctxt_switches" in line:
                         total += int(line.split()[1])
-        except FileNotFoundError:
-            pass  # a thread that ended meanwhile
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile (before the open, or the read)
     return total
 
 

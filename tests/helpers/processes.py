@@ -71,7 +71,7 @@ def state(pid: int) -> str | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             return f.read().rsplit(b")", 1)[1].split()[0].decode()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or the read
         return None
 
 
