@@ -628,9 +628,7 @@ def test_a_job_that_ended_as_the_quit_came_is_recorded_done_not_given_back(
     try:
         pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(),
                            what="the job to run"))
-        wait_for(lambda: procs.start_time(pid) is None or
-                 open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z",
-                 what="the job to end")
+        wait_for(lambda: not alive(pid), what="the job to end")  # gone, or a zombie
         runner.stop()
     finally:
         gate.set()
@@ -640,6 +638,7 @@ def test_a_job_that_ended_as_the_quit_came_is_recorded_done_not_given_back(
 
 
 def zombie(pid: int) -> bool:
+    """Whether `pid` has ended, not yet reaped: for a child only its caller reaps."""
     return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
 
 
@@ -707,8 +706,7 @@ def test_a_quit_that_lands_between_the_check_for_the_end_and_the_stop_records_do
         if code is None and armed.is_set() and not quit_sent.is_set():
             with open(fifo, "w") as go:  # the job ends now...
                 go.write("go\n")
-            wait_for(lambda: open(f"/proc/{child.pid}/stat").read()
-                     .rsplit(")", 1)[1].split()[0] == "Z", what="the job to end")
+            wait_for(lambda: not alive(child.pid), what="the job to end")  # a zombie, or reaped
             runner.stop()  # ...and the quit comes right after
             quit_sent.set()
         return code
