@@ -39,8 +39,7 @@ def joined(base: "Place", *names: str) -> "Place":
 class Home:
     """The app's folder (`root`): queue.db, spool/, logs/, the doorbell, the lock, and
     by default the watched `jobs` folder. Each place is of the type `root` is: a Path,
-    or text for a look (`locate(..., text=True)`). A value: equal to any Home of the
-    same two places.
+    or text for a look (`locate(..., text=True)`).
 
     A plain class, neither a dataclass nor a named tuple: every command builds one, and
     importing dataclasses cost `sloth-tray status` a fifth of its time, the named tuple's
@@ -50,14 +49,6 @@ class Home:
 
     def __init__(self, root: "Place", jobs: "Place") -> None:
         self.root, self.jobs = root, jobs
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Home):
-            return NotImplemented
-        return (self.root, self.jobs) == (other.root, other.jobs)
-
-    def __hash__(self) -> int:
-        return hash((self.root, self.jobs))
 
     def __repr__(self) -> str:
         return f"Home(root={self.root!r}, jobs={self.jobs!r})"
