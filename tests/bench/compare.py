@@ -20,7 +20,8 @@ apt-get, otherwise the script says what to run), then run it from the repository
     python tests/bench/compare.py --only burst,cli   # just these sections, at full size (or
                                                # with --quick/--smoke, at theirs): one row
                                                # measured again without the whole run
-    python tests/bench/compare.py --only burst --burst-rounds 5   # sloth's burst 5 times
+    python tests/bench/compare.py --only burst --burst-rounds 5   # 5 rounds of every
+                                               # system's burst, not 3
     python tests/bench/compare.py --only latency --latency-repeats 9   # 9 drops per idle
                                                # length and system, not 3
     python tests/bench/compare.py --smoke      # CI (.ci/run): every section with tiny counts,
@@ -87,7 +88,9 @@ What it measures (progress goes to stderr, the report to stdout):
    vs tsp (`tsp /bin/sh script` each, one slot) vs the durable floor (the spawn floor's
    loop, each script first moved into a folder of its own and each outcome committed at
    synchronous=FULL: the least a queue that loses nothing does). All run the scripts one
-   at a time. Goal: sloth-tray at 0.8 of the floor or more.
+   at a time, every system once a round (3 rounds; 1 with --quick or --smoke), every
+   other round in reverse order; each ratio is the median of the rounds' own. Goal:
+   sloth-tray at 0.8 of the floor or more.
 6. Scale: claim and status latency with 10k, 100k and 1M done jobs (no 1M with --quick),
    with queue_bench.py's own code; sloth-tray only, so no one is ahead there.
 7. Memory: RSS of `run --headless`, idle (from 1.), against huey's and tsp's and the
@@ -143,7 +146,7 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, redirect_stderr
 from dataclasses import asdict, dataclass, replace
@@ -202,7 +205,7 @@ class Mode:
     repeats: int = 3  # drops per idle length and system
     cli_runs: int = 41  # whole-process runs per command, interleaved; the figure is the median
     step_calls: int = 500  # sloth_step.step() calls in one process, each kind; median
-    burst_rounds: int = 1  # sloth bursts, each on a daemon of its own; the figure is the median
+    burst_rounds: int = 1  # rounds of every system's burst; each figure the median round
     only: tuple[str, ...] = ()  # the sections to run (empty: every one)
 
     def runs(self, section: str) -> bool:
@@ -223,7 +226,7 @@ def mode_for(name: str) -> Mode:
                     repeats=1, cli_runs=3, step_calls=20)
     if name == "quick":
         return Mode(name, 30.0, (1.0, 15.0), queue_bench.QUICK_RUN, 200, step_calls=200)
-    return Mode(name, 60.0, (1.0, 15.0, 60.0), queue_bench.FULL_RUN, 1000)
+    return Mode(name, 60.0, (1.0, 15.0, 60.0), queue_bench.FULL_RUN, 1000, burst_rounds=3)
 
 
 # -- processes: started here, stopped here -------------------------------------------
@@ -1298,34 +1301,42 @@ def tsp_burst(count: int, root: Path, reaper: Reaper, binary: str) -> dict[str, 
 
 def measure_burst(mode: Mode, root: Path, reaper: Reaper, tsp: str | None,
                   peers: set[str]) -> dict[str, Any]:
+    """Every system's burst once a round, rounds in turn: each peer's figure is the median
+    of its rounds, and each ratio to sloth is read within a round, between runs seconds
+    apart, so that the machine's drift (its speed varies by half from hour to hour) moves
+    both sides of a ratio alike."""
     count = mode.burst
-    log(f"burst: {count:,} scripts at once, one at a time; floor, sloth"
-        f"{', huey' if 'huey' in peers else ''}{', tsp' if tsp else ''}, floor again")
-    results: dict[str, Any] = {"jobs": count, "script": BURST_SCRIPT}
-    floors = [floor_burst(count, root / "burst-floor-1")]
-    log(f"  floor {floors[0]['jobs_per_s']:8.0f} jobs/s")
-    bursts = []
-    for round_no in range(mode.burst_rounds):
-        bursts.append(sloth_burst(count, root / f"round-{round_no + 1}", reaper))
-        log(f"  sloth {bursts[-1]['jobs_per_s']:8.0f} jobs/s")
-    # The median round stands for sloth (its stages and CPU with it); every round is kept.
-    results["sloth"] = {**sorted(bursts, key=lambda b: b["jobs_per_s"])[len(bursts) // 2],
-                        "runs": bursts}
+    systems: dict[str, Callable[[Path], dict[str, Any]]] = {
+        "floor": lambda folder: floor_burst(count, folder / "burst-floor"),
+        "sloth": lambda folder: sloth_burst(count, folder, reaper),
+        "durable floor": lambda folder: durable_floor_burst(count, folder / "burst-durable"),
+    }
     if "huey" in peers:
-        results["huey"] = huey_burst(count, root, reaper)
-        log(f"  huey  {results['huey']['jobs_per_s']:8.0f} jobs/s")
+        systems["huey"] = lambda folder: huey_burst(count, folder, reaper)
     if tsp is not None:
-        results["tsp"] = tsp_burst(count, root, reaper, tsp)
-        log(f"  tsp   {results['tsp']['jobs_per_s']:8.0f} jobs/s")
-    floors.append(floor_burst(count, root / "burst-floor-2"))
-    log(f"  floor {floors[1]['jobs_per_s']:8.0f} jobs/s (again)")
-    durable = durable_floor_burst(count, root / "burst-durable-floor")
-    log(f"  durable floor {durable['jobs_per_s']:8.0f} jobs/s")
-    results["durable floor"] = durable
-    # Before and after the others: the machine's drift meets the floor from both sides.
-    floor_rate = median(f["jobs_per_s"] for f in floors)
-    results["floor"] = {"jobs": count, "jobs_per_s": floor_rate, "runs": floors}
-    results["sloth_over_floor"] = results["sloth"]["jobs_per_s"] / floor_rate
+        systems["tsp"] = lambda folder: tsp_burst(count, folder, reaper, tsp)
+    names = list(systems)
+    log(f"burst: {count:,} scripts at once, one at a time; {mode.burst_rounds} round(s) of "
+        f"{', '.join(names)}, every other round in reverse")
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for round_no in range(mode.burst_rounds):
+        # Reversed every other round: no system always runs first, or right after sloth.
+        for name in names if round_no % 2 == 0 else reversed(names):
+            runs[name].append(systems[name](root / f"burst-round-{round_no + 1}"))
+            log(f"  round {round_no + 1}/{mode.burst_rounds} {name:14s}"
+                f"{runs[name][-1]['jobs_per_s']:8.0f} jobs/s")
+    results: dict[str, Any] = {"jobs": count, "script": BURST_SCRIPT,
+                               "rounds": mode.burst_rounds}
+    for name in names:
+        # The median run stands for the system (sloth's stages and CPU with it).
+        ranked = sorted(runs[name], key=lambda run: run["jobs_per_s"])
+        results[name] = {**ranked[len(ranked) // 2], "runs": runs[name]}
+    # sloth's rate over each peer's, round by round: above 1, sloth ran more jobs a second.
+    results["round_ratios"] = {
+        name: [own["jobs_per_s"] / theirs["jobs_per_s"]
+               for own, theirs in zip(runs["sloth"], runs[name], strict=True)]
+        for name in names if name != "sloth"}
+    results["sloth_over_floor"] = median(results["round_ratios"]["floor"])
     results["goal_sloth_over_floor"] = BURST_GOAL
     results["goal_met"] = results["sloth_over_floor"] >= BURST_GOAL
     return results
@@ -1506,6 +1517,9 @@ class Row:
     skip: str = ""  # why this machine cannot have the figures (a peer not installed, ...)
     runs: list[float] | None = None  # every figure the sloth value is the median (or one) of
     peer_runs: list[float] | None = None  # the same for the peer's value
+    # sloth's figure over the peer's, the median of rounds' own ratios, where runs were
+    # taken in rounds: it decides who is ahead (medians of drifting runs can disagree)
+    round_ratio: float | None = None
 
     @property
     def spread(self) -> dict[str, float] | None:
@@ -1525,9 +1539,14 @@ class Row:
     def ahead(self) -> str:
         if not self.better or self.sloth is None or self.peer_value is None:
             return "n/a"
-        if self.sloth == self.peer_value:
+        if self.round_ratio is not None:
+            if self.round_ratio == 1:
+                return "tie"
+            lower = self.round_ratio < 1
+        elif self.sloth == self.peer_value:
             return "tie"
-        lower = self.sloth < self.peer_value
+        else:
+            lower = self.sloth < self.peer_value
         return "yes" if lower == (self.better == "lower") else "NO"
 
     def as_dict(self) -> dict[str, Any]:
@@ -1670,6 +1689,11 @@ def ratio_spread(cli: dict[str, Any], name: str) -> str:
     return f", rounds' IQR {found['q1']:.2f}-{found['q3']:.2f}x"
 
 
+# Each system the burst is timed against, as its rows name it.
+BURST_PEERS = {"floor": "spawn floor", "durable floor": "durable floor", "huey": "huey",
+               "tsp": "tsp"}
+
+
 def burst_measure(count: int) -> str:
     return f"burst, {count:,} scripts"
 
@@ -1677,16 +1701,27 @@ def burst_measure(count: int) -> str:
 def burst_rows(burst: dict[str, Any], absent: dict[str, str]) -> list[Row]:
     measure = burst_measure(burst["jobs"])
     sloth = burst["sloth"]["jobs_per_s"]
+    runs = [r["jobs_per_s"] for r in burst["sloth"]["runs"]]
     verdict = "met" if burst["goal_met"] else "NOT met"
-    runs = [r["jobs_per_s"] for r in burst["sloth"].get("runs", [burst["sloth"]])]
-    rows = [Row("burst", measure, "jobs/s", sloth, "spawn floor", burst["floor"]["jobs_per_s"],
-                "higher", f"sloth/floor {burst['sloth_over_floor']:.2f} "
-                f"(goal >= {burst['goal_sloth_over_floor']:g}: {verdict})", runs=runs,
-                peer_runs=[r["jobs_per_s"] for r in burst["floor"]["runs"]])]
-    rows += [peer_row(Row("burst", measure, "jobs/s", sloth, peer, better="higher", runs=runs),
-                      burst, peer, absent, lambda p: p["jobs_per_s"])
-             for peer in ("durable floor", "huey", "tsp")]
+    rows = []
+    for peer, label in BURST_PEERS.items():
+        row = peer_row(Row("burst", measure, "jobs/s", sloth, label, better="higher",
+                           runs=runs), burst, peer, absent, lambda p: p["jobs_per_s"],
+                       lambda p: [r["jobs_per_s"] for r in p["runs"]])
+        if peer in burst["round_ratios"]:
+            row.round_ratio = median(burst["round_ratios"][peer])
+            row.note = round_ratio_note(burst["round_ratios"][peer], peer)
+            if peer == "floor":
+                row.note += f" (goal >= {burst['goal_sloth_over_floor']:g}: {verdict})"
+        rows.append(row)
     return rows
+
+
+def round_ratio_note(ratios: list[float], peer: str) -> str:
+    """sloth's rate over the peer's, read round by round: the median, and the range."""
+    if len(ratios) < 2:
+        return f"sloth/{peer} {median(ratios):.2f}"
+    return f"sloth/{peer} {median(ratios):.2f} by round ({min(ratios):.2f}-{max(ratios):.2f})"
 
 
 def cycle_measure(label: str) -> str:
@@ -2094,13 +2129,16 @@ def steps_note(steps: dict[str, Any]) -> str:
 
 def burst_notes(burst: dict[str, Any]) -> list[str]:
     count, floor = burst["jobs"], burst["floor"]
-    runs = "/".join(f"{run['jobs_per_s']:,.0f}" for run in floor["runs"])
+    rounds = burst["rounds"]
     lines = [
-        f"- burst: {count:,} scripts `#!/bin/sh` + `true`, run one at a time by everyone. "
+        f"- burst: {count:,} scripts `#!/bin/sh` + `true`, run one at a time by everyone, "
+        f"every system once a round, {rounds} round{'s' if rounds > 1 else ''} (every other "
+        "one in reverse order); each figure is a system's median round, each sloth/peer "
+        "ratio the median of the rounds' own ratios. "
         "sloth: written straight into a running daemon's jobs folder, timed from the first "
         "write to the last job recorded done; floor: subprocess.run(['/bin/sh', script]) in "
         "a loop here, in a session of its own with output through pipes as sloth's runner "
-        f"starts a job, run before and after the others ({runs} jobs/s, median taken)"
+        "starts a job"
         + ("" if "huey" not in burst else
            "; huey: one task per script, enqueued at once, its worker running the script the "
            "same way, timed to the last task's marker (its queue at synchronous="
@@ -2125,7 +2163,7 @@ def burst_notes(burst: dict[str, Any]) -> list[str]:
         value = stages[key]
         return "-" if value is None else f"{value:.{digits}f} ms"
 
-    floor_cpu = floor["runs"][0]["cpu"]
+    floor_cpu = floor["cpu"]
     lines.append(
         f"- burst, CPU per job: sloth's daemon {sloth['cpu']['own_ms']:.2f} ms (all its "
         f"threads; {sloth['cpu']['children_ms']:.2f} ms in the jobs' processes), the floor's "
@@ -2280,15 +2318,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", metavar="SECTION[,SECTION]", type=sections_given,
                         default=(), help="run just these sections, at the size the mode says "
                         f"(full without --quick/--smoke): {', '.join(SECTIONS)}")
-    parser.add_argument("--burst-rounds", type=int, default=1, metavar="N",
-                        help="sloth bursts, each on a fresh daemon; the figure is the median "
-                             "(default 1)")
+    parser.add_argument("--burst-rounds", type=int, default=None, metavar="N",
+                        help="rounds of the burst section, each running every system's "
+                             "burst once (sloth's on a fresh daemon); each figure is the "
+                             "median round (default: the mode's, 3 in full, else 1)")
     parser.add_argument("--latency-repeats", type=int, default=None, metavar="N",
                         help="drops per idle length and system in the latency section "
                              "(and 2N+1 each way in the lanes section); the figure is the "
                              "median (default: the mode's, 3 in full)")
     args = parser.parse_args(argv)
-    if args.burst_rounds < 1:
+    if args.burst_rounds is not None and args.burst_rounds < 1:
         parser.error("--burst-rounds takes a whole number of at least 1")
     if args.latency_repeats is not None and args.latency_repeats < 1:
         parser.error("--latency-repeats takes a whole number of at least 1")
@@ -2424,7 +2463,9 @@ def main(argv: list[str] | None = None) -> None:
     if not sys.platform.startswith("linux"):
         sys.exit("compare.py reads /proc: Linux only")
     mode = replace(mode_for("smoke" if args.smoke else "quick" if args.quick else "full"),
-                   only=args.only, burst_rounds=args.burst_rounds)
+                   only=args.only)
+    if args.burst_rounds is not None:
+        mode = replace(mode, burst_rounds=args.burst_rounds)
     if args.latency_repeats is not None:
         mode = replace(mode, repeats=args.latency_repeats)
     results: dict[str, Any] = {"peers": peer_versions(mode), "notes": [], "absent": {},
