@@ -2132,10 +2132,11 @@ def burst_notes(burst: dict[str, Any]) -> list[str]:
     rounds = burst["rounds"]
     lines = [
         f"- burst: {count:,} scripts `#!/bin/sh` + `true`, run one at a time by everyone, "
-        f"every system once a round, {rounds} round{'s' if rounds > 1 else ''} (every other "
-        "one in reverse order); each figure is a system's median round, each sloth/peer "
-        "ratio the median of the rounds' own ratios. "
-        "sloth: written straight into a running daemon's jobs folder, timed from the first "
+        + ("every system once, in one round. " if rounds == 1 else
+           f"every system once a round, {rounds} rounds (every other one in reverse order); "
+           "each figure is a system's median round, each sloth/peer ratio the median of "
+           "the rounds' own ratios. ")
+        + "sloth: written straight into a running daemon's jobs folder, timed from the first "
         "write to the last job recorded done; floor: subprocess.run(['/bin/sh', script]) in "
         "a loop here, in a session of its own with output through pipes as sloth's runner "
         "starts a job"
