@@ -133,14 +133,16 @@ def waiting_on(db: sqlite3.Connection, now: float, unmet: frozenset[str]) -> dic
     return found
 
 
-def summary(db: sqlite3.Connection, now: float) -> "dict[str, Any]":
+def summary(db: sqlite3.Connection, now: float,
+            held_back: "frozenset[str] | None" = None) -> "dict[str, Any]":
     """counts(), whether the queue is paused, and the same per lane ("lanes": see
     lanes.counts). While the queue is paused, nothing is due now,
     whatever the clock says: nothing will start. Jobs waiting for a condition are
     not due either ("waiting_on" says how many wait for which), nor are the runs of a
-    series paused on its own: what is due is what a claim would take."""
+    series paused on its own: what is due is what a claim would take. `held_back`:
+    unmet(db), when the caller has read it already."""
     is_paused = paused(db)
-    held_back = unmet(db)
+    held_back = unmet(db) if held_back is None else held_back
     waits = waiting_on(db, now, held_back)
     per_lane = lanes.counts(db, now, is_paused, not_held_back(db, held_back))
     # The live jobs as the lanes counted them (every lane with one is known), the
@@ -361,10 +363,11 @@ def read(home: Home, clock: Callable[[], float] = time.time, *,
         with translated_errors(home.db, BUSY_TIMEOUT):
             db.execute("BEGIN")  # one read transaction: every number from the same moment
             now = clock()
-            found = summary(db, now)
+            held_back = unmet(db)
+            found = summary(db, now, held_back)
             found["overdue"] = overdue_count(db, now, is_paused=found["paused"])
             found["running_job"] = running_job(db)
-            found["next"] = next_job(db, unmet(db))
+            found["next"] = next_job(db, held_back)
             found["waiting"] = waiting_for(db)  # asleep, or asking
             if per_lane:
                 found["running_by_lane"] = running_by_lane(db)

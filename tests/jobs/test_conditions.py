@@ -153,6 +153,7 @@ def test_the_command_line_shows_what_a_due_job_waits_for(tmp_path, monkeypatch, 
     assert cli.main(["status", "--json"]) == 0
     status = json.loads(capsys.readouterr().out)
     assert status["waiting_on"] == {"ac": 1} and status["due_now"] == 1
+    assert status["next"]["name"] == "tidy"  # the one a claim would take
     assert cli.main(["list"]) == 0
     rows = {line.split()[1]: line for line in capsys.readouterr().out.splitlines()[1:]}
     assert rows["backup"].rstrip().endswith("waiting for AC power")

@@ -166,12 +166,12 @@ def test_status_reads_through_a_connection_that_cannot_write(tmp_path, monkeypat
     tried: list[BaseException] = []
     summary = reads.summary
 
-    def writing_summary(db, now):
+    def writing_summary(db, now, *held_back):
         try:
             db.execute("INSERT INTO flags VALUES ('paused', 1)")
         except sqlite3.OperationalError as exc:
             tried.append(exc)
-        return summary(db, now)
+        return summary(db, now, *held_back)
 
     monkeypatch.setattr(reads, "summary", writing_summary)
     assert reads.read(home)["paused"] is False
