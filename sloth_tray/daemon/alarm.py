@@ -117,6 +117,11 @@ class TimerfdAlarm(Alarm):
         self._poll = select.poll()
         self._poll.register(self._timer, select.POLLIN)
         self._poll.register(self._wake_r, select.POLLIN)
+        # A ring from another thread may come as the owner closes the alarm: once
+        # closed, its fd numbers may already name another file, which a late ring
+        # must never write to (the queue's own file among them).
+        self._closing = threading.Lock()
+        self._closed = False
 
     def _arm(self, deadline: float | None) -> None:
         spec = _Itimerspec()
@@ -145,14 +150,22 @@ class TimerfdAlarm(Alarm):
             pass
 
     def ring(self) -> None:
-        try:
-            os.write(self._wake_w, b"!")
-        except BlockingIOError:
-            pass  # the pipe is full of rings already
+        with self._closing:
+            if self._closed:
+                return  # nobody waits on it any more
+            try:
+                os.write(self._wake_w, b"!")
+            except BlockingIOError:
+                pass  # the pipe is full of rings already
 
     def close(self) -> None:
-        for fd in (self._timer, self._wake_r, self._wake_w):
-            os.close(fd)
+        """Its files closed; by the thread that waits on it, once it waits no more."""
+        with self._closing:
+            if self._closed:
+                return
+            self._closed = True
+            for fd in (self._timer, self._wake_r, self._wake_w):
+                os.close(fd)
 
 
 def make_alarm(clock: Callable[[], float] = time.time) -> Alarm:

@@ -81,6 +81,7 @@ class Runner:
         self.grace = grace
         self.default_timeout = default_timeout
         self.alarm = alarm or make_alarm(queue.clock)
+        self._own_alarm = alarm is None  # made here: closed here (a timer and a pipe)
         self._stopping = False
         self._nudges = 0  # the queue changed this often: check the lease before the beat
         self._spawned_at = 0.0  # monotonic time of the current run's spawn
@@ -96,10 +97,14 @@ class Runner:
 
     def close(self) -> None:
         """No run comes after this one: the output watcher's thread ends (once the pipes
-        a stray may still hold are closed)."""
+        a stray may still hold are closed), and the alarm made for this runner is
+        closed. Each lane's worker has a runner of its own, for as long as its lane has
+        jobs to run: files left open by each would pile up, a worker an idle spell."""
         if self._watcher is not None:
             self._watcher.close()
             self._watcher = None
+        if self._own_alarm:
+            self.alarm.close()
 
     # -- called from other threads -----------------------------------------
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 import threading
 import time
@@ -27,6 +28,28 @@ def test_timerfd_alarm_wakes_on_a_ring_with_nothing_scheduled():
     alarm.wait(None)
     assert time.monotonic() - started < 5
     alarm.close()
+
+
+@linux
+def test_a_ring_after_the_alarm_is_closed_writes_to_no_file_that_took_its_number():
+    """A lane's worker closes its alarm as it ends, while another thread may still
+    ring it (a nudge, the exit of a run): the number of its pipe may name another
+    file by then, which the late ring must leave alone."""
+    alarm = TimerfdAlarm()
+    number = alarm._wake_w  # the pipe's end a ring writes to
+    alarm.close()
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    os.dup2(write_end, number)  # another file now has that number
+    try:
+        alarm.ring()
+        alarm.close()  # twice: nothing more closed
+        os.fstat(number)
+        with pytest.raises(BlockingIOError):
+            os.read(read_end, 1)
+    finally:
+        for fd in (read_end, write_end, number):
+            os.close(fd)
 
 
 @linux

@@ -251,3 +251,29 @@ def test_a_stop_signal_the_moment_it_holds_its_lock_stops_it_cleanly(home, pids,
         assert daemon.wait(timeout=20) == (130 if sig == signal.SIGINT else 0)
         assert "Traceback" not in daemon.stderr.read()
         assert instance.pid_in(home.lock) is None
+
+
+def test_job_after_job_from_idle_leaves_no_file_descriptor_open(home, pids):
+    """Each job that starts an idle lane gets a worker with an alarm of its own (a
+    timer and a pipe): a day of drops an hour apart must not pile those up until the
+    app can open nothing more."""
+    daemon = start_daemon(pids, home)
+
+    def open_files() -> int:
+        return len(os.listdir(f"/proc/{daemon.pid}/fd"))
+
+    def run_one(number: int) -> None:
+        draft = home.jobs / f".job-{number}"
+        draft.write_text("#!/bin/sh\ntrue\n")
+        draft.rename(home.jobs / f"job-{number}.sh")  # taken at once, as a drop is
+        with Queue(home.db) as queue:
+            wait_for(lambda: queue.status()["done"] == number, timeout=10,
+                     what=f"job {number} to be done")
+
+    run_one(1)
+    after_first = open_files()  # its worker's files may still be open: never fewer
+    for number in range(2, 8):
+        run_one(number)
+    wait_for(lambda: open_files() <= after_first, timeout=10,
+             what=f"the files open after one job ({after_first}), not "
+                  f"{open_files()} after seven")
