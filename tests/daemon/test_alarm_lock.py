@@ -37,16 +37,16 @@ def test_a_ring_after_the_alarm_is_closed_writes_to_no_file_that_took_its_number
     file by then, which the late ring must leave alone."""
     alarm = TimerfdAlarm()
     number = alarm._wake_w  # the pipe's end a ring writes to
-    alarm.close()
-    read_end, write_end = os.pipe()
+    read_end, write_end = os.pipe()  # made while the alarm holds that number: not it
     os.set_blocking(read_end, False)
+    alarm.close()
     os.dup2(write_end, number)  # another file now has that number
     try:
         alarm.ring()
-        alarm.close()  # twice: nothing more closed
-        os.fstat(number)
         with pytest.raises(BlockingIOError):
-            os.read(read_end, 1)
+            os.read(read_end, 1)  # nothing was written to it
+        alarm.close()  # twice: nothing more is closed
+        os.fstat(number)
     finally:
         for fd in (read_end, write_end, number):
             os.close(fd)
