@@ -210,9 +210,10 @@ class OutputWatcher:
         self._epoll = select.epoll()
         self._wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)  # close() rings it
         self._epoll.register(self._wake, select.EPOLLIN)
-        self._lock = threading.Lock()  # guards _runs and _closing
+        self._lock = threading.Lock()  # guards _runs, _closing, _done and the use of _wake
         self._runs: dict[int, Watched] = {}  # fd (a pipe's or a pidfd) -> its run
         self._closing = False
+        self._done = False  # the thread has ended, and closed _wake
         self._thread = threading.Thread(target=self._loop, name="output", daemon=True)
         self._thread.start()
 
@@ -238,7 +239,11 @@ class OutputWatcher:
         closed (at once, unless a stray holds some open)."""
         with self._lock:
             self._closing = True
-        os.eventfd_write(self._wake, 1)
+            # Under the lock the thread closes it with: the thread may end between the
+            # flag and the ring (its last pipes closing just then), and a ring after
+            # that would reach whatever file has taken the number since.
+            if not self._done:
+                os.eventfd_write(self._wake, 1)
 
     def _loop(self) -> None:
         try:
@@ -257,7 +262,9 @@ class OutputWatcher:
                         self._ready(watched, fd)
         finally:
             self._epoll.close()
-            os.close(self._wake)
+            with self._lock:
+                self._done = True
+                os.close(self._wake)
 
     def _ready(self, watched: Watched, fd: int) -> None:
         try:

@@ -288,6 +288,28 @@ def output_threads() -> list[threading.Thread]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the pidfd watcher is Linux's")
+def test_closing_the_output_watcher_after_its_thread_ended_writes_to_no_file():
+    """close() rings the watcher's thread through an eventfd that the thread closes as
+    it ends; the thread may end just then (its last run's pipes closing), before the
+    ring. Here it has ended for sure: the ring must not reach whatever file has since
+    taken that number."""
+    watcher = capture.OutputWatcher()
+    number = watcher._wake
+    read_end, write_end = os.pipe()  # made while the watcher holds that number: not it
+    os.set_blocking(read_end, False)
+    watcher.close()
+    wait_for(lambda: not watcher.alive(), what="the watcher's thread to end")
+    os.dup2(write_end, number)  # another file now has that number
+    try:
+        watcher.close()
+        with pytest.raises(BlockingIOError):
+            os.read(read_end, 8)  # nothing was written to it
+    finally:
+        for fd in (read_end, write_end, number):
+            os.close(fd)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the pidfd watcher is Linux's")
 def test_a_runners_runs_share_one_output_thread_that_a_pipe_held_open_never_holds_up(
         home, tmp_path, pids):
     """A stray that escaped the run's token (its environment cleared) keeps the first
