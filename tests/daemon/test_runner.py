@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.processes import alive, wait_for
+from helpers.processes import alive, state, wait_for
 
 from sloth_tray.daemon import capture, procs
 from sloth_tray.daemon import runner as runner_module
@@ -661,7 +661,7 @@ def test_a_job_that_ended_as_the_quit_came_is_recorded_done_not_given_back(
 
 def zombie(pid: int) -> bool:
     """Whether `pid` has ended, not yet reaped: for a child only its caller reaps."""
-    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    return state(pid) == "Z"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the pidfd watcher is Linux's")
