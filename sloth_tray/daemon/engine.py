@@ -409,8 +409,9 @@ class Engine:
                         self._raise_worker_problem()  # one that ended meanwhile
                         return
                     self._start_conditions_if_waited_on()
-                    if not self._working():  # idle now: what the runs freed goes back
-                        memory.give_back()
+                    if not self._working():  # idle now: what the runs read and freed
+                        self.queue.release_memory()  # goes back: the page cache first,
+                        memory.give_back()  # then the heap's free pages it leaves
                     self.alarm.wait(self._wake_at())
                 except DatabaseProblem as exc:
                     self._report(exc)

@@ -42,6 +42,13 @@ class SharedConnection:
         with self._lock:
             schema.close(self._db, self.path)  # its checkpoint keeps a sound file sound
 
+    def release_memory(self) -> None:
+        """Hand back the pages this connection keeps cached (SQLite's shrink_memory). An
+        app that goes idle calls it: the next job's few reads find those pages again in
+        the system's file cache, and a long history read once is not held all night."""
+        with self._lock, self._errors:
+            self._db.execute("PRAGMA shrink_memory")
+
     def __enter__(self) -> Self:
         return self
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import logging
 import math
 import sqlite3
@@ -895,3 +897,45 @@ def test_back_to_back_snapshots_take_at_most_their_share_of_the_time(read):
         assert read / moment <= SNAPSHOT_SHARE * (1 + 1e-9)  # the float's last bit
     if read <= SNAPSHOT_SHARE * SHOW_RUNNING_AFTER:
         assert moment == SHOW_RUNNING_AFTER
+
+
+def sqlite_bytes_held() -> int:
+    """What SQLite holds in this process (its page caches the most), by its own count;
+    the test is skipped where Python's sqlite3 is not the shared library found here."""
+    found = ctypes.util.find_library("sqlite3")
+    if found is None:
+        pytest.skip("no shared SQLite library to ask")
+    library = ctypes.CDLL(found)
+    if library.sqlite3_libversion_number() != sqlite3.sqlite_version_info[0] * 1_000_000 \
+            + sqlite3.sqlite_version_info[1] * 1_000 + sqlite3.sqlite_version_info[2]:
+        pytest.skip("Python's sqlite3 is not the shared library found")
+    library.sqlite3_memory_used.restype = ctypes.c_int64
+    return library.sqlite3_memory_used()
+
+
+def test_an_idle_loop_keeps_none_of_the_page_cache_its_work_filled(home):
+    """An app that has run a long history waits holding none of the pages it read: an
+    app up for weeks must not hold a full page cache through each idle night."""
+    queue = Queue(home.db)
+    with contextlib.closing(sqlite3.connect(home.db)) as raw, raw:
+        raw.executemany(
+            "INSERT INTO jobs(id, name, state, max_attempts, not_before, created_at, "
+            "updated_at, history) VALUES (?, ?, 'done', 1, 0, 0, 0, ?)",
+            [(f"{n:012x}", f"old-{n}", f'[[0, "completed", "{"x" * 300}"]]')
+             for n in range(6000)])
+    before = sqlite_bytes_held()
+    assert len(queue.jobs(State.DONE)) == 6000  # read through the app's connection
+    filled = sqlite_bytes_held()
+    assert filled - before > 1024 * 1024, "the reads filled no page cache to give back"
+    push_script(queue, home, "one.sh", "true")
+    engine = Engine(queue, home)
+    thread = threading.Thread(target=engine.run)
+    thread.start()
+    try:
+        wait_for(lambda: queue.summary()["done"] == 6001, what="the job to run")
+        wait_for(lambda: sqlite_bytes_held() < before + (filled - before) / 4,
+                 what=f"the idle loop to give back its page cache ({sqlite_bytes_held():,} "
+                      f"bytes held, {before:,} before the reads)")
+    finally:
+        engine.stop()
+        thread.join(15)
