@@ -90,7 +90,9 @@ What it measures (progress goes to stderr, the report to stdout):
    synchronous=FULL: the least a queue that loses nothing does). All run the scripts one
    at a time, every system once a round (3 rounds; 1 with --quick or --smoke), every
    other round in reverse order; each ratio is the median of the rounds' own. Goal:
-   sloth-tray at 0.8 of the floor or more.
+   sloth-tray at 0.8 of the floor or more. Then the RSS each app holds once its burst
+   is over and it waits again (its CPU time still for three looks), sloth-tray's
+   against huey's consumer and tsp's server: what a day's work leaves held.
 6. Scale: claim and status latency with 10k, 100k and 1M done jobs (no 1M with --quick),
    with queue_bench.py's own code; sloth-tray only, so no one is ahead there.
 7. Memory: RSS of `run --headless`, idle (from 1.), against huey's and tsp's and the
@@ -173,6 +175,7 @@ from sloth_tray.store.states import State  # noqa: E402
 
 PEER_PACKAGES = ("huey", "persist-queue", "litequeue")
 READY_TIMEOUT = 30.0
+SETTLE_LOOKS = 3  # settled_rss_mib: looks at an unchanged CPU time that make a process idle
 TASK_TIMEOUT = 40.0  # huey's worker sleeps up to 10 s between polls
 STOP_TIMEOUT = 5.0
 HUEY_POLLING = (0.1, 1.15, 10.0)  # huey_consumer's defaults: first delay, backoff, max delay
@@ -387,6 +390,20 @@ def idle_summary(readings: list[Usage]) -> dict[str, Any]:
         "window_wakeups": last.switches - first.switches,
         "window_cpu_ms": 1000 * (last.cpu_s - first.cpu_s),
     }
+
+
+def settled_rss_mib(pid: int, what: str) -> float:
+    """The process tree's RSS once it has gone idle after its work: read when its CPU
+    time has not moved for SETTLE_LOOKS looks in a row, a tenth of a second apart."""
+    readings = [usage(pid)]
+
+    def idle() -> float | None:
+        readings.append(usage(pid))
+        last = readings[-SETTLE_LOOKS:]
+        still = len(last) == SETTLE_LOOKS and len({r.cpu_s for r in last}) == 1
+        return last[-1].rss_kib / 1024 if still else None
+
+    return wait_for(idle, READY_TIMEOUT, f"{what} to go idle", every=0.1)
 
 
 # -- the subjects: sloth-tray, huey's consumer, tsp's server ----------------------
@@ -1244,9 +1261,10 @@ def sloth_burst(count: int, root: Path, reaper: Reaper) -> dict[str, Any]:
         stages = stage_ms(watch.timeline(), first_write)
     finally:
         watch.close()
+    rss_after = settled_rss_mib(sloth.popen.pid, "sloth's app after its burst")
     reaper.stop(sloth.popen.pid)
     return {**rate(count, last_done - first_write), "written_s": written, "seen_done_s": seen,
-            "stages": stages, "cpu": cpu}
+            "stages": stages, "cpu": cpu, "rss_after_mib": rss_after}
 
 
 def huey_burst(count: int, root: Path, reaper: Reaper) -> dict[str, Any]:
@@ -1271,6 +1289,7 @@ def huey_burst(count: int, root: Path, reaper: Reaper) -> dict[str, Any]:
         seen = time.time() - first
     ends = [wait_for(lambda m=m: read_marker(m), READY_TIMEOUT, f"marker {m.name}")
             for m in markers.iterdir()]
+    rss_after = settled_rss_mib(consumer.popen.pid, "huey's consumer after its burst")
     reaper.stop(consumer.popen.pid)
     failed = [status for _, status in ends if status != 0]
     if failed:
@@ -1278,7 +1297,7 @@ def huey_burst(count: int, root: Path, reaper: Reaper) -> dict[str, Any]:
                            f"(e.g. {failed[0]})")
     stamps = [at for at, _ in ends]
     return {**rate(count, max(stamps) - first), "enqueued_s": enqueued, "seen_done_s": seen,
-            "synchronous": synchronous}
+            "synchronous": synchronous, "rss_after_mib": rss_after}
 
 
 def tsp_burst(count: int, root: Path, reaper: Reaper, binary: str) -> dict[str, Any]:
@@ -1293,10 +1312,11 @@ def tsp_burst(count: int, root: Path, reaper: Reaper, binary: str) -> dict[str, 
     tsp_wait(binary, base, jobs[-1], burst_deadline(count))  # one slot: the others ran before
     seconds = time.perf_counter() - start
     states = tsp_states(binary, base)
+    rss_after = settled_rss_mib(server, "tsp's server after its burst")
     reaper.stop(server)
     if states.get("finished", 0) != count:
         raise RuntimeError(f"tsp's burst ended with {states}, not {count} finished")
-    return {**rate(count, seconds), "enqueued_s": enqueued}
+    return {**rate(count, seconds), "enqueued_s": enqueued, "rss_after_mib": rss_after}
 
 
 def measure_burst(mode: Mode, root: Path, reaper: Reaper, tsp: str | None,
@@ -1692,6 +1712,9 @@ def ratio_spread(cli: dict[str, Any], name: str) -> str:
 # Each system the burst is timed against, as its rows name it.
 BURST_PEERS = {"floor": "spawn floor", "durable floor": "durable floor", "huey": "huey",
                "tsp": "tsp"}
+# The app's memory once the burst is over and it waits again, against the peers' servers
+# after theirs: what a day's work leaves held (the idle RSS row is read before any).
+MEASURE_BURST_RSS = "RSS, idle after the burst"
 
 
 def burst_measure(count: int) -> str:
@@ -1714,6 +1737,12 @@ def burst_rows(burst: dict[str, Any], absent: dict[str, str]) -> list[Row]:
             if peer == "floor":
                 row.note += f" (goal >= {burst['goal_sloth_over_floor']:g}: {verdict})"
         rows.append(row)
+    for peer, label in IDLE_PEERS.items():
+        rows.append(peer_row(
+            Row("burst", MEASURE_BURST_RSS, "MiB", burst["sloth"]["rss_after_mib"], label,
+                better="lower", runs=[r["rss_after_mib"] for r in burst["sloth"]["runs"]]),
+            burst, peer, absent, lambda p: p["rss_after_mib"],
+            lambda p: [r["rss_after_mib"] for r in p["runs"]]))
     return rows
 
 
@@ -1975,6 +2004,7 @@ def every_row(mode: Mode) -> list[tuple[str, str, str]]:
     rows.append(("cli", MEASURE_LOOKS, "bare interpreter"))
     rows += [("burst", burst_measure(mode.burst), peer)
              for peer in ("spawn floor", "durable floor", "huey", "tsp")]
+    rows += [("burst", MEASURE_BURST_RSS, peer) for peer in IDLE_PEERS.values()]
     rows += [("scale", measure, "-") for done in mode.queue.sizes
              for measure in scale_measures(done)]
     rows += [("memory", MEASURE_RSS, peer) for peer in (*IDLE_PEERS.values(), MEMORY_FLOOR)]
