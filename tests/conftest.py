@@ -4,7 +4,11 @@ import wait_for`); tests/desktop/ and tests/tray/ have a conftest.py of their ow
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,10 +18,13 @@ from hypothesis import settings
 pytest.register_assert_rewrite("helpers")
 
 from helpers.clock import BERLIN, FakeClock, berlin  # noqa: E402
-from helpers.processes import Pids  # noqa: E402
+from helpers.processes import Pids, jobs_running_in  # noqa: E402
 
 from sloth_tray.paths import locate  # noqa: E402
 from sloth_tray.store.queue import Queue  # noqa: E402
+
+# leaves_no_job_running: how long a job's process killed at teardown may take to go
+LEFTOVER_GRACE = 5.0
 
 # -- how the suite runs: three workers side by side (pytest-xdist, `-n 3 --dist loadgroup`) --
 
@@ -109,6 +116,28 @@ def pytest_collection_finish(session):
 def pytest_runtest_setup(item):
     if UNGROUPED in item.stash:
         pytest.fail(item.stash[UNGROUPED], pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def leaves_no_job_running(request):
+    """A test's jobs end with it: a job's process (or one it started) still running in
+    the test's folder once the test's fixtures are torn down fails the test, and is
+    killed. Left running, it would outlive the whole suite."""
+    watched = "tmp_path" in request.fixturenames and sys.platform.startswith("linux")
+    folder = request.getfixturevalue("tmp_path") if watched else None
+    yield
+    if folder is None:
+        return
+    deadline = time.monotonic() + LEFTOVER_GRACE  # a kill just sent takes a moment
+    while (left := jobs_running_in(folder)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    if left:
+        pytest.fail(f"{len(left)} process(es) of this test's jobs outlived it: "
+                    + "; ".join(f"{pid} {command}" for pid, command in left.items()),
+                    pytrace=False)
 
 
 @pytest.fixture(autouse=True)

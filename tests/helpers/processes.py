@@ -41,7 +41,10 @@ class Pids:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass  # killed below with the rest
-        for pid in self.pids:
+        # Each one's descendants too (an app's running job, a job's own children), read
+        # before any kill: a child whose parent is killed first moves to init, and out
+        # of reach.
+        for pid in descendants(self.pids):
             for sig in (signal.SIGCONT, signal.SIGKILL):
                 try:
                     os.kill(pid, sig)
@@ -73,6 +76,45 @@ def state(pid: int) -> str | None:
             return f.read().rsplit(b")", 1)[1].split()[0].decode()
     except (FileNotFoundError, ProcessLookupError):  # gone before the open, or the read
         return None
+
+
+def descendants(pids: list[int]) -> list[int]:
+    """`pids` and every process below each of them (from each thread's children list),
+    parents first."""
+    found, queue = [], list(pids)
+    while queue:
+        pid = queue.pop(0)
+        if pid in found:
+            continue
+        found.append(pid)
+        with contextlib.suppress(OSError):  # gone meanwhile
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with contextlib.suppress(OSError), \
+                        open(f"/proc/{pid}/task/{tid}/children") as children:
+                    queue += [int(child) for child in children.read().split()]
+    return found
+
+
+def jobs_running_in(folder: Path) -> dict[int, str]:
+    """Every live process of a job whose home (SLOTH_HOME, which the app gives each job
+    and its children inherit) lies in `folder`: its pid and command line."""
+    inside = str(folder).encode()
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as file:
+                names = file.read().split(b"\0")
+            with open(f"/proc/{entry}/cmdline", "rb") as file:
+                command = file.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:  # gone meanwhile, or another user's
+            continue
+        homes = [name[len(b"SLOTH_HOME="):] for name in names if name.startswith(b"SLOTH_HOME=")]
+        if homes and (homes[0] == inside or homes[0].startswith(inside + b"/")) \
+                and alive(int(entry)):
+            found[int(entry)] = command
+    return found
 
 
 def alive(pid: int) -> bool:
