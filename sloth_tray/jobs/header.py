@@ -209,13 +209,27 @@ _ITEM = re.compile(r'([^\s=]*)(=?)(?:"([^"]*)"(?=\s|$)|(\S*))')
 
 
 def parse_options(head: bytes, filename: str = "the script") -> dict[str, Any]:
-    """The options of the first `sloth:` comment line among the first 20 lines."""
+    """The options of every `sloth:` comment line among the first 20 lines, together:
+    one option a line counts as all on one. Each line is refused as a header is, by its
+    number, and so is an option given on two lines; the schedule's options are checked
+    together once all are read (their sentence names the last line)."""
     lines = head.decode("utf-8", "replace").splitlines()[:HEADER_LINES]
+    options: dict[str, Any] = {}
+    given_on: dict[str, int] = {}  # option -> the line it was given on
+    where = None
     for number, line in enumerate(lines, start=1):
         match = _HEADER.match(line)
-        if match:
-            return _parse_settings(match.group(1), f"{filename}, line {number}")
-    return {}
+        if not match:
+            continue
+        where = f"{filename}, line {number}"
+        for key, value in _line_settings(match.group(1), where).items():
+            if key in given_on:
+                raise BadJobFile(f"{where}: {key} is given on line {given_on[key]} already: "
+                                 "keep one")
+            options[key], given_on[key] = value, number
+    if where is not None:
+        _check_schedule(options, where)
+    return options
 
 
 def has_header(head: bytes) -> bool:
@@ -246,6 +260,13 @@ def _items(text: str) -> list[tuple[str, bool, str, bool]]:
 
 
 def _parse_settings(text: str, where: str) -> dict[str, Any]:
+    options = _line_settings(text, where)
+    _check_schedule(options, where)
+    return options
+
+
+def _line_settings(text: str, where: str) -> dict[str, Any]:
+    """One line's options, each checked alone (not yet against the others)."""
     options: dict[str, Any] = {}
     items = _items(text)
     for index, (raw_key, equals, value, quoted) in enumerate(items):
@@ -262,6 +283,8 @@ def _parse_settings(text: str, where: str) -> dict[str, Any]:
                              f"{did_you_mean(key, KNOWN)} (known: {', '.join(KNOWN)})")
         if not equals or (not value and not quoted):
             raise BadJobFile(f"{where}: {key} needs a value, as in {key}=...")
+        if key in options:
+            raise BadJobFile(f"{where}: {key} is given twice: keep one")
         if key in WORD_OPTIONS:
             read, accepted = WORD_OPTIONS[key]
             try:
@@ -274,7 +297,6 @@ def _parse_settings(text: str, where: str) -> dict[str, Any]:
             options[key] = OPTIONS[key].convert(value)
         except ValueError:
             raise BadJobFile(OPTIONS[key].refusal(value, where)) from None
-    _check_schedule(options, where)
     return options
 
 

@@ -298,15 +298,16 @@ def test_header_options_are_read_and_a_bad_header_fails_the_job_at_once(home, qu
                                                                         caplog):
     caplog.set_level("INFO", logger="sloth_tray")
     running()
-    drop(home, "good.sh", "#!/bin/sh\n# sloth: max_attempts=2 timeout=10m delay=30s every=1h\n")
-    drop(home, "bad.sh", "#!/bin/sh\n# sloth: retries=3\necho never\n")
+    drop(home, "good.sh", "#!/bin/sh\n# sloth: max_attempts=2 timeout=10m\n# nightly\n"
+                          "# sloth: delay=30s every=1h\n")  # one option a line counts too
+    drop(home, "bad.sh", "#!/bin/sh\n# sloth: max_attempts=1\n# sloth: retries=3\necho never\n")
     wait_for(lambda: len(queue.jobs()) == 2, what="two jobs")
     named = jobs_named(queue)
     good, bad = named["good"][0], named["bad"][0]
     assert good.max_attempts == 2 and good.options["timeout"] == 600
     assert good.options["every"] == 3600 and good.not_before >= good.created_at + 30
     assert bad.state == State.FAILED
-    assert "unknown option 'retries'" in bad.last_error and "bad.sh, line 2" in bad.last_error
+    assert "unknown option 'retries'" in bad.last_error and "bad.sh, line 3" in bad.last_error
     said = wait_for(lambda: [r.getMessage() for r in caplog.records  # said after the push
                              if r.levelname == "WARNING"], what="the app's log to say why")
     assert said == [f"failed bad ({bad.id}): {bad.last_error}"]  # the app's log says why

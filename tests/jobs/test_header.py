@@ -90,6 +90,31 @@ def test_header_options_with_every_comment_style():
     assert parse_options(b"no header at all") == {}
 
 
+def test_every_sloth_line_among_the_first_counts():
+    """A person writes one option a line as readily as all on one: each line counts."""
+    assert parse_options(b"#!/bin/sh\n# sloth: max_attempts=1\n# backs up the photos\n"
+                         b"# sloth: timeout=1s\nsleep 3") == {"max_attempts": 1, "timeout": 1.0}
+    assert parse_options(b"#!/bin/sh\n# sloth: every=1h\n// sloth: require=ac\n") == {
+        "every": 3600.0, "require": "ac"}
+
+
+@pytest.mark.parametrize("head, message", [
+    (b"#!/bin/sh\n# sloth: max_attempts=1\n# sloth: bogus_key=1\necho x",
+     "report.sh, line 3: unknown option 'bogus_key' in the sloth: header"),
+    (b"# sloth: timeout=1s timeout=1h", "report.sh, line 1: timeout is given twice: keep one"),
+    (b"#!/bin/sh\n# sloth: timeout=1s\n# sloth: every=1h timeout=1h",
+     "report.sh, line 3: timeout is given on line 2 already: keep one"),
+    (b"# sloth: at=09:00\n# sloth: every=1h", "report.sh, line 2: every, at and cron each say "
+                                               "when the job repeats: use one of them"),
+    (b"# sloth: require=ac\n# sloth: catchup=skip", "report.sh, line 2: catchup applies only "
+                                                     "to at= and cron= schedules"),
+])
+def test_a_later_sloth_line_is_read_and_refused_as_the_first_is(head, message):
+    with pytest.raises(BadJobFile) as caught:
+        parse_options(head, "report.sh")
+    assert message in str(caught.value)
+
+
 @pytest.mark.parametrize("line, message", [
     (b"# sloth: retries=3", "report.sh, line 1: unknown option 'retries' in the sloth: header "
                             "(known: at, catchup, cron, delay, every, grace, interrupt, lease, "
