@@ -367,6 +367,11 @@ class Inbox(FileSystemEventHandler):
             except spool.Replaced:
                 continue  # another entry was renamed over it meanwhile: judge that one
             except OSError as exc:
+                if isinstance(exc, FileNotFoundError) and not os.path.lexists(source):
+                    # Gone since the look (renamed over by a later drop of its name,
+                    # which was taken; or removed): nothing left to take or to retry.
+                    self._stuck.pop(path, None)
+                    return None
                 # Once more after a settle time; failing the same way twice, it
                 # waits for a change to the file instead of retrying forever.
                 failure = (info.st_size, info.st_mtime_ns, info.st_mode, exc.errno)

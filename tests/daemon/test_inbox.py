@@ -235,6 +235,29 @@ def test_a_bad_drop_in_a_commit_fails_alone(home, queue, running, tmp_path, monk
         job.id for job in queue.jobs())
 
 
+def test_a_drop_gone_before_its_move_is_promised_no_retry(home, queue, running, monkeypatch,
+                                                         caplog):
+    """A drop that left the folder between the inbox's look and its move (renamed over
+    by a later drop of its name, which was taken; or removed) has nothing left to take:
+    the log promised "will try again", and nothing ever followed."""
+    caplog.set_level("INFO", logger="sloth_tray")
+    real_place = spool.place
+
+    def gone_first(home_, source, *args, **kwargs):
+        if source.name == "race.sh":
+            os.unlink(source)  # it goes just after the inbox looked at it
+        return real_place(home_, source, *args, **kwargs)
+
+    monkeypatch.setattr(spool, "place", gone_first)
+    running()
+    drop(home, "race.sh")
+    drop(home, "after.sh")
+    wait_for(lambda: "after" in jobs_named(queue), what="the next drop's job")
+    said = [r.getMessage() for r in caplog.records if "race.sh" in r.getMessage()]
+    assert said == [], said
+    assert "race" not in jobs_named(queue) and os.listdir(home.jobs) == []
+
+
 def test_temp_and_dot_files_are_left_alone(home, queue, running):
     running()
     names = [".hidden.sh", "notes.txt~", "x.swp", "y.tmp", "dl.part", "dl.partial",
