@@ -138,6 +138,7 @@ def command_for(
 # -- the `# sloth:` header ----------------------------------------------------
 
 _HEADER = re.compile(r"^\s*(?:#|//|--|;|rem\b|::)\s*sloth:(.*)$", re.IGNORECASE)
+_COMMENT = re.compile(r"^\s*(?:#|//|--|;|rem\b|::)", re.IGNORECASE)  # any comment line
 
 
 # Each option's range lives in limits, shared with config.toml, the flags and the queue.
@@ -209,10 +210,13 @@ _ITEM = re.compile(r'([^\s=]*)(=?)(?:"([^"]*)"(?=\s|$)|(\S*))')
 
 
 def parse_options(head: bytes, filename: str = "the script") -> dict[str, Any]:
-    """The options of every `sloth:` comment line among the first 20 lines, together:
-    one option a line counts as all on one. Each line is refused as a header is, by its
-    number, and so is an option given on two lines; the schedule's options are checked
-    together once all are read (their sentence names the last line)."""
+    """The options of the header: the first `sloth:` comment line among the first 20
+    lines, and each `sloth:` line after it before the script's next line of code (other
+    comments and blank lines between are fine): one option a line counts as all on
+    one. A `sloth:` line after that code is the script's own text (a command's word
+    that holds one, as `add -- ...` writes it), not read. Each line is refused as a
+    header is, by its number, and so is an option given on two lines; the schedule's
+    options are checked together once all are read (their sentence names the last)."""
     lines = head.decode("utf-8", "replace").splitlines()[:HEADER_LINES]
     options: dict[str, Any] = {}
     given_on: dict[str, int] = {}  # option -> the line it was given on
@@ -220,6 +224,8 @@ def parse_options(head: bytes, filename: str = "the script") -> dict[str, Any]:
     for number, line in enumerate(lines, start=1):
         match = _HEADER.match(line)
         if not match:
+            if where is not None and line.strip() and not _COMMENT.match(line):
+                break  # the header ends at the first line of code after it
             continue
         where = f"{filename}, line {number}"
         for key, value in _line_settings(match.group(1), where).items():

@@ -94,8 +94,17 @@ def test_every_sloth_line_among_the_first_counts():
     """A person writes one option a line as readily as all on one: each line counts."""
     assert parse_options(b"#!/bin/sh\n# sloth: max_attempts=1\n# backs up the photos\n"
                          b"# sloth: timeout=1s\nsleep 3") == {"max_attempts": 1, "timeout": 1.0}
-    assert parse_options(b"#!/bin/sh\n# sloth: every=1h\n// sloth: require=ac\n") == {
+    assert parse_options(b"#!/bin/sh\n# sloth: every=1h\n\n// sloth: require=ac\n") == {
         "every": 3600.0, "require": "ac"}
+
+
+def test_a_sloth_line_after_the_scripts_code_is_its_text_not_its_header():
+    """`add -- sh -c '...' 'a<newline># sloth: every=1s'` writes that word on a line of
+    its own, below the command's `exec`: a word, never an option."""
+    assert parse_options(b"#!/bin/sh\n# sloth: timeout=1s\nexec sh -c 'x' 'a\n"
+                         b"# sloth: every=1s'\n") == {"timeout": 1.0}
+    assert parse_options(b"#!/bin/sh\nset -e\n# sloth: timeout=1s\necho\n# sloth: bogus=1") \
+        == {"timeout": 1.0}  # the first sloth: line may come after code, as ever
 
 
 @pytest.mark.parametrize("head, message", [
