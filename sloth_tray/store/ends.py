@@ -140,10 +140,12 @@ def reclaim(db: sqlite3.Connection, job_id: str, now: float, local: Zone) -> str
     if waited is not None:  # its run recorded a wait, then its app went: it waits
         wait_or_unanswered(db, job_id, now, waited, local)
         return None
+    app_gone = json.loads(child or "{}").get(leases.APP_GONE, False)
     if _never_started(child):
-        given_back, params = rows.history(("released", f"its run never started: the lease "
-                                                   f"of {owner} ran out before its script "
-                                                   "was started"))
+        given_back, params = rows.history(("released", (
+            f"its run never started: its app {owner} was gone before its script was "
+            "started" if app_gone else f"its run never started: the lease of {owner} ran "
+            "out before its script was started")))
         db.execute("UPDATE jobs SET state = 'pending', not_before = :now, "
                    "attempts = max(attempts - 1, 0), lease_owner = NULL, "
                    f"lease_until = NULL, updated_at = :now, {given_back} WHERE id = :id",
@@ -157,6 +159,8 @@ def reclaim(db: sqlite3.Connection, job_id: str, now: float, local: Zone) -> str
         if unsure is not None:  # a step that asks was cut short: failed, for a word
             fail_unsure(db, job_id, now, unsure, local)
             return None
+        if app_gone:  # ended by the start that found its app gone, not run out
+            return f"its app {owner} was gone at this start"
         return f"lease of {owner} expired {format_duration(now - lease_until)} ago"
     expiries = 1 + sum(1 for _, kind, _ in json.loads(history) if kind == "reclaimed")
     error = (

@@ -75,9 +75,14 @@ def holds_run(db: sqlite3.Connection, job_id: str, owner: str, token: str) -> bo
     ).fetchone() is not None
 
 
+APP_GONE = "app_gone"  # in a run's `child`: expire_all ended its lease, its app gone
+
+
 def expire_all(db: sqlite3.Connection, now: float) -> int:
-    """Every running lease ended now, so the next claims reclaim those jobs."""
+    """Every running lease ended now, so the next claims reclaim those jobs; each run
+    marked as one whose app was gone (its reclaim says so, not that its lease ran out)."""
     return db.execute(
-        "UPDATE jobs SET lease_until = ? WHERE state = 'running' AND lease_until > ?",
+        f"UPDATE jobs SET lease_until = ?, child = json_set(coalesce(child, '{{}}'), "
+        f"'$.{APP_GONE}', json('true')) WHERE state = 'running' AND lease_until > ?",
         (now, now),
     ).rowcount

@@ -151,6 +151,27 @@ def test_a_lease_that_expires_on_the_last_attempt_ends_failed(queue, clock):
     assert queue.next_wakeup() is None
 
 
+def test_a_run_its_app_left_is_taken_back_at_the_next_start_as_its_apps_not_a_lapse(
+        queue, clock):
+    """A start ends the leases of the app before it (it holds the home: that app is
+    gone), long before they would run out. The history says so, not "expired 0s ago"
+    of a lease with most of its minute left."""
+    ran, never = queue.push("ran"), queue.push("never")
+    assert queue.claim("gone:1", token="t1").id == ran
+    assert queue.started(ran, "gone:1", {"token": "t1", "pid": 1, "pgid": 1, "start": "1"})
+    clock.advance(3)
+    assert queue.expire_leases() == 1  # what the next start does first
+    assert queue.claim("new:2").id == ran
+    assert queue.history(ran)[-2].detail == "its app gone:1 was gone at this start"
+    assert queue.complete(ran, "new:2")
+    assert queue.claim("gone:1", token="t2").id == never  # its app died before the spawn
+    assert queue.expire_leases() == 1
+    assert queue.claim("new:2").id == never
+    released = [e.detail for e in queue.history(never) if e.kind == "released"]
+    assert released == ["its run never started: its app gone:1 was gone before its "
+                        "script was started"]
+
+
 def test_an_expired_last_attempt_does_not_hide_the_next_due_job(queue, clock):
     hung = queue.push("hung", max_attempts=1)
     queue.claim("w")
