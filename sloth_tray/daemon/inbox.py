@@ -106,7 +106,8 @@ class Inbox(FileSystemEventHandler):
                                          daemon=True)
         self._kept: KeptFolder | None = None  # the watch that outlives the folder's removal
         self.lane_folders = LaneFolders(self.folder, queue, later=self._lane_task,
-                                        scan=self._scan_folder)
+                                        scan=self._scan_folder,
+                                        unwatched=self._forget_open_in)
 
     # -- life -------------------------------------------------------------------
 
@@ -145,6 +146,7 @@ class Inbox(FileSystemEventHandler):
         """The folder was removed, renamed or replaced while the app ran (the
         PathWatch thread tells). Files dropped into a new one before its watch
         began raise no event: the scan takes them."""
+        self._forget_open_in(self.folder)
         self.lane_folders.jobs_folder_changed()
         if change is FolderChange.GONE:
             log.warning("the jobs folder %s was removed; waiting for it to come back",
@@ -156,6 +158,16 @@ class Inbox(FileSystemEventHandler):
             log.info("the jobs folder %s was replaced by another folder; watching that one",
                      self.folder)
         self.scan()
+
+    def _forget_open_in(self, folder: Path) -> None:
+        """The watch of `folder` has ended: the close of a file in it open now will
+        never be told (one unlinked with its folder is told nothing either), so none is
+        waited for any more. A scan of the folder, or of the one come back, judges its
+        files afresh."""
+        inside = str(folder)
+        for path in list(self._open):  # a copy: watchdog's thread adds to it meanwhile
+            if os.path.dirname(path) == inside:
+                self._open.discard(path)
 
     # -- watchdog's thread: events are hints ---------------------------------------
 
@@ -186,6 +198,7 @@ class Inbox(FileSystemEventHandler):
             self._consider(path, settle=True, wait=self.quiet)  # another write may follow
         elif isinstance(event, FileClosedNoWriteEvent):
             self._open.discard(path)
+            self._consider(path, settle=True)  # a reader held it past its quiet time
         elif isinstance(event, FileCreatedEvent | FileModifiedEvent):
             if path not in self._open:  # a hard link or a rename in: no close will come
                 self._consider(path, settle=True)
@@ -280,7 +293,9 @@ class Inbox(FileSystemEventHandler):
             info = os.lstat(path)
         except FileNotFoundError:
             return
-        if (info.st_size, info.st_mtime_ns) == seen[:2] and path not in self._open:
+        if path in self._open:
+            return  # its writer's close is told, and considers it again: nothing to poll
+        if (info.st_size, info.st_mtime_ns) == seen[:2]:
             self._ready_to_take(path)
         else:
             self._arm(path, info)  # still changing: give it another settle time

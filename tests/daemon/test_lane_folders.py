@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -270,6 +271,57 @@ def test_a_removed_lane_folder_is_forgotten_once_it_has_no_jobs(home, queue, wat
     move_in(home.jobs, "sync.sh", tmp_path)
     wait_for(taken(queue, "sync"), what="a later drop")
     assert (tmp_path / "away" / "late.sh").exists()
+
+
+def settle_wakes(inbox: Inbox) -> int:
+    """How often the inbox's settle thread has been switched to so far."""
+    with open(f"/proc/self/task/{inbox._settler.native_id}/status") as status:
+        return sum(int(line.split()[1]) for line in status
+                   if line.startswith(("voluntary_ctxt", "nonvoluntary_ctxt")))
+
+
+def test_a_draft_held_open_is_waited_for_by_its_close_not_looked_at_again_and_again(
+        home, watching):
+    inbox = watching(settle=0.05, quiet=0.05).inbox
+    path = home.jobs / "draft.sh"
+    with open(path, "w") as draft:
+        draft.write("echo half")
+        draft.flush()
+        wait_for(lambda: str(path) in inbox._open, what="the inbox to see the draft open")
+        before = settle_wakes(inbox)
+        time.sleep(20 * 0.05)  # the window measured: twenty settle times
+        woken = settle_wakes(inbox) - before
+    assert woken <= 2, f"the settle thread woke {woken} times while the draft stayed open"
+
+
+def test_a_drop_a_reader_holds_open_past_its_quiet_time_is_taken_once_read(
+        home, queue, watching):
+    quiet = 0.5
+    watching(settle=0.05, quiet=quiet)
+    path = write(home.jobs, "viewed.sh")
+    with open(path) as viewer:  # looked at in a pager while the app waits to take it
+        viewer.read()
+        time.sleep(2 * quiet)  # past its quiet time, still open
+        assert path.exists(), "a drop was taken while it was open"
+    wait_for(taken(queue, "viewed"), timeout=5, what="the drop, once the viewer closed it")
+
+
+def test_a_lane_folder_removed_under_an_open_draft_leaves_no_wait_behind(
+        home, queue, watching, tmp_path):
+    """A file open for writing in a lane folder that is removed never tells its close
+    (the folder's watch went with it). The inbox forgot nothing of it: the same name
+    moved in later with the folder was never taken."""
+    watching(settle=0.1, quiet=0.1)
+    (home.jobs / "net").mkdir()
+    wait_for(lambda: "net" in queue.lanes(), what="the lane to be noted")
+    with open(home.jobs / "net" / "draft.sh", "w") as draft:
+        draft.write("echo half")
+        draft.flush()
+        shutil.rmtree(home.jobs / "net")  # its writer closes it after, unlinked: untold
+    wait_for(lambda: queue.lanes() == ["main"], what="the lane folder to be let go")
+    os.rename(folder_with(tmp_path, "net", "draft.sh"), home.jobs / "net")
+    job = wait_for(taken(queue, "draft"), timeout=5, what="the draft moved in with its folder")
+    assert job.lane == "net"
 
 
 def test_a_lane_folder_removed_while_its_job_runs_lets_the_job_end_in_its_lane(
