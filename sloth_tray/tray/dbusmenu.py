@@ -294,8 +294,16 @@ class MenuModel:
         if node_id == ROOT_ID:
             if self._served is not self.nodes:
                 self._served_before, self._served = self._served, self.nodes
-        else:
-            self._served = {**self._served, **self.nodes}
+        else:  # the host holds this subtree in place of the one it held there before
+            held = dict(self._served)
+            now = _below(self.nodes, node_id)
+            # Rows it no longer holds go, kept one fetch more for a click that crossed
+            # this one: a host that fetches only the changed submenu (KDE) would else
+            # have every row ever shown held, for as long as the tray runs.
+            self._served_before = {gone: held.pop(gone)
+                                   for gone in _below(held, node_id) - now}
+            held.update((each, self.nodes[each]) for each in (*now, node_id))
+            self._served = held
         return tree
 
     def _layout(self, node: Node, depth: int, names: Sequence[str]) -> list[Any]:
@@ -319,6 +327,18 @@ class MenuModel:
     def top_items(self) -> tuple[Item, ...]:
         return tuple(self.nodes[child].item for child in self.nodes[ROOT_ID].children
                      if self.nodes[child].item is not None)
+
+
+def _below(nodes: dict[int, Node], node_id: int) -> set[int]:
+    """The ids under `node_id` (its rows, theirs, ...) that `nodes` holds."""
+    found: set[int] = set()
+    todo = list(nodes[node_id].children) if node_id in nodes else []
+    while todo:
+        child = todo.pop()
+        if child in nodes and child not in found:
+            found.add(child)
+            todo += nodes[child].children
+    return found
 
 
 def draws(drawn: list[int], known: list[int | None], keep: list[bool]) -> list[int | None]:

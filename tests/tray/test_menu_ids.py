@@ -230,3 +230,26 @@ def test_an_open_submenu_keeps_its_rows_until_it_closes_while_their_labels_move(
     assert label(model, first) == "job 0 — in 5 min" and change.parents == []
     change = model.update((*rows[:3], one_started, *rows[4:]))  # closed
     assert ids(model, waiting) == [second] and change.parents == [waiting]
+
+
+def window(first: int) -> tuple[Item, ...]:
+    """The menu with three waiting rows, the oldest gone as each new one comes."""
+    rows = tuple(Item(f"job {n}", noop, key=f"w{n}") for n in range(first, first + 3))
+    return (Item("Waiting (3)", submenu=rows, key="waiting"), Item("Quit", noop, key="quit"))
+
+
+def test_a_host_that_fetches_only_the_changed_submenu_leaves_no_old_row_held():
+    """KDE fetches again only the parent a LayoutUpdated names: each row it no longer
+    holds must be let go (it held every row ever shown, 43 MB after 50,000 changes, and
+    each fetch copied them all), while a click that crossed the fetch still works."""
+    model = MenuModel()
+    model.update(window(0))
+    model.layout(ROOT_ID, -1)
+    for first in range(1, 300):
+        shown = ids(model, ids(model)[0])
+        for parent in model.update(window(first)).parents:
+            model.layout(parent, -1)
+    rows = ids(model, ids(model)[0])
+    assert all(model.clickable(row) is not None for row in rows)
+    assert model.clickable(shown[0]).item.key == "w298", "a click crossing the fetch"
+    assert len(model._served) <= len(model.nodes) + 3, len(model._served)
