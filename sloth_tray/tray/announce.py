@@ -50,6 +50,10 @@ from sloth_tray.tray.presenter import (
 # enough for a queue of failing jobs to fail one after another (a Retry all), short
 # enough that a failure an hour later pops up anew rather than change a stale text.
 BURST_GAP = 60.0
+# Notifications followed at most, the newest: as many as the notifier remembers (notify.py's
+# REMEMBERED). An older one, never closed (GNOME keeps them in its tray unclosed), stays on
+# screen as it last read; followed for good, each would be walked at every snapshot.
+FOLLOWED = 64
 NAMES_SHOWN = 3  # a burst's body names this many, then says how many more
 BODY_CHARS = 200  # a single failure's "name: error"; Show log has the rest
 BURST_RAN_AT_LEAST = 2  # jobs run in a lane since it was quiet: a burst worth a word
@@ -187,6 +191,7 @@ class Announcer:
         self._made += 1
         up = _Up(f"failed-{self._made}")
         self._up.append(up)
+        del self._up[:-FOLLOWED]  # the oldest beyond them: left on screen as it reads
         return up
 
 
