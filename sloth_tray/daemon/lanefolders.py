@@ -38,6 +38,9 @@ log = logging.getLogger("sloth_tray")
 IGNORED_ENDINGS = ("~", ".swp", ".tmp", ".part", ".partial", ".crdownload")
 MAX_TRIES = 10  # looks at a lane folder that keeps changing while its watch is set up
 NOT_USED = "sloth-tray will not take jobs from it"
+# Folders whose log line is remembered (said once), the newest: folders made inside lane
+# folders come and go, with no word of their going. One forgotten is said again, once.
+TOLD = 1000
 
 # later(work, *args): work(*args) done on the lanes' thread, after the work handed over
 # before it.
@@ -281,8 +284,15 @@ class LaneFolders:
         """Log why a folder is not used, once for as long as that stays so."""
         said = (FileId.of(info), sentence)
         if self._told.get(str(path)) != said:
-            self._told[str(path)] = said
+            self._remember(str(path), said)
             log.warning("%s", sentence)
+
+    def _remember(self, path: str, said: tuple) -> None:
+        """What the log said of `path`, kept with the TOLD newest."""
+        self._told.pop(path, None)
+        self._told[path] = said
+        while len(self._told) > TOLD:
+            del self._told[next(iter(self._told))]
 
     def _lane_renamed(self, old: str, new: str) -> None:
         """The folder `old` in the jobs folder was renamed `new`. A lane in use that
@@ -325,6 +335,6 @@ class LaneFolders:
         """A folder in a lane folder is no lane: said once, and its files left alone."""
         if path in self._told or not os.path.isdir(path):
             return
-        self._told[path] = ("deeper",)
+        self._remember(path, ("deeper",))
         log.info("%s is a folder inside a lane folder, not a lane; its files are left "
                  "alone", printable(path))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from helpers.processes import wait_for
 
+from sloth_tray.daemon import lanefolders
 from sloth_tray.daemon.inbox import Inbox
 from sloth_tray.daemon.watch import make_observer
 from sloth_tray.store.queue import Queue, State
@@ -176,6 +177,21 @@ def test_dotfolders_deeper_folders_and_names_no_lane_can_have_are_left_alone(
                 "WARNING") == 1
     assert said(caplog, ".hidden") == 0
     assert said(caplog, f"{home.jobs / 'net' / 'sub'} is a folder inside a lane folder") == 1
+
+
+def test_what_the_log_said_of_folders_is_remembered_for_the_newest_only(
+        home, queue, watching, caplog, monkeypatch):
+    """Said once each, a folder inside a lane folder was remembered for good, removed or
+    not: 20,000 made and removed held 3.5 MB for the app's life."""
+    monkeypatch.setattr(lanefolders, "TOLD", 20)
+    lane_folders = watching().inbox.lane_folders
+    (home.jobs / "net").mkdir()
+    wait_for(lambda: "net" in queue.lanes(), what="the lane net")
+    for number in range(60):
+        (home.jobs / "net" / f"sub{number}").mkdir()
+    wait_for(lambda: said(caplog, f"{home.jobs / 'net' / 'sub59'} is a folder inside"),
+             what="the last deeper folder to be told")
+    assert len(lane_folders._told) <= 20
 
 
 # -- safety ----------------------------------------------------------------------------
