@@ -59,6 +59,7 @@ QUIET = 1.0
 # At most this many drops pushed in one commit: a burst is a few commits, and a drop
 # that is slow to take holds few others back.
 BATCH = 64
+STOP_WAIT = 30.0  # seconds stop() waits for a take under way
 # What the inbox acts on where the platform tells a writer's close (Linux). Not
 # "modified": a drop written in a thousand pieces would wake three of watchdog's
 # threads and the inbox a thousand times, for a file taken at its close anyway.
@@ -130,6 +131,10 @@ class Inbox(FileSystemEventHandler):
         with self._wake:
             self._stopping = True
             self._wake.notify()
+        # A take under way ends first: the app closes the queue next. (Its commit waits
+        # at most the queue's busy timeout; a thread stuck past this is left to exit.)
+        if self._settler.is_alive() and self._settler is not threading.current_thread():
+            self._settler.join(STOP_WAIT)
 
     def scan(self) -> None:
         self._scan_folder(self.folder)

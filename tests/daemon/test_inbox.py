@@ -258,6 +258,30 @@ def test_a_drop_gone_before_its_move_is_promised_no_retry(home, queue, running, 
     assert "race" not in jobs_named(queue) and os.listdir(home.jobs) == []
 
 
+def test_stop_returns_once_a_take_under_way_is_over(home, queue, running, monkeypatch):
+    """The app closes the queue right after the inbox stops: a take still under way on
+    the settle thread would then write through a closed queue."""
+    entered, go, real_push = threading.Event(), threading.Event(), spool.push_drops
+
+    def slow_push(*args, **kwargs):
+        entered.set()
+        go.wait(10)
+        return real_push(*args, **kwargs)
+
+    monkeypatch.setattr(spool, "push_drops", slow_push)
+    inbox = running()
+    drop(home, "late.sh")
+    assert entered.wait(10), "the take never began"
+    stopper = threading.Thread(target=inbox.inbox.stop)
+    stopper.start()
+    stopper.join(0.3)
+    assert stopper.is_alive(), "stop returned while the take was still under way"
+    go.set()
+    stopper.join(10)
+    assert not stopper.is_alive()
+    assert [job.name for job in queue.jobs()] == ["late"]
+
+
 def test_temp_and_dot_files_are_left_alone(home, queue, running):
     running()
     names = [".hidden.sh", "notes.txt~", "x.swp", "y.tmp", "dl.part", "dl.partial",
