@@ -166,6 +166,23 @@ def test_a_home_whose_parent_is_missing_is_refused(tmp_path):
     assert not (tmp_path / "no").exists()
 
 
+@pytest.mark.parametrize("argv, option, what", [
+    (["status", "--home", ""], "--home", "a folder"),
+    (["--home=", "list"], "--home", "a folder"),
+    (["status", "--json", "--jobs-dir", ""], "--jobs-dir", "a folder"),
+    (["add", "--config", "", "--", "true"], "--config", "a file"),
+])
+def test_an_option_given_an_empty_name_is_refused_not_taken_as_left_out(
+        argv, option, what, tmp_path):
+    """`--home "$SLOTH_HOME"` with the variable unset must not quietly use (and write
+    into) the default home."""
+    done = sloth(*argv, env={"XDG_DATA_HOME": str(tmp_path / "data")})
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (f"sloth-tray: {option} was given an empty name: give it "
+                           f"{what}, or leave it out\n")
+    assert not (tmp_path / "data").exists()
+
+
 def seed(home) -> dict[str, str]:
     locate(home).ensure()
     with Queue(home / "queue.db") as q:

@@ -99,6 +99,7 @@ def _main(argv: "Sequence[str] | None") -> int:
     try:
         from sloth_tray.paths import locate
 
+        refuse_empty_names(args)
         args.settings = load_settings(args)
         home = locate(getattr(args, "home", None), args.settings["jobs_dir"],
                       jobs_source=args.settings.sources.get("jobs_dir"),
@@ -112,6 +113,15 @@ def _main(argv: "Sequence[str] | None") -> int:
         return 1
     except KeyboardInterrupt:
         return INTERRUPTED
+
+
+def refuse_empty_names(args: "argparse.Namespace") -> None:
+    """`--home ""` (a variable that was not set, say) is no option left out: taken as
+    one, the command would use, and write into, the home it was meant to avoid."""
+    for name, what in (("home", "a folder"), ("jobs_dir", "a folder"), ("config", "a file")):
+        if vars(args).get(name) == "":
+            raise SlothError(f"--{name.replace('_', '-')} was given an empty name: give it "
+                             f"{what}, or leave it out")
 
 
 DAEMONS = ("run", "work")  # they stop cleanly on Ctrl-C themselves (stopsignals.py)
