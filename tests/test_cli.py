@@ -183,6 +183,23 @@ def test_an_option_given_an_empty_name_is_refused_not_taken_as_left_out(
     assert not (tmp_path / "data").exists()
 
 
+@pytest.mark.parametrize("command, said", [
+    ("log", "sloth-tray log: the following arguments are required: ID"),
+    ("show", "sloth-tray show: the following arguments are required: ID"),
+    ("cancel", "sloth-tray: unrecognized arguments: -rf"),
+])
+def test_a_job_named_with_a_leading_dash_is_shown_how_to_name_it(command, said, tmp_path):
+    """The app takes `-rf.sh` as a drop (job `-rf`); `sloth-tray log -rf` reads it as
+    options, and said only that ID is missing."""
+    done = sloth(command, "-rf", "--home", str(tmp_path / "home"))
+    assert (done.returncode, done.stdout) == (2, "")
+    how = f"sloth-tray {command}" if command != "cancel" else "sloth-tray COMMAND"
+    assert done.stderr == (f"{said}; a job whose name starts with a dash goes after --, as "
+                           f"in `{how} -- -rf`\n")
+    after = sloth(command, "--home", str(tmp_path / "home"), "--", "-rf")
+    assert after.returncode == 1, after.stderr  # after --, a job's name: none has it here
+
+
 def seed(home) -> dict[str, str]:
     locate(home).ensure()
     with Queue(home / "queue.db") as q:

@@ -36,6 +36,15 @@ class Parser(argparse.ArgumentParser):
         self._negative_number_matcher = self.NEGATIVE_VALUE  # argparse's own hook (3.11)
 
     def error(self, message: str) -> NoReturn:
+        dashed = [word for word in getattr(self, "_given", ())
+                  if word.startswith("-") and word not in self._option_string_actions
+                  and not self.NEGATIVE_VALUE.match(word)]
+        if dashed and message.startswith(("the following arguments are required",
+                                          "unrecognized arguments")):
+            # A job may be named so (a drop `-rf.sh`): argparse took it for options.
+            command = self.prog if " " in self.prog else f"{self.prog} COMMAND"
+            message += (f"; a job whose name starts with a dash goes after --, as in "
+                        f"`{command} -- {dashed[0]}`")
         self.exit(2, f"{self.prog}: {printable(message)}\n")
 
     def _get_formatter(self) -> argparse.HelpFormatter:
@@ -55,6 +64,7 @@ class Parser(argparse.ArgumentParser):
         super()._check_value(action, value)
 
     def parse_known_args(self, args=None, namespace=None):
+        self._given = list(sys.argv[1:] if args is None else args)  # for error()'s hint
         namespace, extras = super().parse_known_args(args, namespace)
         for action in self._actions:
             # `--lease=--`: argparse (3.11) drops the "--" and stores [], past `type`.
