@@ -60,6 +60,7 @@ QUIET = 1.0
 # that is slow to take holds few others back.
 BATCH = 64
 STOP_WAIT = 30.0  # seconds stop() waits for a take under way
+OPEN_KEPT = 1000  # opens known at most before those whose close went untold are let go
 # What the inbox acts on where the platform tells a writer's close (Linux). Not
 # "modified": a drop written in a thousand pieces would wake three of watchdog's
 # threads and the inbox a thousand times, for a file taken at its close anyway.
@@ -95,7 +96,11 @@ class Inbox(FileSystemEventHandler):
         self.monotonic = monotonic
         self._lock = threading.Lock()  # one take at a time
         self._stuck: dict[str, tuple] = {}  # path -> how its last take failed
-        self._open: set[str] = set()  # opened and not yet closed (inotify only)
+        # Opened and not yet closed (inotify only): path -> the file's (device, inode)
+        # then. Another file at that path later means the one opened went untold (its
+        # folder removed with it open): no close is waited for then.
+        self._open: dict[str, tuple[int, int]] = {}
+        self._held_open: set[str] = set()  # passed over open at its settle: its close counts
         # path -> (size, mtime_ns, deadline): as it was when armed, and its one deadline
         self._settling: dict[str, tuple[int, int, float]] = {}
         self._due: list[tuple[float, str]] = []  # heap of settle deadlines
@@ -107,8 +112,7 @@ class Inbox(FileSystemEventHandler):
                                          daemon=True)
         self._kept: KeptFolder | None = None  # the watch that outlives the folder's removal
         self.lane_folders = LaneFolders(self.folder, queue, later=self._lane_task,
-                                        scan=self._scan_folder,
-                                        unwatched=self._forget_open_in)
+                                        scan=self._scan_folder)
 
     # -- life -------------------------------------------------------------------
 
@@ -151,7 +155,6 @@ class Inbox(FileSystemEventHandler):
         """The folder was removed, renamed or replaced while the app ran (the
         PathWatch thread tells). Files dropped into a new one before its watch
         began raise no event: the scan takes them."""
-        self._forget_open_in(self.folder)
         self.lane_folders.jobs_folder_changed()
         if change is FolderChange.GONE:
             log.warning("the jobs folder %s was removed; waiting for it to come back",
@@ -164,15 +167,31 @@ class Inbox(FileSystemEventHandler):
                      self.folder)
         self.scan()
 
-    def _forget_open_in(self, folder: Path) -> None:
-        """The watch of `folder` has ended: the close of a file in it open now will
-        never be told (one unlinked with its folder is told nothing either), so none is
-        waited for any more. A scan of the folder, or of the one come back, judges its
-        files afresh."""
-        inside = str(folder)
-        for path in list(self._open):  # a copy: watchdog's thread adds to it meanwhile
-            if os.path.dirname(path) == inside:
-                self._open.discard(path)
+    def _opened(self, path: str) -> None:
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            return  # gone already: no close to wait for
+        self._open[path] = (info.st_dev, info.st_ino)
+        if len(self._open) > OPEN_KEPT:  # opens whose close went untold: let them go
+            for known in list(self._open):  # a copy: only this thread adds to it
+                self._still_open(known)
+
+    def _still_open(self, path: str, info: os.stat_result | None = None) -> bool:
+        """Whether the file at `path` (`info`, its lstat, else read now) is one opened
+        and not yet closed. An open of another file there is forgotten."""
+        opened = self._open.get(path)
+        if opened is None:
+            return False
+        if info is None:
+            try:
+                info = os.lstat(path)
+            except FileNotFoundError:
+                info = None
+        if info is not None and opened == (info.st_dev, info.st_ino):
+            return True
+        self._open.pop(path, None)  # gone, or another file there now: its close untold
+        return False
 
     # -- watchdog's thread: events are hints ---------------------------------------
 
@@ -187,7 +206,7 @@ class Inbox(FileSystemEventHandler):
             self.lane_folders.folder_event(event)
             return
         if isinstance(event, FileMovedEvent):
-            self._open.discard(event.src_path)
+            self._open.pop(event.src_path, None)
             if self.lane_folders.lane_at(os.path.dirname(event.dest_path)) is not None:
                 self._consider(event.dest_path, settle=False)  # a rename is atomic
             return
@@ -197,15 +216,18 @@ class Inbox(FileSystemEventHandler):
         if not self.close_events:
             self._consider(path, settle=True)
         elif isinstance(event, FileOpenedEvent):
-            self._open.add(path)  # a writer (or a reader) has it open: wait for the close
+            self._opened(path)  # a writer (or a reader) has it open: wait for the close
         elif isinstance(event, FileClosedEvent):
-            self._open.discard(path)
+            self._open.pop(path, None)
+            self._held_open.discard(path)
             self._consider(path, settle=True, wait=self.quiet)  # another write may follow
         elif isinstance(event, FileClosedNoWriteEvent):
-            self._open.discard(path)
-            self._consider(path, settle=True)  # a reader held it past its quiet time
+            self._open.pop(path, None)  # then looked at: see _held_still
+            if path in self._held_open:  # its settle passed while a reader had it open
+                self._held_open.discard(path)
+                self._consider(path, settle=True)
         elif isinstance(event, FileCreatedEvent | FileModifiedEvent):
-            if path not in self._open:  # a hard link or a rename in: no close will come
+            if not self._still_open(path):  # a hard link or a rename in: no close will come
                 self._consider(path, settle=True)
 
     # -- deciding -----------------------------------------------------------------------
@@ -298,8 +320,14 @@ class Inbox(FileSystemEventHandler):
             info = os.lstat(path)
         except FileNotFoundError:
             return
-        if path in self._open:
-            return  # its writer's close is told, and considers it again: nothing to poll
+        if self._still_open(path, info):
+            # Its close is told, and considers it again: nothing to poll meanwhile. Noted
+            # first and looked at again after, as the close's thread does the other way
+            # round: one of the two sees the other.
+            self._held_open.add(path)
+            if self._still_open(path, info):
+                return
+            self._held_open.discard(path)  # closed just now
         if (info.st_size, info.st_mtime_ns) == seen[:2]:
             self._ready_to_take(path)
         else:

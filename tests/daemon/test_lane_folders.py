@@ -290,10 +290,11 @@ def test_a_removed_lane_folder_is_forgotten_once_it_has_no_jobs(home, queue, wat
 
 
 def settle_wakes(inbox: Inbox) -> int:
-    """How often the inbox's settle thread has been switched to so far."""
+    """How often the inbox's settle thread has gone to sleep so far (each time it woke,
+    it slept again: its voluntary switches; a busy machine's preemptions not counted)."""
     with open(f"/proc/self/task/{inbox._settler.native_id}/status") as status:
         return sum(int(line.split()[1]) for line in status
-                   if line.startswith(("voluntary_ctxt", "nonvoluntary_ctxt")))
+                   if line.startswith("voluntary_ctxt"))
 
 
 def test_a_draft_held_open_is_waited_for_by_its_close_not_looked_at_again_and_again(
@@ -312,7 +313,7 @@ def test_a_draft_held_open_is_waited_for_by_its_close_not_looked_at_again_and_ag
 
 def test_a_drop_a_reader_holds_open_past_its_quiet_time_is_taken_once_read(
         home, queue, watching):
-    quiet = 0.5
+    quiet = 1.0  # the viewer's open is seen well within it, however busy the machine
     watching(settle=0.05, quiet=quiet)
     path = write(home.jobs, "viewed.sh")
     with open(path) as viewer:  # looked at in a pager while the app waits to take it

@@ -23,16 +23,25 @@ class Pids:
         self.pids: list[int] = []
         self.procs: list[subprocess.Popen] = []
         self.gentle: list[subprocess.Popen] = []  # SIGTERM first, then SIGKILL like all
+        self.started: dict[int, str | None] = {}  # pid -> its start time, when added
 
     def add(self, pid: int) -> int:
         self.pids.append(pid)
+        self.started.setdefault(pid, start_time(pid))
         return pid
 
     def popen(self, *args, **kwargs) -> subprocess.Popen:
         proc = subprocess.Popen(*args, **kwargs)
         self.procs.append(proc)
-        self.pids.append(proc.pid)
+        self.add(proc.pid)
         return proc
+
+    def _still_ours(self) -> list[int]:
+        """The pids that still name the process they named when added: a pid that ended
+        may have been given to another test's process since (three workers spawn
+        thousands), whose tree must not be killed."""
+        return [pid for pid in self.pids
+                if self.started[pid] is not None and start_time(pid) == self.started[pid]]
 
     def cleanup(self) -> None:
         for proc in self.gentle:  # asked first, so that they tidy up after themselves
@@ -44,7 +53,7 @@ class Pids:
         # Each one's descendants too (an app's running job, a job's own children), read
         # before any kill: a child whose parent is killed first moves to init, and out
         # of reach.
-        for pid in descendants(self.pids):
+        for pid in descendants(self._still_ours()):
             for sig in (signal.SIGCONT, signal.SIGKILL):
                 try:
                     os.kill(pid, sig)
@@ -75,6 +84,16 @@ def state(pid: int) -> str | None:
         with open(f"/proc/{pid}/stat", "rb") as f:
             return f.read().rsplit(b")", 1)[1].split()[0].decode()
     except (FileNotFoundError, ProcessLookupError):  # gone before the open, or the read
+        return None
+
+
+def start_time(pid: int) -> str | None:
+    """When the process started, in clock ticks since boot (/proc/<pid>/stat field 22):
+    with the pid, what names one process for good. None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
         return None
 
 
