@@ -200,6 +200,15 @@ def test_a_job_named_with_a_leading_dash_is_shown_how_to_name_it(command, said, 
     assert after.returncode == 1, after.stderr  # after --, a job's name: none has it here
 
 
+@pytest.mark.parametrize("argv", [
+    ["status", "--json", "extra"], ["cancel", "--all-failed", "extra"],
+    ["log", f"--home={os.devnull}x"], ["list", "--state", "failed", "extra"],
+])
+def test_a_mistake_with_no_name_starting_with_a_dash_gets_no_such_hint(argv):
+    done = sloth(*argv)
+    assert done.returncode == 2 and "starts with a dash" not in done.stderr, done.stderr
+
+
 def seed(home) -> dict[str, str]:
     locate(home).ensure()
     with Queue(home / "queue.db") as q:

@@ -36,11 +36,17 @@ class Parser(argparse.ArgumentParser):
         self._negative_number_matcher = self.NEGATIVE_VALUE  # argparse's own hook (3.11)
 
     def error(self, message: str) -> NoReturn:
-        dashed = [word for word in getattr(self, "_given", ())
-                  if word.startswith("-") and word not in self._option_string_actions
+        if message.startswith("unrecognized arguments: "):
+            named = message.split(": ", 1)[1].split()  # the words argparse did not take
+        elif message.startswith("the following arguments are required"):
+            named = getattr(self, "_given", [])
+        else:
+            named = []
+        dashed = [word for word in named if word.startswith("-") and word != "--"
+                  and word.split("=", 1)[0] not in self._option_string_actions
+                  and word.split("=", 1)[0] not in COMMON_OPTIONS
                   and not self.NEGATIVE_VALUE.match(word)]
-        if dashed and message.startswith(("the following arguments are required",
-                                          "unrecognized arguments")):
+        if dashed:
             # A job may be named so (a drop `-rf.sh`): argparse took it for options.
             command = self.prog if " " in self.prog else f"{self.prog} COMMAND"
             message += (f"; a job whose name starts with a dash goes after --, as in "
@@ -73,6 +79,10 @@ class Parser(argparse.ArgumentParser):
                 self.error(f"argument {action.option_strings[0]}: expected one value")
         return namespace, extras
 
+
+# Options every command takes, before the command too (a command's own parser may not
+# list them): never a job's name.
+COMMON_OPTIONS = ("--home", "--config", "--jobs-dir", "--help", "-h", "--version")
 
 ID_HELP = ("a job id, enough of its start to be unique (`sloth-tray list` shows them), or "
            "a job's name (its newest job)")
