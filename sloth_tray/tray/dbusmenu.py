@@ -193,6 +193,9 @@ class MenuModel:
         # while the host fetches the layout after a rebuild.
         self._served: dict[int, Node] = self.nodes
         self._served_before: dict[int, Node] = {}
+        # Since the last fetch of the whole menu: by submenu, the rows its last fetch let
+        # go of (for a click that crossed that fetch).
+        self._dropped_under: dict[int, dict[int, Node]] = {}
         self._ids: dict[Path, int] = {}
         self._next_id = ROOT_ID + 1
 
@@ -294,16 +297,20 @@ class MenuModel:
         if node_id == ROOT_ID:
             if self._served is not self.nodes:
                 self._served_before, self._served = self._served, self.nodes
+                self._dropped_under.clear()
         else:  # the host holds this subtree in place of the one it held there before
             held = dict(self._served)
             now = _below(self.nodes, node_id)
-            # Rows it no longer holds go, kept one fetch more for a click that crossed
-            # this one: a host that fetches only the changed submenu (KDE) would else
-            # have every row ever shown held, for as long as the tray runs.
-            self._served_before = {gone: held.pop(gone)
-                                   for gone in _below(held, node_id) - now}
+            # Rows it no longer holds go, kept until that submenu's next fetch for a
+            # click that crossed this one: a host that fetches only the changed submenu
+            # (KDE) would else have every row ever shown held, for as long as the tray
+            # runs. Kept by submenu: two fetched back to back keep both their rows.
+            self._dropped_under[node_id] = {gone: held.pop(gone)
+                                            for gone in _below(held, node_id) - now}
             held.update((each, self.nodes[each]) for each in (*now, node_id))
             self._served = held
+            for parent in [p for p in self._dropped_under if p not in held]:
+                del self._dropped_under[parent]  # a submenu the host holds no more
         return tree
 
     def _layout(self, node: Node, depth: int, names: Sequence[str]) -> list[Any]:
@@ -322,7 +329,9 @@ class MenuModel:
         """The node a click on `node_id` means: from the current items, else from the
         layouts the host fetched last (ids are never reused, so none is mistaken)."""
         return (self.nodes.get(node_id) or self._served.get(node_id)
-                or self._served_before.get(node_id))
+                or self._served_before.get(node_id)
+                or next((rows[node_id] for rows in self._dropped_under.values()
+                         if node_id in rows), None))
 
     def top_items(self) -> tuple[Item, ...]:
         return tuple(self.nodes[child].item for child in self.nodes[ROOT_ID].children

@@ -253,3 +253,25 @@ def test_a_host_that_fetches_only_the_changed_submenu_leaves_no_old_row_held():
     assert all(model.clickable(row) is not None for row in rows)
     assert model.clickable(shown[0]).item.key == "w298", "a click crossing the fetch"
     assert len(model._served) <= len(model.nodes) + 3, len(model._served)
+
+
+def test_two_submenus_fetched_back_to_back_both_keep_a_crossing_click():
+    """A job that moves from Waiting to Failed changes both submenus; KDE fetches one,
+    then the other: a click on a row the first fetch let go of still works."""
+    def menu_of(first: int) -> tuple[Item, ...]:
+        def rows(kind: str) -> tuple[Item, ...]:
+            return tuple(Item(f"{kind} {n}", noop, key=f"{kind}{n}")
+                         for n in range(first, first + 3))
+        return (Item("Waiting", submenu=rows("w"), key="waiting"),
+                Item("Failed", submenu=rows("f"), key="failed"))
+
+    model = MenuModel()
+    model.update(menu_of(0))
+    model.layout(ROOT_ID, -1)
+    waiting, failed = ids(model)
+    first_waiting_row = ids(model, waiting)[0]
+    change = model.update(menu_of(1))
+    assert sorted(change.parents) == sorted([waiting, failed])
+    for parent in (waiting, failed):
+        model.layout(parent, -1)
+    assert model.clickable(first_waiting_row).item.key == "w0"
