@@ -163,9 +163,10 @@ def reclaim(db: sqlite3.Connection, job_id: str, now: float, local: Zone) -> str
             return f"its app {owner} was gone at this start"
         return f"lease of {owner} expired {format_duration(now - lease_until)} ago"
     expiries = 1 + sum(1 for _, kind, _ in json.loads(history) if kind == "reclaimed")
+    last = f"the last time its app {owner} was gone" if app_gone else f"last holder {owner}"
     error = (
         f"its lease expired {expiries} time{'s' if expiries > 1 else ''} without it "
-        f"finishing (last holder {owner}); gave up after {attempts} attempts"
+        f"finishing ({last}); gave up after {attempts} attempts"
     )
     finish(db, job_id, now, "failed", ("failed", error), local, last_error=error,
            reason=Reason.LEASE_EXPIRED.value)

@@ -170,6 +170,15 @@ def test_a_run_its_app_left_is_taken_back_at_the_next_start_as_its_apps_not_a_la
     released = [e.detail for e in queue.history(never) if e.kind == "released"]
     assert released == ["its run never started: its app gone:1 was gone before its "
                         "script was started"]
+    last = queue.push("last", max_attempts=1)  # on its last attempt: failed, and says why
+    assert queue.complete(never, "new:2")
+    assert queue.claim("new:2", token="t4").id == last
+    assert queue.started(last, "new:2", {"token": "t4", "pid": 2, "pgid": 2, "start": "2"})
+    assert queue.expire_leases() == 1
+    assert queue.claim("next:3") is None
+    assert queue.get(last).last_error == ("its lease expired 1 time without it finishing "
+                                          "(the last time its app new:2 was gone); gave up "
+                                          "after 1 attempts")
 
 
 def test_an_expired_last_attempt_does_not_hide_the_next_due_job(queue, clock):
