@@ -33,6 +33,9 @@ class FakeNotifications(ServiceInterface):
         self.sent: list[dict] = []
         self.closed: list[int] = []  # CloseNotification's ids, in order
         self.last_id = 100
+        # A button clicked on an update in place as soon as it shows, before the reply to
+        # its Notify leaves: the click's signal reaches the app first.
+        self.click_on_update: str | None = None
 
     @dbus_method()
     def GetCapabilities(self) -> StrList:
@@ -46,6 +49,8 @@ class FakeNotifications(ServiceInterface):
                           "app_icon": app_icon, "summary": summary, "body": body,
                           "actions": actions, "hints": hints, "expire_timeout": expire_timeout})
         if replaces_id:
+            if self.click_on_update is not None:
+                self.ActionInvoked(replaces_id, self.click_on_update)
             return replaces_id
         self.last_id += 1
         return self.last_id

@@ -246,6 +246,11 @@ class Notifier:
         # No "desktop-entry" hint: pip installs no .desktop file for a server to find.
         hints = {"urgency": Variant("y", URGENCY_NORMAL)}
         replaces = self._ids.get(key, 0)
+        if replaces and flat and on_action is not None:
+            # Its new buttons answer from now on: the server may show the new text, and
+            # be clicked, before its reply to this call comes back here.
+            self._waiting[replaces] = (on_action,
+                                       frozenset(action for action, _ in actions))
         [notification_id] = await _call(bus, SERVICE, SERVICE_PATH, SERVICE, "Notify",
                                         "susssasa{sv}i",
                                         [APP_NAME, replaces, self._app_icon(), title, body,

@@ -84,6 +84,20 @@ def test_a_failure_notification_has_retry_and_show_log_buttons_and_the_apps_icon
     assert sent["expire_timeout"] == -1
 
 
+def test_a_click_on_an_update_before_its_reply_is_answered_by_the_new_buttons(
+        desktop, notifier):
+    server = desktop.notifications(["actions", "body"])
+    clicked: list[str] = []
+    for count in (1, 2):
+        notifier.notify(f"{count} jobs failed", "tidy", [("retry-all", "Retry all")],
+                        on_action=lambda key, count=count: clicked.append(f"{key} {count}"),
+                        key="burst")
+        wait_for(lambda count=count: len(server.sent) == count, what=f"notification {count}")
+        server.click_on_update = "retry-all"
+    wait_for(lambda: clicked, what="the click")
+    assert clicked == ["retry-all 2"]
+
+
 def test_a_notification_with_a_key_is_updated_in_place_with_its_newest_text(
         desktop, notifier):
     server = desktop.notifications(["actions", "body"])
