@@ -191,6 +191,7 @@ class Inbox(FileSystemEventHandler):
         if info is not None and opened == (info.st_dev, info.st_ino):
             return True
         self._open.pop(path, None)  # gone, or another file there now: its close untold
+        self._held_open.discard(path)
         return False
 
     # -- watchdog's thread: events are hints ---------------------------------------
