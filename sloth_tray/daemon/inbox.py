@@ -112,7 +112,8 @@ class Inbox(FileSystemEventHandler):
                                          daemon=True)
         self._kept: KeptFolder | None = None  # the watch that outlives the folder's removal
         self.lane_folders = LaneFolders(self.folder, queue, later=self._lane_task,
-                                        scan=self._scan_folder)
+                                        scan=self._scan_folder,
+                                        unwatched=self._forget_opens_in)
 
     # -- life -------------------------------------------------------------------
 
@@ -155,6 +156,7 @@ class Inbox(FileSystemEventHandler):
         """The folder was removed, renamed or replaced while the app ran (the
         PathWatch thread tells). Files dropped into a new one before its watch
         began raise no event: the scan takes them."""
+        self._forget_opens_in(self.folder)
         self.lane_folders.jobs_folder_changed()
         if change is FolderChange.GONE:
             log.warning("the jobs folder %s was removed; waiting for it to come back",
@@ -166,6 +168,19 @@ class Inbox(FileSystemEventHandler):
             log.info("the jobs folder %s was replaced by another folder; watching that one",
                      self.folder)
         self.scan()
+
+    def _forget_opens_in(self, folder: Path) -> None:
+        """The watch of `folder` has ended: the close of a file in it that is open now is
+        told no more, so none is waited for (a new file of that name may even get the
+        unlinked one's inode: that check alone would wait on it for good). A scan of the
+        folder, or of the one come back, judges its files afresh: a writer that pauses
+        past the settle time then, in a folder renamed away and back meanwhile, may see
+        its file taken early."""
+        inside = str(folder)
+        for path in list(self._open):  # a copy: watchdog's thread adds to it meanwhile
+            if os.path.dirname(path) == inside:
+                self._open.pop(path, None)
+                self._held_open.discard(path)
 
     def _opened(self, path: str) -> None:
         try:

@@ -96,15 +96,17 @@ class LaneFolders:
     """The lane folders in the jobs folder `folder`, their watches and their lanes.
 
     `later` hands work to the lanes' thread; `scan(folder)` takes what lies in a lane
-    folder already, once its watch has begun.
+    folder already, once its watch has begun; `unwatched(folder)` is told each lane
+    folder whose watch has ended (what its files do is told no more).
     """
 
     def __init__(self, folder: Path, queue: Queue, *, later: Later,
-                 scan: Callable[[Path], None]) -> None:
+                 scan: Callable[[Path], None], unwatched: Callable[[Path], None]) -> None:
         self.folder = folder
         self.queue = queue
         self._later = later
         self._scan = scan
+        self._unwatched = unwatched
         self._subfolders: Subfolders | None = None  # the lane folders' watches
         self._told: dict[str, tuple] = {}  # folder -> what the log last said of it
 
@@ -271,6 +273,7 @@ class LaneFolders:
         if gone:
             self._told.pop(str(path), None)
         self._watches.drop(path)
+        self._unwatched(path)
         if lane_name_problem(path.name) is None:
             self.queue.forget_lane(path.name)
         if gone and was_watched:  # said once the queue knows: what it says is so
@@ -302,6 +305,7 @@ class LaneFolders:
             self._settle_lane(new)
             return
         self._watches.drop(old_path)
+        self._unwatched(old_path)
         moved = self.queue.rename_lane(old, new)
         log.info("lane %s renamed to %s%s", old, new, jobs_going_along(moved))
         self._settle_lane(new)
@@ -312,9 +316,11 @@ class LaneFolders:
         were watched."""
         for path in self._watches.watched():
             self._watches.drop(Path(path))
+            self._unwatched(Path(path))
             self.queue.forget_lane(os.path.basename(path))
         for path in self._watches.held():
             self._watches.drop(Path(path))
+            self._unwatched(Path(path))
         self._told.clear()
 
     def _forget_lanes_without_folders(self) -> None:
