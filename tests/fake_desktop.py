@@ -36,6 +36,7 @@ class FakeNotifications(ServiceInterface):
         # A button clicked on an update in place as soon as it shows, before the reply to
         # its Notify leaves: the click's signal reaches the app first.
         self.click_on_update: str | None = None
+        self.click_on_show: str | None = None  # the same, on a new notification
 
     @dbus_method()
     def GetCapabilities(self) -> StrList:
@@ -53,6 +54,8 @@ class FakeNotifications(ServiceInterface):
                 self.ActionInvoked(replaces_id, self.click_on_update)
             return replaces_id
         self.last_id += 1
+        if self.click_on_show is not None:
+            self.ActionInvoked(self.last_id, self.click_on_show)
         return self.last_id
 
     @dbus_method()

@@ -33,6 +33,7 @@ CALL_TIMEOUT = 10.0  # a server that does not answer in this long is taken as ab
 # A server that did not answer (or died mid-call) is not asked again for this long: the
 # notifications meanwhile go to the log, each at no cost; the next one after it asks.
 ASK_AGAIN_AFTER = 60.0
+EARLY_KEPT = 8  # clicks kept that came before their notification's id was known
 REMEMBERED = 64  # notifications whose buttons may still be clicked; older ones are forgotten
 URGENCY_NORMAL = 1
 # A notification updated in place is sent again at most this often, with the newest
@@ -108,6 +109,10 @@ class Notifier:
         self._on_closed: dict[str, OnClosed] = {}
         self._gone: OrderedDict[str, None] = OrderedDict()  # keys closed: they show no more
         self._waiting: OrderedDict[int, tuple[OnAction, frozenset[str]]] = OrderedDict()
+        # Clicks that came while a Notify call was on its way, on no notification known
+        # yet: a server may show one, and be clicked, before its reply gets here.
+        self._early: list[tuple[int, str]] = []
+        self._asking = 0  # Notify calls on their way
 
     # -- any thread ---------------------------------------------------------------------
 
@@ -251,10 +256,14 @@ class Notifier:
             # be clicked, before its reply to this call comes back here.
             self._waiting[replaces] = (on_action,
                                        frozenset(action for action, _ in actions))
-        [notification_id] = await _call(bus, SERVICE, SERVICE_PATH, SERVICE, "Notify",
-                                        "susssasa{sv}i",
-                                        [APP_NAME, replaces, self._app_icon(), title, body,
-                                         flat, hints, -1])
+        self._asking += 1
+        try:
+            [notification_id] = await _call(bus, SERVICE, SERVICE_PATH, SERVICE, "Notify",
+                                            "susssasa{sv}i",
+                                            [APP_NAME, replaces, self._app_icon(), title,
+                                             body, flat, hints, -1])
+        finally:
+            self._asking -= 1
         if replaces and notification_id != replaces:  # the old one was gone meanwhile
             self._keys.pop(replaces, None)
             self._waiting.pop(replaces, None)
@@ -263,6 +272,9 @@ class Notifier:
                                               frozenset(action for action, _ in actions))
             self._waiting.move_to_end(notification_id)
             _forget_oldest(self._waiting)
+            for early in [click for click in self._early if click[0] == notification_id]:
+                self._early.remove(early)
+                self._act(*early)
         else:
             self._waiting.pop(notification_id, None)  # its update has no buttons
         if key not in self._gone:  # closed while we asked: nothing more to follow
@@ -352,6 +364,20 @@ class Notifier:
             self._bus.disconnect()
             self._bus = None
 
+    def _act(self, notification_id: int, key: str) -> bool:
+        """Run the action a click on `key` of notification `notification_id` asks for;
+        False when it is none of ours (or a click on the body, "default", we offered
+        nothing for)."""
+        waiting = self._waiting.get(notification_id)
+        if waiting is None or key not in waiting[1]:
+            return False
+        del self._waiting[notification_id]
+        # Its own thread: the action may take a while (open a file, touch the queue),
+        # and the bus must keep answering meanwhile.
+        threading.Thread(target=_run_action, args=(waiting[0], key),
+                         name="notification-action", daemon=True).start()
+        return True
+
     def _on_message(self, message: Any) -> None:
         from dbus_fast import MessageType
 
@@ -359,14 +385,9 @@ class Notifier:
             return
         if message.member == "ActionInvoked" and message.signature == "us":
             notification_id, key = message.body
-            waiting = self._waiting.get(notification_id)
-            if waiting is None or key not in waiting[1]:
-                return  # not ours, or a click on the body ("default") we offered nothing for
-            del self._waiting[notification_id]
-            # Its own thread: the action may take a while (open a file, touch the queue),
-            # and the bus must keep answering meanwhile.
-            threading.Thread(target=_run_action, args=(waiting[0], key),
-                             name="notification-action", daemon=True).start()
+            if not self._act(notification_id, key) and self._asking:
+                self._early.append((notification_id, key))  # answered once the reply is in
+                del self._early[:-EARLY_KEPT]
         elif message.member == "NotificationClosed" and message.signature == "uu":
             notification_id = message.body[0]
             self._waiting.pop(notification_id, None)

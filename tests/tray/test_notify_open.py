@@ -98,6 +98,18 @@ def test_a_click_on_an_update_before_its_reply_is_answered_by_the_new_buttons(
     assert clicked == ["retry-all 2"]
 
 
+def test_a_click_on_a_new_notification_before_its_reply_is_answered(desktop, notifier):
+    """The test of a step cut short clicked Mark done as soon as the server had the
+    notification: now and then, before the app had its id, and the click was lost."""
+    server = desktop.notifications(["actions", "body"])
+    server.click_on_show = "retry"
+    clicked: list[str] = []
+    notifier.notify("sloth-tray: a job failed", "tidy: exit status 1", FAILURE_ACTIONS,
+                    on_action=clicked.append)
+    wait_for(lambda: clicked, what="the click")
+    assert clicked == ["retry"]
+
+
 def test_a_notification_with_a_key_is_updated_in_place_with_its_newest_text(
         desktop, notifier):
     server = desktop.notifications(["actions", "body"])
